@@ -1,0 +1,619 @@
+//! Job specifications (what users put) and jobs (what Chime keeps).
+//!
+//! Validation walks the JSON itself rather than relying on serde errors, so
+//! that one reply lists every problem, each with its JSON path.
+
+use crate::duration::{format_duration, json_kind, parse_duration, rfc3339_ms, rfc3339_ms_opt};
+use crate::error::FieldError;
+use crate::schedule::ScheduleSpec;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Limits that are settings rather than contract constants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest accepted payload, JSON-encoded.
+    pub max_payload_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_payload_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// What to do with a firing whose predecessor is still running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Overlap {
+    /// Run concurrently.
+    #[default]
+    Allow,
+    /// Skip the new firing (recorded `skipped`).
+    Forbid,
+    /// Hold at most one pending firing; start it when the running one ends.
+    Queue,
+    /// Cancel the running firing and start the new one.
+    Replace,
+}
+
+/// What to do with instants found later than `misfire_threshold`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Misfire {
+    /// One catch-up run for all missed instants.
+    #[default]
+    FireOnce,
+    /// Every missed instant (bounded by a scheduler setting).
+    FireAll,
+    /// None; missed instants are recorded `skipped`.
+    Skip,
+}
+
+macro_rules! wire_enum {
+    ($t:ty, $($v:ident => $s:literal),+) => {
+        impl $t {
+            /// The wire name.
+            pub fn as_str(self) -> &'static str { match self { $(<$t>::$v => $s),+ } }
+        }
+        impl FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s { $($s => Ok(<$t>::$v),)+ _ => Err(format!("{s:?} is not one of {}", [$($s),+].join(", "))) }
+            }
+        }
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.as_str()) }
+        }
+    };
+}
+
+wire_enum!(Overlap, Allow => "allow", Forbid => "forbid", Queue => "queue", Replace => "replace");
+wire_enum!(Misfire, FireOnce => "fire_once", FireAll => "fire_all", Skip => "skip");
+wire_enum!(JobState, Active => "active", Paused => "paused", Completed => "completed");
+
+/// Retry policy: exponential backoff, capped, jittered (computed with the `backoff` crate).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included; 1 means no retry.
+    pub max_attempts: u32,
+    /// Delay before the second attempt.
+    #[serde(with = "crate::duration::duration_serde")]
+    pub initial: Duration,
+    /// Largest delay.
+    #[serde(with = "crate::duration::duration_serde")]
+    pub max: Duration,
+    /// Growth factor between delays.
+    pub multiplier: f64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 1,
+            initial: Duration::from_secs(1),
+            max: Duration::from_secs(300),
+            multiplier: 2.0,
+        }
+    }
+}
+
+/// A job as users write it (CONTRACT.md, "Job specification").
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobSpec {
+    pub id: String,
+    pub group: String,
+    pub schedule: ScheduleSpec,
+    pub handler: String,
+    pub payload: Value,
+    pub priority: u8,
+    #[serde(with = "crate::duration::duration_serde")]
+    pub timeout: Duration,
+    pub retry: RetryPolicy,
+    pub overlap: Overlap,
+    pub misfire: Misfire,
+    #[serde(with = "crate::duration::duration_serde")]
+    pub misfire_threshold: Duration,
+    pub paused: bool,
+    /// Jobs to trigger when a firing of this one succeeds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub on_success: Vec<String>,
+    /// Publish an alert after this many consecutive failed firings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert_after_failures: Option<u32>,
+    /// With `alert_after_failures`: also pause the job when the alert fires.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pause_after_alert: bool,
+}
+
+impl<'de> Deserialize<'de> for JobSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        JobSpec::from_json(&v, &Limits::default()).map_err(|errors| {
+            let text: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+            serde::de::Error::custom(text.join("; "))
+        })
+    }
+}
+
+/// Fields of a [`Job`] that are not part of the spec; accepted and ignored on put,
+/// so a client can get a job, edit it and put it back.
+const READ_ONLY_FIELDS: [&str; 5] = ["state", "next_fire_at", "version", "created_at", "updated_at"];
+
+/// The longest id and handler name.
+pub const MAX_ID_LEN: usize = 128;
+/// The longest group name.
+pub const MAX_GROUP_LEN: usize = 64;
+/// The most jobs `on_success` may name.
+pub const MAX_ON_SUCCESS: usize = 16;
+/// The most attempts a retry policy may ask for.
+pub const MAX_ATTEMPTS: u32 = 100;
+
+/// Checks an id or group name: `len` 1..=max of `A-Z a-z 0-9 . _ -`.
+pub fn check_name(name: &str, max: usize) -> Result<(), String> {
+    if name.is_empty() || name.len() > max {
+        return Err(format!("must be 1 to {max} characters, found {}", name.len()));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!("{c:?} is not allowed; use only A-Z a-z 0-9 . _ -"));
+    }
+    Ok(())
+}
+
+/// Collects problems while walking one JSON object.
+struct Walk<'a> {
+    obj: &'a Map<String, Value>,
+    path: &'a str,
+    errors: &'a mut Vec<FieldError>,
+}
+
+impl<'a> Walk<'a> {
+    fn field_path(&self, key: &str) -> String {
+        if self.path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.path)
+        }
+    }
+
+    fn fail(&mut self, key: &str, message: impl Into<String>) {
+        let path = self.field_path(key);
+        self.errors.push(FieldError::new(path, message));
+    }
+
+    fn unknown_fields(&mut self, known: &[&str]) {
+        let unknown: Vec<String> = self
+            .obj
+            .keys()
+            .filter(|k| !known.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        for key in unknown {
+            let message = format!("unknown field; known fields are {}", known.join(", "));
+            self.fail(&key, message);
+        }
+    }
+
+    fn present(&self, key: &str) -> Option<&'a Value> {
+        self.obj.get(key).filter(|v| !v.is_null())
+    }
+
+    fn name(&mut self, key: &str, max: usize, default: Option<&str>) -> Option<String> {
+        match self.present(key) {
+            None => match default {
+                Some(d) => Some(d.to_string()),
+                None => {
+                    self.fail(key, "is required");
+                    None
+                }
+            },
+            Some(Value::String(s)) => match check_name(s, max) {
+                Ok(()) => Some(s.clone()),
+                Err(e) => {
+                    self.fail(key, e);
+                    None
+                }
+            },
+            Some(other) => {
+                let msg = format!("expected a string, found {}", json_kind(other));
+                self.fail(key, msg);
+                None
+            }
+        }
+    }
+
+    fn string(&mut self, key: &str, max: usize) -> Option<String> {
+        match self.present(key) {
+            None => {
+                self.fail(key, "is required");
+                None
+            }
+            Some(Value::String(s)) if !s.is_empty() && s.chars().count() <= max => Some(s.clone()),
+            Some(Value::String(s)) => {
+                let msg = format!("must be 1 to {max} characters, found {}", s.chars().count());
+                self.fail(key, msg);
+                None
+            }
+            Some(other) => {
+                let msg = format!("expected a string, found {}", json_kind(other));
+                self.fail(key, msg);
+                None
+            }
+        }
+    }
+
+    fn integer(&mut self, key: &str, min: u64, max: u64, default: Option<u64>) -> Option<u64> {
+        match self.present(key) {
+            None => default,
+            Some(v) => match v.as_u64() {
+                Some(n) if (min..=max).contains(&n) => Some(n),
+                _ => {
+                    let msg = format!("must be an integer from {min} to {max}, found {v}");
+                    self.fail(key, msg);
+                    None
+                }
+            },
+        }
+    }
+
+    fn duration(&mut self, key: &str, default: Duration, positive: bool) -> Option<Duration> {
+        match self.present(key) {
+            None => Some(default),
+            Some(v) => match parse_duration(v) {
+                Ok(d) if positive && d.is_zero() => {
+                    self.fail(key, "must be longer than zero");
+                    None
+                }
+                Ok(d) => Some(d),
+                Err(e) => {
+                    self.fail(key, e);
+                    None
+                }
+            },
+        }
+    }
+
+    fn boolean(&mut self, key: &str) -> Option<bool> {
+        match self.present(key) {
+            None => Some(false),
+            Some(Value::Bool(b)) => Some(*b),
+            Some(other) => {
+                let msg = format!("expected true or false, found {}", json_kind(other));
+                self.fail(key, msg);
+                None
+            }
+        }
+    }
+
+    fn choice<T: FromStr<Err = String> + Default>(&mut self, key: &str) -> Option<T> {
+        match self.present(key) {
+            None => Some(T::default()),
+            Some(Value::String(s)) => match s.parse() {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    self.fail(key, e);
+                    None
+                }
+            },
+            Some(other) => {
+                let msg = format!("expected a string, found {}", json_kind(other));
+                self.fail(key, msg);
+                None
+            }
+        }
+    }
+}
+
+impl JobSpec {
+    /// Parses and validates a JobSpec, reporting every problem with its JSON path.
+    pub fn from_json(value: &Value, limits: &Limits) -> Result<JobSpec, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let Value::Object(obj) = value else {
+            return Err(vec![FieldError::new(
+                "",
+                format!("a job spec must be a JSON object, found {}", json_kind(value)),
+            )]);
+        };
+        let mut w = Walk {
+            obj,
+            path: "",
+            errors: &mut errors,
+        };
+        let mut known: Vec<&str> = vec![
+            "id", "group", "schedule", "handler", "payload", "priority", "timeout", "retry",
+            "overlap", "misfire", "misfire_threshold", "paused", "on_success",
+            "alert_after_failures", "pause_after_alert",
+        ];
+        known.extend(READ_ONLY_FIELDS);
+        w.unknown_fields(&known);
+
+        let id = w.name("id", MAX_ID_LEN, None);
+        let group = w.name("group", MAX_GROUP_LEN, Some("default"));
+        let handler = w.string("handler", MAX_ID_LEN);
+        let priority = w.integer("priority", 0, 9, Some(5));
+        let timeout = w.duration("timeout", Duration::from_secs(3600), true);
+        let overlap = w.choice::<Overlap>("overlap");
+        let misfire = w.choice::<Misfire>("misfire");
+        let misfire_threshold = w.duration("misfire_threshold", Duration::from_secs(60), false);
+        let paused = w.boolean("paused");
+        let pause_after_alert = w.boolean("pause_after_alert");
+        let alert_after_failures = match w.present("alert_after_failures") {
+            None => Some(None),
+            Some(_) => w
+                .integer("alert_after_failures", 1, 1_000_000, None)
+                .map(|n| Some(n as u32)),
+        };
+
+        let payload = w.present("payload").cloned().unwrap_or(Value::Null);
+        let encoded = serde_json::to_vec(&payload).map(|v| v.len()).unwrap_or(usize::MAX);
+        if encoded > limits.max_payload_bytes {
+            w.fail(
+                "payload",
+                format!(
+                    "is {encoded} bytes encoded; the limit is {} bytes",
+                    limits.max_payload_bytes
+                ),
+            );
+        }
+
+        let on_success = match w.present("on_success") {
+            None => Some(Vec::new()),
+            Some(Value::Array(items)) if items.len() <= MAX_ON_SUCCESS => {
+                let mut ids = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    match item.as_str().map(|s| (s, check_name(s, MAX_ID_LEN))) {
+                        Some((s, Ok(()))) => ids.push(s.to_string()),
+                        Some((_, Err(e))) => w.fail(&format!("on_success[{i}]"), e),
+                        None => w.fail(&format!("on_success[{i}]"), "expected a job id string"),
+                    }
+                }
+                Some(ids)
+            }
+            Some(Value::Array(_)) => {
+                w.fail("on_success", format!("may name at most {MAX_ON_SUCCESS} jobs"));
+                None
+            }
+            Some(other) => {
+                let msg = format!("expected an array of job ids, found {}", json_kind(other));
+                w.fail("on_success", msg);
+                None
+            }
+        };
+
+        let retry = match w.present("retry") {
+            None => Some(RetryPolicy::default()),
+            Some(Value::Object(r)) => {
+                let before = w.errors.len();
+                let mut rw = Walk {
+                    obj: r,
+                    path: "retry",
+                    errors: w.errors,
+                };
+                rw.unknown_fields(&["max_attempts", "initial", "max", "multiplier"]);
+                let d = RetryPolicy::default();
+                let max_attempts = rw.integer("max_attempts", 1, MAX_ATTEMPTS as u64, Some(1));
+                let initial = rw.duration("initial", d.initial, false);
+                let max = rw.duration("max", d.max, false);
+                let multiplier = match rw.present("multiplier") {
+                    None => Some(d.multiplier),
+                    Some(v) => match v.as_f64() {
+                        Some(m) if (1.0..=100.0).contains(&m) => Some(m),
+                        _ => {
+                            rw.fail("multiplier", format!("must be a number from 1 to 100, found {v}"));
+                            None
+                        }
+                    },
+                };
+                if let (Some(i), Some(m)) = (initial, max) {
+                    if m < i {
+                        rw.fail("max", "must not be shorter than retry.initial");
+                    }
+                }
+                match (max_attempts, initial, max, multiplier) {
+                    (Some(a), Some(i), Some(m), Some(x)) if w.errors.len() == before => Some(RetryPolicy {
+                        max_attempts: a as u32,
+                        initial: i,
+                        max: m,
+                        multiplier: x,
+                    }),
+                    _ => None,
+                }
+            }
+            Some(other) => {
+                let msg = format!("expected an object, found {}", json_kind(other));
+                w.fail("retry", msg);
+                None
+            }
+        };
+
+        let schedule = match obj.get("schedule").filter(|v| !v.is_null()) {
+            None => {
+                errors.push(FieldError::new("schedule", "is required"));
+                None
+            }
+            Some(v) => match ScheduleSpec::from_json(v, "schedule") {
+                Ok(s) => Some(s),
+                Err(mut e) => {
+                    errors.append(&mut e);
+                    None
+                }
+            },
+        };
+
+        match (
+            id, group, schedule, handler, priority, timeout, retry, overlap, misfire,
+            misfire_threshold, paused, on_success, alert_after_failures, pause_after_alert,
+        ) {
+            (
+                Some(id), Some(group), Some(schedule), Some(handler), Some(priority), Some(timeout),
+                Some(retry), Some(overlap), Some(misfire), Some(misfire_threshold), Some(paused),
+                Some(on_success), Some(alert_after_failures), Some(pause_after_alert),
+            ) if errors.is_empty() => Ok(JobSpec {
+                id,
+                group,
+                schedule,
+                handler,
+                payload,
+                priority: priority as u8,
+                timeout,
+                retry,
+                overlap,
+                misfire,
+                misfire_threshold,
+                paused,
+                on_success,
+                alert_after_failures,
+                pause_after_alert,
+            }),
+            _ => Err(errors),
+        }
+    }
+
+    /// The spec as JSON, as stored and as echoed in replies.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// The timeout, formatted.
+    pub fn timeout_text(&self) -> String {
+        format_duration(self.timeout)
+    }
+}
+
+/// A job's lifecycle state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Fires on its schedule.
+    #[default]
+    Active,
+    /// Kept, not firing; resuming applies the misfire policy to what was missed.
+    Paused,
+    /// The schedule has no further instants.
+    Completed,
+}
+
+/// A job as Chime keeps it: the spec plus what Chime knows about it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    #[serde(flatten)]
+    pub spec: JobSpec,
+    pub state: JobState,
+    #[serde(default, with = "rfc3339_ms_opt")]
+    pub next_fire_at: Option<DateTime<Utc>>,
+    pub version: i64,
+    #[serde(with = "rfc3339_ms")]
+    pub created_at: DateTime<Utc>,
+    #[serde(with = "rfc3339_ms")]
+    pub updated_at: DateTime<Utc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn minimal() -> Value {
+        json!({"id": "nightly-report", "schedule": {"cron": "0 30 2 * * *"}, "handler": "shell"})
+    }
+
+    fn fields(errors: &[FieldError]) -> Vec<&str> {
+        errors.iter().map(|e| e.field.as_str()).collect()
+    }
+
+    #[test]
+    fn defaults_fill_a_minimal_spec() {
+        let spec = JobSpec::from_json(&minimal(), &Limits::default()).unwrap();
+        assert_eq!(spec.group, "default");
+        assert_eq!(spec.priority, 5);
+        assert_eq!(spec.timeout, Duration::from_secs(3600));
+        assert_eq!(spec.retry.max_attempts, 1);
+        assert_eq!(spec.overlap, Overlap::Allow);
+        assert_eq!(spec.misfire, Misfire::FireOnce);
+        assert_eq!(spec.misfire_threshold, Duration::from_secs(60));
+        assert!(!spec.paused);
+    }
+
+    #[test]
+    fn the_contract_example_parses_and_round_trips() {
+        let v = json!({
+            "id": "nightly-report", "group": "reports",
+            "schedule": {"cron": "0 30 2 * * *", "tz": "Europe/Berlin"},
+            "handler": "shell", "payload": {"argv": ["/usr/local/bin/report", "--daily"]},
+            "priority": 5, "timeout": "10m",
+            "retry": {"max_attempts": 3, "initial": "1s", "max": "5m", "multiplier": 2.0},
+            "overlap": "allow", "misfire": "fire_once", "misfire_threshold": "60s", "paused": false
+        });
+        let spec = JobSpec::from_json(&v, &Limits::default()).unwrap();
+        assert_eq!(spec.retry.max_attempts, 3);
+        assert_eq!(spec.timeout, Duration::from_secs(600));
+        let again = JobSpec::from_json(&spec.to_json(), &Limits::default()).unwrap();
+        assert_eq!(again, spec);
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_path() {
+        let v = json!({
+            "id": "bad id!", "schedule": {"cron": "0 61 * * *"}, "handler": 5,
+            "priority": 12, "retry": {"max_attempts": 0, "bogus": 1}, "overlap": "sometimes",
+            "colour": "red"
+        });
+        let errors = JobSpec::from_json(&v, &Limits::default()).unwrap_err();
+        let f = fields(&errors);
+        for expected in ["id", "schedule.cron", "handler", "priority", "retry.max_attempts", "retry.bogus", "overlap", "colour"] {
+            assert!(f.contains(&expected), "missing {expected} in {f:?}");
+        }
+    }
+
+    #[test]
+    fn required_fields_are_named() {
+        let errors = JobSpec::from_json(&json!({}), &Limits::default()).unwrap_err();
+        let f = fields(&errors);
+        assert!(f.contains(&"id") && f.contains(&"schedule") && f.contains(&"handler"));
+        let errors = JobSpec::from_json(&json!([1]), &Limits::default()).unwrap_err();
+        assert_eq!(errors.len(), 1);
+    }
+
+    #[test]
+    fn oversized_payloads_are_refused() {
+        let mut v = minimal();
+        v["payload"] = json!("x".repeat(70 * 1024));
+        let errors = JobSpec::from_json(&v, &Limits::default()).unwrap_err();
+        assert_eq!(fields(&errors), vec!["payload"]);
+        let small = Limits { max_payload_bytes: 10 * 1024 * 1024 };
+        assert!(JobSpec::from_json(&v, &small).is_ok());
+    }
+
+    #[test]
+    fn read_only_job_fields_are_ignored_on_put() {
+        let mut v = minimal();
+        v["state"] = json!("active");
+        v["version"] = json!(3);
+        assert!(JobSpec::from_json(&v, &Limits::default()).is_ok());
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_name("a.b_c-9", 128).is_ok());
+        assert!(check_name("", 128).is_err());
+        assert!(check_name("a b", 128).is_err());
+        assert!(check_name(&"x".repeat(65), 64).is_err());
+    }
+
+    #[test]
+    fn retry_max_shorter_than_initial_is_refused() {
+        let mut v = minimal();
+        v["retry"] = json!({"initial": "10s", "max": "1s"});
+        let errors = JobSpec::from_json(&v, &Limits::default()).unwrap_err();
+        assert_eq!(fields(&errors), vec!["retry.max"]);
+    }
+}

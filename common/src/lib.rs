@@ -1,0 +1,23 @@
+//! Chime's public contract as Rust types.
+//!
+//! Everything a scheduler, a worker and a client must agree on lives here:
+//! job specifications and their validation ([`job`]), schedules ([`schedule`]),
+//! firing identities and states ([`firing`]), subject, stream and header names
+//! ([`subjects`], [`headers`]), the worker protocol messages ([`protocol`]),
+//! the error shape ([`error`]) and a typed API client ([`client`]).
+
+pub mod client;
+pub mod duration;
+pub mod error;
+pub mod firing;
+pub mod headers;
+pub mod job;
+pub mod protocol;
+pub mod schedule;
+pub mod subjects;
+pub mod topology;
+
+pub use error::{ApiError, ErrorCode, FieldError};
+pub use firing::{Firing, FiringId, FiringState};
+pub use job::{Job, JobSpec, JobState, Limits, Misfire, Overlap, RetryPolicy};
+pub use subjects::{Band, Subjects};

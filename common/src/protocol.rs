@@ -1,0 +1,177 @@
+//! The worker protocol's messages (docs/PROTOCOL.md).
+//!
+//! A worker that receives a firing asks the scheduler to start it
+//! ([`StartRequest`] → [`StartReply`], request/reply), acks the JetStream
+//! message once the start is accepted, runs the handler, and reports a
+//! [`Finished`] event on JetStream. It heartbeats a [`WorkerInfo`] into the
+//! workers KV bucket and listens for [`CancelRequest`]s on its own subject.
+
+use crate::duration::{rfc3339_ms, rfc3339_ms_opt};
+use crate::firing::FiringId;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// Sent by a worker on `chime.worker.v1.start` before it runs a firing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StartRequest {
+    pub firing_id: FiringId,
+    pub worker_id: String,
+    pub group: String,
+}
+
+/// Why a start was refused; the worker acks the message and does not run it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartRefusal {
+    /// Another worker already started this attempt.
+    AlreadyStarted,
+    /// The firing already reached a final state.
+    AlreadyFinished,
+    /// No such firing (e.g. history was pruned, or the job was deleted).
+    UnknownFiring,
+    /// `overlap: forbid`: the previous firing still runs; this one is recorded `skipped`.
+    Skipped,
+    /// `overlap: queue`: held until the running firing ends, then published again.
+    Queued,
+    /// The firing was cancelled (job deleted or replaced).
+    Cancelled,
+}
+
+/// The scheduler's answer to a [`StartRequest`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StartReply {
+    /// Run it (true) or drop it (false).
+    pub accepted: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<StartRefusal>,
+    /// When the run must be cut off (start + the job's timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_ms_opt")]
+    pub deadline: Option<DateTime<Utc>>,
+}
+
+impl StartReply {
+    /// Accepted, to finish by `deadline`.
+    pub fn accepted(deadline: DateTime<Utc>) -> Self {
+        StartReply {
+            accepted: true,
+            refusal: None,
+            deadline: Some(deadline),
+        }
+    }
+
+    /// Refused for `why`.
+    pub fn refused(why: StartRefusal) -> Self {
+        StartReply {
+            accepted: false,
+            refusal: Some(why),
+            deadline: None,
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+    TimedOut,
+    Cancelled,
+}
+
+impl Outcome {
+    /// The wire name, also the `outcome` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed => "failed",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Published by a worker on JetStream `chime.events.finished` when a run ends.
+///
+/// Its `Nats-Msg-Id` is `finished:<firing id>`, so a re-sent report is dropped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finished {
+    pub firing_id: FiringId,
+    pub worker_id: String,
+    pub outcome: Outcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The tail of the run's output (bounded by the worker, 64 KiB by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    #[serde(with = "rfc3339_ms")]
+    pub started_at: DateTime<Utc>,
+    #[serde(with = "rfc3339_ms")]
+    pub finished_at: DateTime<Utc>,
+}
+
+/// Sent by the scheduler on core NATS `chime.cancel.<worker id>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CancelRequest {
+    pub firing_id: FiringId,
+    /// Why, for the firing's recorded error (`replaced`, `job deleted`, ...).
+    pub reason: String,
+}
+
+/// A worker's heartbeat, the value of its key in the `chime-workers` bucket
+/// (also the `Worker` of `workers.list`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    pub id: String,
+    pub group: String,
+    pub threads: u32,
+    pub in_flight: u32,
+    pub version: String,
+    #[serde(with = "rfc3339_ms")]
+    pub started_at: DateTime<Utc>,
+}
+
+/// What an alert is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertKind {
+    /// A firing ended `failed` after its last attempt.
+    FiringFailed,
+    /// A firing ended `lost`: its worker vanished and no attempts remain.
+    FiringLost,
+    /// A job failed `alert_after_failures` times in a row.
+    RepeatedFailures,
+    /// A published firing was not started by any worker in time.
+    NotStarted,
+}
+
+impl AlertKind {
+    /// The wire name, also the `kind` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertKind::FiringFailed => "firing_failed",
+            AlertKind::FiringLost => "firing_lost",
+            AlertKind::RepeatedFailures => "repeated_failures",
+            AlertKind::NotStarted => "not_started",
+        }
+    }
+}
+
+/// A JSON event on `chime.alerts`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Alert {
+    pub kind: AlertKind,
+    pub job_id: String,
+    pub group: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firing_id: Option<FiringId>,
+    pub message: String,
+    #[serde(with = "rfc3339_ms")]
+    pub at: DateTime<Utc>,
+    /// For `repeated_failures`: how many in a row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consecutive_failures: Option<u32>,
+    /// For `repeated_failures` with `pause_after_alert`: the job was paused.
+    #[serde(default)]
+    pub paused: bool,
+}

@@ -1,0 +1,253 @@
+//! Subject, stream, consumer and bucket names.
+//!
+//! All names derive from one prefix (default `chime`) so several isolated
+//! installations can share a NATS account: prefix `chime` gives subjects
+//! `chime.…`, streams `CHIME_…` and buckets `chime-…`.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The default subject prefix.
+pub const DEFAULT_PREFIX: &str = "chime";
+
+/// A priority band: JetStream has no per-message priority, so each group's
+/// firings are split over three subjects and workers drain the highest band first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Band {
+    /// Priorities 7–9.
+    High,
+    /// Priorities 4–6 (the default priority 5 lands here).
+    Normal,
+    /// Priorities 0–3.
+    Low,
+}
+
+impl Band {
+    /// Highest first: the order in which workers pull.
+    pub const ALL: [Band; 3] = [Band::High, Band::Normal, Band::Low];
+
+    /// The band a priority (0–9) belongs to.
+    pub fn of_priority(priority: u8) -> Band {
+        match priority {
+            7.. => Band::High,
+            4..=6 => Band::Normal,
+            _ => Band::Low,
+        }
+    }
+
+    /// The band's subject token.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Band::High => "high",
+            Band::Normal => "normal",
+            Band::Low => "low",
+        }
+    }
+}
+
+impl fmt::Display for Band {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Band {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Band::ALL
+            .into_iter()
+            .find(|b| b.as_str() == s)
+            .ok_or_else(|| format!("{s:?} is not a band (high, normal, low)"))
+    }
+}
+
+/// Every name Chime uses on NATS, for one prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subjects {
+    prefix: String,
+}
+
+impl Default for Subjects {
+    fn default() -> Self {
+        Subjects::new(DEFAULT_PREFIX)
+    }
+}
+
+impl Subjects {
+    /// Names under `prefix` (a single subject token such as `chime` or `staging-chime`).
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Subjects {
+            prefix: prefix.into(),
+        }
+    }
+
+    /// Checks that `prefix` can serve as a subject token and a stream name part.
+    pub fn validate_prefix(prefix: &str) -> Result<(), String> {
+        if prefix.is_empty() || prefix.len() > 32 {
+            return Err("the subject prefix must be 1 to 32 characters".into());
+        }
+        if !prefix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(format!(
+                "the subject prefix {prefix:?} may only contain A-Z a-z 0-9 - _"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The prefix itself.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn upper(&self) -> String {
+        self.prefix.to_ascii_uppercase().replace('-', "_")
+    }
+
+    /// `chime.api.v1.<verb>`, e.g. `chime.api.v1.jobs.put`.
+    pub fn api(&self, verb: &str) -> String {
+        format!("{}.api.v1.{verb}", self.prefix)
+    }
+
+    /// `chime.api.v1.>`: what the API service subscribes to.
+    pub fn api_wildcard(&self) -> String {
+        format!("{}.api.v1.>", self.prefix)
+    }
+
+    /// The durable submission subject, `chime.submit`.
+    pub fn submit(&self) -> String {
+        format!("{}.submit", self.prefix)
+    }
+
+    /// Where unapplicable submissions go, `chime.submit.rejected`.
+    pub fn submit_rejected(&self) -> String {
+        format!("{}.submit.rejected", self.prefix)
+    }
+
+    /// `chime.fire.<group>.<band>`.
+    pub fn fire(&self, group: &str, band: Band) -> String {
+        format!("{}.fire.{group}.{band}", self.prefix)
+    }
+
+    /// `chime.fire.>`: the firing stream's subjects.
+    pub fn fire_wildcard(&self) -> String {
+        format!("{}.fire.>", self.prefix)
+    }
+
+    /// `chime.ready.<group>`: a core-NATS doorbell rung after firings for a group are published,
+    /// so idle workers wake at once instead of polling.
+    pub fn ready(&self, group: &str) -> String {
+        format!("{}.ready.{group}", self.prefix)
+    }
+
+    /// `chime.worker.v1.start`: request/reply, a worker asks to start a firing.
+    pub fn worker_start(&self) -> String {
+        format!("{}.worker.v1.start", self.prefix)
+    }
+
+    /// `chime.events.finished`: JetStream, a worker reports a finished firing.
+    pub fn finished(&self) -> String {
+        format!("{}.events.finished", self.prefix)
+    }
+
+    /// `chime.events.>`: the event stream's subjects.
+    pub fn events_wildcard(&self) -> String {
+        format!("{}.events.>", self.prefix)
+    }
+
+    /// `chime.cancel.<worker id>`: core NATS, the scheduler asks a worker to cancel a running firing.
+    pub fn cancel(&self, worker_id: &str) -> String {
+        format!("{}.cancel.{worker_id}", self.prefix)
+    }
+
+    /// `chime.alerts`: JSON alert events (failed or lost firings, repeated failures).
+    pub fn alerts(&self) -> String {
+        format!("{}.alerts", self.prefix)
+    }
+
+    /// Stream of firings, `CHIME_FIRE`.
+    pub fn fire_stream(&self) -> String {
+        format!("{}_FIRE", self.upper())
+    }
+
+    /// Stream of durable submissions and rejections, `CHIME_SUBMIT`.
+    pub fn submit_stream(&self) -> String {
+        format!("{}_SUBMIT", self.upper())
+    }
+
+    /// Stream of worker events, `CHIME_EVENTS`.
+    pub fn events_stream(&self) -> String {
+        format!("{}_EVENTS", self.upper())
+    }
+
+    /// Stream of alerts, `CHIME_ALERTS`.
+    pub fn alerts_stream(&self) -> String {
+        format!("{}_ALERTS", self.upper())
+    }
+
+    /// KV bucket of time-slice claims, `chime-slices`.
+    pub fn slices_bucket(&self) -> String {
+        format!("{}-slices", self.prefix)
+    }
+
+    /// KV bucket of worker heartbeats, `chime-workers`.
+    pub fn workers_bucket(&self) -> String {
+        format!("{}-workers", self.prefix)
+    }
+
+    /// KV bucket of leases for single-active services, `chime-leases`.
+    pub fn leases_bucket(&self) -> String {
+        format!("{}-leases", self.prefix)
+    }
+
+    /// Durable pull consumer for one group and band.
+    ///
+    /// Consumer names cannot hold `.`, which group names may; such groups are
+    /// hex-encoded under a different tag so no two groups share a name.
+    pub fn fire_consumer(&self, group: &str, band: Band) -> String {
+        if group.contains('.') {
+            let hex: String = group.bytes().map(|b| format!("{b:02x}")).collect();
+            format!("fire_h_{hex}_{band}")
+        } else {
+            format!("fire_g_{group}_{band}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn priorities_map_to_bands() {
+        assert_eq!(Band::of_priority(9), Band::High);
+        assert_eq!(Band::of_priority(7), Band::High);
+        assert_eq!(Band::of_priority(6), Band::Normal);
+        assert_eq!(Band::of_priority(5), Band::Normal);
+        assert_eq!(Band::of_priority(4), Band::Normal);
+        assert_eq!(Band::of_priority(3), Band::Low);
+        assert_eq!(Band::of_priority(0), Band::Low);
+    }
+
+    #[test]
+    fn default_names_match_the_contract() {
+        let s = Subjects::default();
+        assert_eq!(s.api("jobs.put"), "chime.api.v1.jobs.put");
+        assert_eq!(s.fire("reports", Band::High), "chime.fire.reports.high");
+        assert_eq!(s.submit_rejected(), "chime.submit.rejected");
+        assert_eq!(s.fire_stream(), "CHIME_FIRE");
+        assert_eq!(s.slices_bucket(), "chime-slices");
+    }
+
+    #[test]
+    fn consumer_names_never_collide_and_never_hold_dots() {
+        let s = Subjects::default();
+        let a = s.fire_consumer("a.b", Band::Low);
+        let b = s.fire_consumer("a_b", Band::Low);
+        assert_ne!(a, b);
+        assert!(!a.contains('.'));
+    }
+}

@@ -1,0 +1,193 @@
+//! Store throughput on PostgreSQL: staging a slice of 10,000 firings (10,000
+//! jobs due in one slice, one `stage_slice` call) and marking 10,000 firings
+//! published (one `mark_published` call).
+//!
+//! Needs a PostgreSQL server where the user may create databases:
+//! `$CHIME_TEST_PG_URL`, default `postgres://postgres@127.0.0.1:5432/postgres`.
+//! A database `chime_bench_<uuid>` is created and dropped.
+//!
+//! ```text
+//! cargo bench -p chime-scheduler --bench stage -- --sample-size 10
+//! ```
+
+use chime_common::{FiringId, JobSpec, Limits};
+use chime_scheduler::store::{StageRequest, Store, StoreOptions};
+use chrono::{DateTime, Utc};
+use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
+use sqlx::{Connection, PgConnection, PgPool};
+use std::time::{Duration, Instant};
+
+const JOBS: usize = 10_000;
+
+/// 2030-01-01T00:00:00Z plus `seconds`.
+fn t(seconds: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(1_893_456_000 + seconds, 0).expect("a valid instant")
+}
+
+/// The URL of database `name` on the server of `admin`.
+fn with_database(admin: &str, name: &str) -> String {
+    let (base, query) = admin.split_once('?').unwrap_or((admin, ""));
+    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let root = match base[scheme_end..].find('/') {
+        Some(slash) => &base[..scheme_end + slash],
+        None => base,
+    };
+    if query.is_empty() {
+        format!("{root}/{name}")
+    } else {
+        format!("{root}/{name}?{query}")
+    }
+}
+
+struct Bench {
+    admin: String,
+    name: String,
+    store: Store,
+    raw: PgPool,
+}
+
+impl Bench {
+    async fn create() -> Bench {
+        let admin = std::env::var("CHIME_TEST_PG_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_string());
+        let name = format!("chime_bench_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = PgConnection::connect(&admin)
+            .await
+            .unwrap_or_else(|e| panic!("cannot reach PostgreSQL at {admin}: {e}"));
+        sqlx::query(&format!(r#"CREATE DATABASE "{name}""#))
+            .execute(&mut conn)
+            .await
+            .expect("create the bench database");
+        let url = with_database(&admin, &name);
+        let store = Store::connect(&url, StoreOptions::default())
+            .await
+            .expect("connect");
+        let raw = PgPool::connect(&url).await.expect("raw pool");
+        // Every job fires hourly from its put, so all are due at t(3600).
+        for i in 0..JOBS {
+            let spec = JobSpec::from_json(
+                &serde_json::json!({
+                    "id": format!("job-{i:05}"),
+                    "group": format!("g{}", i % 4),
+                    "schedule": {"every": "1h"},
+                    "handler": "bench",
+                    "payload": {"n": i, "argv": ["/bin/true", "--flag"]},
+                }),
+                &Limits::default(),
+            )
+            .expect("a valid spec");
+            store.put_job(&spec, t(0)).await.expect("put");
+        }
+        Bench {
+            admin,
+            name,
+            store,
+            raw,
+        }
+    }
+
+    /// Puts every job back before its instant and removes the firings.
+    async fn reset(&self) {
+        sqlx::query("DELETE FROM firings")
+            .execute(&self.raw)
+            .await
+            .expect("reset firings");
+        sqlx::query("UPDATE jobs SET next_fire_at = $1, state = 'active'")
+            .bind(t(3600).timestamp_millis())
+            .execute(&self.raw)
+            .await
+            .expect("reset jobs");
+        sqlx::query("VACUUM ANALYZE firings")
+            .execute(&self.raw)
+            .await
+            .expect("vacuum");
+    }
+
+    fn request(&self) -> StageRequest {
+        let mut req = StageRequest::new("bench", 0, t(3601), t(3598));
+        req.max_jobs = JOBS as u32;
+        req
+    }
+
+    async fn stage(&self) -> Vec<FiringId> {
+        let outcome = self
+            .store
+            .stage_slice(&self.request())
+            .await
+            .expect("stage");
+        assert_eq!(outcome.firings.len(), JOBS);
+        outcome.firings.into_iter().map(|f| f.id).collect()
+    }
+
+    async fn drop_database(&self) {
+        self.store.close().await;
+        self.raw.close().await;
+        if let Ok(mut conn) = PgConnection::connect(&self.admin).await {
+            let _ = sqlx::query(&format!(
+                r#"DROP DATABASE IF EXISTS "{}" WITH (FORCE)"#,
+                self.name
+            ))
+            .execute(&mut conn)
+            .await;
+        }
+    }
+}
+
+fn store_benches(c: &mut Criterion) {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let bench = runtime.block_on(Bench::create());
+
+    let mut group = c.benchmark_group("store");
+    group.sampling_mode(SamplingMode::Flat);
+    group.measurement_time(Duration::from_secs(20));
+    group.throughput(Throughput::Elements(JOBS as u64));
+
+    group.bench_function("stage_slice_10000_firings", |b| {
+        b.to_async(&runtime).iter_custom(|iters| {
+            let bench = &bench;
+            async move {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    bench.reset().await;
+                    let started = Instant::now();
+                    let staged = bench
+                        .store
+                        .stage_slice(&bench.request())
+                        .await
+                        .expect("stage");
+                    total += started.elapsed();
+                    assert_eq!(staged.firings.len(), JOBS);
+                }
+                total
+            }
+        })
+    });
+
+    group.bench_function("mark_published_10000_firings", |b| {
+        b.to_async(&runtime).iter_custom(|iters| {
+            let bench = &bench;
+            async move {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    bench.reset().await;
+                    let ids = bench.stage().await;
+                    let started = Instant::now();
+                    let changed = bench
+                        .store
+                        .mark_published(&ids, t(3600))
+                        .await
+                        .expect("publish");
+                    total += started.elapsed();
+                    assert_eq!(changed, JOBS as u64);
+                }
+                total
+            }
+        })
+    });
+    group.finish();
+
+    runtime.block_on(bench.drop_database());
+}
+
+criterion_group!(benches, store_benches);
+criterion_main!(benches);

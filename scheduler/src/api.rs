@@ -1,0 +1,295 @@
+//! The request/reply API: `chime.api.v1.<verb>`, JSON in, JSON out.
+//!
+//! Every replica subscribes in one queue group, so any of them answers.
+//! Validation comes from `chime-common`; a request that fails validation
+//! changes nothing. Failures reply `{"error": {"code", "message", "field"?}}`.
+
+use crate::metrics::Metrics;
+use crate::store::{FiringFilter, JobFilter, Store};
+use async_nats::jetstream::kv;
+use chime_common::client::{
+    IdRequest, ListFiringsRequest, ListJobsRequest, ListWorkersReply, ListWorkersRequest,
+    PreviewRequest, TriggerRequest,
+};
+use chime_common::duration::format_time;
+use chime_common::error::ErrorReply;
+use chime_common::job::{check_name, MAX_ID_LEN};
+use chime_common::protocol::{CancelRequest, WorkerInfo};
+use chime_common::schedule::{Schedule, ScheduleSpec};
+use chime_common::{ApiError, JobSpec, Limits, Subjects};
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// API settings.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// Requests handled at once per replica.
+    pub concurrency: usize,
+    /// Payload and other limits.
+    pub limits: Limits,
+    /// Most instants one preview may ask for.
+    pub max_preview: u32,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            concurrency: 256,
+            limits: Limits::default(),
+            max_preview: 1_000,
+        }
+    }
+}
+
+/// The verbs of CONTRACT.md.
+pub const VERBS: [&str; 11] = [
+    "jobs.put", "jobs.get", "jobs.list", "jobs.delete", "jobs.pause", "jobs.resume",
+    "jobs.trigger", "jobs.preview", "firings.list", "workers.list", "unknown",
+];
+
+/// The API service of one replica.
+#[derive(Clone)]
+pub struct Api {
+    pub config: ApiConfig,
+    pub store: Store,
+    pub nats: async_nats::Client,
+    pub subjects: Subjects,
+    pub workers: kv::Store,
+    pub metrics: Metrics,
+}
+
+/// Parses a request body into `T`, naming the offending field on failure.
+pub fn parse_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let body = if body.iter().all(u8::is_ascii_whitespace) { b"{}".as_slice() } else { body };
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let text = inner.to_string();
+        // serde names unknown and missing fields only in its message.
+        let named = text
+            .split('`')
+            .nth(1)
+            .filter(|_| text.starts_with("unknown field") || text.starts_with("missing field"));
+        let field = match (named, path.as_str()) {
+            (Some(name), "." | "") => name.to_string(),
+            // For unknown fields the path already ends with the name.
+            (Some(name), p) if p == name || p.ends_with(&format!(".{name}")) => p.to_string(),
+            (Some(name), parent) => format!("{parent}.{name}"),
+            (None, p) if p != "." => p.to_string(),
+            (None, _) => String::new(),
+        };
+        if inner.is_syntax() || inner.is_eof() {
+            ApiError::invalid("", format!("the request is not valid JSON: {text}"))
+        } else {
+            ApiError::invalid(field, text)
+        }
+    })
+}
+
+fn parse_value(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid("", format!("the request is not valid JSON: {e}")))
+}
+
+fn check_id(id: &str) -> Result<(), ApiError> {
+    check_name(id, MAX_ID_LEN).map_err(|e| ApiError::invalid("id", e))
+}
+
+impl Api {
+    /// Answers one request: the reply body for `verb` given `body`.
+    pub async fn handle(&self, verb: &str, body: &[u8], now: DateTime<Utc>) -> Result<Value, ApiError> {
+        match verb {
+            "jobs.put" => {
+                let value = parse_value(body)?;
+                let spec = JobSpec::from_json(&value, &self.config.limits).map_err(ApiError::from_field_errors)?;
+                let job = self.store.put_job(&spec, now).await?;
+                Ok(json!({ "job": job }))
+            }
+            "jobs.get" => {
+                let req: IdRequest = parse_request(body)?;
+                check_id(&req.id)?;
+                let job = self.store.get_job(&req.id).await?.ok_or_else(|| not_found(&req.id))?;
+                Ok(json!({ "job": job }))
+            }
+            "jobs.list" => {
+                let req: ListJobsRequest = parse_request(body)?;
+                let limit = check_limit(req.limit)?;
+                let page = self
+                    .store
+                    .list_jobs(&JobFilter { group: req.group, state: req.state, limit, after: req.after })
+                    .await?;
+                Ok(json!({ "jobs": page.items, "next": page.next }))
+            }
+            "jobs.delete" => {
+                let req: IdRequest = parse_request(body)?;
+                check_id(&req.id)?;
+                let deleted = self.store.delete_job(&req.id, now).await?.ok_or_else(|| not_found(&req.id))?;
+                for running in &deleted.cancel {
+                    self.cancel(&running.worker_id, &running.firing_id, "job deleted").await;
+                }
+                Ok(json!({ "job": deleted.job }))
+            }
+            "jobs.pause" | "jobs.resume" => {
+                let req: IdRequest = parse_request(body)?;
+                check_id(&req.id)?;
+                let paused = verb == "jobs.pause";
+                let job = self.store.set_paused(&req.id, paused, now).await?.ok_or_else(|| not_found(&req.id))?;
+                Ok(json!({ "job": job }))
+            }
+            "jobs.trigger" => {
+                let req: TriggerRequest = parse_request(body)?;
+                check_id(&req.id)?;
+                if let Some(payload) = &req.payload {
+                    let size = serde_json::to_vec(payload).map(|v| v.len()).unwrap_or(usize::MAX);
+                    if size > self.config.limits.max_payload_bytes {
+                        return Err(ApiError::invalid(
+                            "payload",
+                            format!("is {size} bytes encoded; the limit is {} bytes", self.config.limits.max_payload_bytes),
+                        ));
+                    }
+                }
+                let id = self.store.trigger(&req.id, req.payload, now).await?.ok_or_else(|| not_found(&req.id))?;
+                Ok(json!({ "firing_id": id.to_string() }))
+            }
+            "jobs.preview" => {
+                let req: PreviewRequest = parse_request(body)?;
+                let count = req.count.unwrap_or(10);
+                if count == 0 || count > self.config.max_preview {
+                    return Err(ApiError::invalid("count", format!("must be from 1 to {}", self.config.max_preview)));
+                }
+                let spec = ScheduleSpec::from_json(&req.schedule, "schedule").map_err(ApiError::from_field_errors)?;
+                let from = req.from.unwrap_or(now);
+                let schedule = Schedule::compile(&spec, from).map_err(|e| ApiError::from_field_errors(vec![e]))?;
+                let times: Vec<String> = schedule.iter_after(from).take(count as usize).map(format_time).collect();
+                Ok(json!({ "times": times }))
+            }
+            "firings.list" => {
+                let req: ListFiringsRequest = parse_request(body)?;
+                let limit = check_limit(req.limit)?;
+                let page = self
+                    .store
+                    .list_firings(&FiringFilter { job_id: req.job_id, state: req.state, limit, after: req.after })
+                    .await?;
+                Ok(json!({ "firings": page.items, "next": page.next }))
+            }
+            "workers.list" => {
+                let req: ListWorkersRequest = parse_request(body)?;
+                let workers = self.workers(req.group.as_deref()).await?;
+                Ok(serde_json::to_value(ListWorkersReply { workers }).unwrap_or(Value::Null))
+            }
+            other => Err(ApiError::not_found(format!(
+                "no API verb {other:?}; verbs are {}",
+                VERBS[..VERBS.len() - 1].join(", ")
+            ))),
+        }
+    }
+
+    /// Live workers from the heartbeat bucket, optionally of one group.
+    pub async fn workers(&self, group: Option<&str>) -> Result<Vec<WorkerInfo>, ApiError> {
+        let unavailable = |e: &dyn std::fmt::Display| ApiError::unavailable(format!("cannot read the worker registry: {e}"));
+        let mut keys = self.workers.keys().await.map_err(|e| unavailable(&e))?;
+        let mut workers = Vec::new();
+        while let Some(key) = keys.next().await {
+            let key = key.map_err(|e| unavailable(&e))?;
+            if let Ok(Some(bytes)) = self.workers.get(&key).await {
+                if let Ok(info) = serde_json::from_slice::<WorkerInfo>(&bytes) {
+                    if group.is_none_or(|g| g == info.group) {
+                        workers.push(info);
+                    }
+                }
+            }
+        }
+        workers.sort_by(|a, b| b.started_at.cmp(&a.started_at).then(a.id.cmp(&b.id)));
+        Ok(workers)
+    }
+
+    /// Asks a worker to cancel a running firing.
+    pub async fn cancel(&self, worker_id: &str, firing_id: &chime_common::FiringId, reason: &str) {
+        let request = CancelRequest { firing_id: firing_id.clone(), reason: reason.to_string() };
+        if let Ok(body) = serde_json::to_vec(&request) {
+            if let Err(e) = self.nats.publish(self.subjects.cancel(worker_id), body.into()).await {
+                tracing::warn!(worker_id, %firing_id, error = %e, "cannot send cancel request");
+            }
+        }
+    }
+
+    /// Serves requests until `shutdown`.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), async_nats::SubscribeError> {
+        let mut requests = self
+            .nats
+            .queue_subscribe(self.subjects.api_wildcard(), "chime-api".to_string())
+            .await?;
+        let prefix = format!("{}.", self.subjects.api("").trim_end_matches('.'));
+        let permits = Arc::new(Semaphore::new(self.config.concurrency));
+        loop {
+            let message = tokio::select! {
+                m = requests.next() => match m { Some(m) => m, None => break },
+                _ = shutdown.cancelled() => break,
+            };
+            let Some(reply) = message.reply.clone() else { continue };
+            let Ok(permit) = permits.clone().acquire_owned().await else { break };
+            let api = self.clone();
+            let verb = message.subject.as_str().strip_prefix(&prefix).unwrap_or("").to_string();
+            tokio::spawn(async move {
+                let result = api.handle(&verb, &message.payload, Utc::now()).await;
+                let label = if VERBS.contains(&verb.as_str()) { verb.as_str() } else { "unknown" };
+                let outcome = match &result {
+                    Ok(_) => "ok",
+                    Err(e) => e.code.as_str(),
+                };
+                api.metrics.api_requests.with_label_values(&[label, outcome]).inc();
+                let body = match result {
+                    Ok(value) => serde_json::to_vec(&value),
+                    Err(error) => {
+                        if error.code == chime_common::ErrorCode::Internal {
+                            tracing::error!(verb, error = %error, "API request failed");
+                        }
+                        serde_json::to_vec(&ErrorReply { error })
+                    }
+                };
+                if let Ok(body) = body {
+                    if let Err(e) = api.nats.publish(reply, body.into()).await {
+                        tracing::warn!(error = %e, "cannot send API reply");
+                    }
+                }
+                drop(permit);
+            });
+        }
+        Ok(())
+    }
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::not_found(format!("no job with id {id:?}"))
+}
+
+fn check_limit(limit: Option<u32>) -> Result<u32, ApiError> {
+    match limit.unwrap_or(100) {
+        n @ 1..=1000 => Ok(n),
+        n => Err(ApiError::invalid("limit", format!("must be from 1 to 1000, found {n}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_errors_name_the_field() {
+        let e = parse_request::<IdRequest>(br#"{"id": "a", "colour": 1}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("colour"));
+        let e = parse_request::<IdRequest>(br#"{}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("id"));
+        let e = parse_request::<ListJobsRequest>(br#"{"limit": "ten"}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("limit"));
+        let e = parse_request::<IdRequest>(b"{not json").unwrap_err();
+        assert_eq!(e.code, chime_common::ErrorCode::InvalidArgument);
+        assert!(parse_request::<ListJobsRequest>(b"").is_ok());
+    }
+}

@@ -1,0 +1,192 @@
+//! The expiry monitor: re-queues firings whose worker vanished or whose
+//! deadline passed, and reports published firings no worker started.
+//!
+//! One replica runs it at a time (see `lease.rs`). A worker is gone when its
+//! heartbeat key in `chime-workers` has expired. Re-queuing is atomic and
+//! once in the store: the attempt ends `lost` and the next attempt is staged
+//! while attempts remain, so an attempt never runs twice concurrently.
+
+use crate::lease::Lease;
+use crate::lifecycle::Lifecycle;
+use crate::metrics::Metrics;
+use crate::retry::retry_delay;
+use crate::store::Store;
+use async_nats::jetstream::kv;
+use chime_common::protocol::{Alert, AlertKind};
+use chime_common::FiringId;
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use std::collections::HashSet;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Expiry monitor settings.
+#[derive(Debug, Clone)]
+pub struct ExpiryConfig {
+    /// How often to scan the executing table.
+    pub interval: Duration,
+    /// Rows handled per scan; bounded so one scan never holds a long transaction.
+    pub batch: u32,
+    /// A firing started this recently is not judged by its worker's heartbeat
+    /// yet (the worker may not have beaten since it started).
+    pub start_grace: Duration,
+    /// How long past its deadline an executing firing may go unreported
+    /// before it is re-queued (the worker cuts it off at the deadline itself).
+    pub deadline_grace: Duration,
+    /// A published firing no worker started after this long raises an alert.
+    pub not_started_after: Duration,
+    /// The lease that makes one replica the monitor.
+    pub lease_ttl: Duration,
+}
+
+impl Default for ExpiryConfig {
+    fn default() -> Self {
+        ExpiryConfig {
+            interval: Duration::from_secs(1),
+            batch: 1_000,
+            start_grace: Duration::from_secs(2),
+            deadline_grace: Duration::from_secs(5),
+            not_started_after: Duration::from_secs(60),
+            lease_ttl: Duration::from_secs(5),
+        }
+    }
+}
+
+impl ExpiryConfig {
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.interval.is_zero() || self.batch == 0 {
+            return Err("--expiry-interval and the expiry batch must be above zero".into());
+        }
+        if self.lease_ttl <= self.interval {
+            return Err("the expiry lease must outlast one expiry interval".into());
+        }
+        Ok(())
+    }
+}
+
+/// What one scan did.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ExpiryOutcome {
+    /// Attempts ended `lost` (each re-queued or, with no attempts left, final).
+    pub lost: Vec<FiringId>,
+    /// Next attempts staged.
+    pub retried: Vec<FiringId>,
+    /// Published firings reported as not started.
+    pub not_started: Vec<FiringId>,
+}
+
+/// The expiry monitor.
+pub struct ExpiryMonitor {
+    pub config: ExpiryConfig,
+    pub store: Store,
+    pub workers: kv::Store,
+    pub lifecycle: Lifecycle,
+    pub metrics: Metrics,
+    reported: std::sync::Mutex<HashSet<FiringId>>,
+}
+
+impl ExpiryMonitor {
+    /// A monitor over `store`, judging workers by the `workers` bucket.
+    pub fn new(config: ExpiryConfig, store: Store, workers: kv::Store, lifecycle: Lifecycle, metrics: Metrics) -> Self {
+        ExpiryMonitor { config, store, workers, lifecycle, metrics, reported: Default::default() }
+    }
+
+    async fn live_workers(&self) -> Result<HashSet<String>, String> {
+        let mut keys = self.workers.keys().await.map_err(|e| e.to_string())?;
+        let mut live = HashSet::new();
+        while let Some(key) = keys.next().await {
+            live.insert(key.map_err(|e| e.to_string())?);
+        }
+        Ok(live)
+    }
+
+    /// One scan. Returns what it did, for logs, metrics and tests.
+    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<ExpiryOutcome, String> {
+        let mut outcome = ExpiryOutcome::default();
+        let rows = self.store.executing(self.config.batch).await.map_err(|e| e.to_string())?;
+        if !rows.is_empty() {
+            let live = self.live_workers().await?;
+            let grace = chrono::Duration::from_std(self.config.start_grace).unwrap_or_default();
+            let deadline_grace = chrono::Duration::from_std(self.config.deadline_grace).unwrap_or_default();
+            for row in rows {
+                let reason = if row.deadline_at + deadline_grace < now {
+                    format!("worker {} did not report by the deadline", row.worker_id)
+                } else if !live.contains(&row.worker_id) && row.started_at + grace < now {
+                    format!("worker {} vanished (no heartbeat)", row.worker_id)
+                } else {
+                    continue;
+                };
+                match self.store.requeue(&row, &reason, now, &retry_delay).await {
+                    Ok(Some(requeued)) => {
+                        tracing::warn!(firing_id = %requeued.lost, %reason, retry = ?requeued.retry, "re-queued a lost firing");
+                        self.metrics.requeued.inc();
+                        outcome.lost.push(requeued.lost.clone());
+                        match requeued.retry {
+                            Some((next, _)) => {
+                                self.metrics.retries.inc();
+                                outcome.retried.push(next);
+                            }
+                            None => self.metrics.lost.inc(),
+                        }
+                        if let Some(alert) = &requeued.alert {
+                            self.lifecycle.alert(alert).await;
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.metrics.store_errors.with_label_values(&["requeue"]).inc();
+                        return Err(e.to_string());
+                    }
+                }
+            }
+        }
+        let before = now - chrono::Duration::from_std(self.config.not_started_after).unwrap_or_default();
+        let waiting = self.store.unstarted(before, self.config.batch).await.map_err(|e| e.to_string())?;
+        for firing in waiting {
+            let fresh = self.reported.lock().unwrap_or_else(|p| p.into_inner()).insert(firing.id.clone());
+            if !fresh {
+                continue;
+            }
+            let alert = Alert {
+                kind: AlertKind::NotStarted,
+                job_id: firing.job_id.clone(),
+                group: firing.group.clone(),
+                firing_id: Some(firing.id.clone()),
+                message: format!(
+                    "firing {} was published to group {:?} and no worker started it within {:?}; is any worker of that group running?",
+                    firing.id, firing.group, self.config.not_started_after
+                ),
+                at: now,
+                consecutive_failures: None,
+                paused: false,
+            };
+            self.lifecycle.alert(&alert).await;
+            outcome.not_started.push(firing.id);
+        }
+        let mut reported = self.reported.lock().unwrap_or_else(|p| p.into_inner());
+        if reported.len() > 100_000 {
+            reported.clear();
+        }
+        Ok(outcome)
+    }
+
+    /// Scans every interval while this replica holds the lease.
+    pub async fn run(self, lease: Lease, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(self.config.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.cancelled() => break,
+            }
+            if !lease.acquire_or_renew(Utc::now()).await {
+                continue;
+            }
+            if let Err(e) = self.run_once(Utc::now()).await {
+                tracing::warn!(error = %e, "expiry scan failed");
+            }
+        }
+        lease.release().await;
+    }
+}

@@ -1,0 +1,132 @@
+//! Housekeeping: rescues staged firings nobody published, enforces history
+//! retention, and refreshes the firing gauges.
+//!
+//! Slice takeover (see `slicer.rs`) recovers a dead replica's firings within
+//! about a slice; this is the net under it: any firing still `staged` well
+//! after its due instant (its claim expired from the bucket, or the takeover
+//! could not read the store) is published from here. Dedup by `Nats-Msg-Id`
+//! makes an overlap with a late original harmless. One replica runs it at a
+//! time (see `lease.rs`).
+
+use crate::lease::Lease;
+use crate::metrics::Metrics;
+use crate::store::Store;
+use crate::wheel::Wheel;
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Housekeeping settings.
+#[derive(Debug, Clone)]
+pub struct HousekeepingConfig {
+    /// How often to run.
+    pub interval: Duration,
+    /// A staged firing this far past due is rescued.
+    pub rescue_after: Duration,
+    /// Rescued per pass.
+    pub rescue_batch: u32,
+    /// Final firings older than this are pruned...
+    pub retention: Duration,
+    /// ...except the newest this many per job.
+    pub keep_per_job: u32,
+    /// How often to prune.
+    pub prune_interval: Duration,
+    /// The lease that makes one replica the housekeeper.
+    pub lease_ttl: Duration,
+}
+
+impl Default for HousekeepingConfig {
+    fn default() -> Self {
+        HousekeepingConfig {
+            interval: Duration::from_secs(1),
+            rescue_after: Duration::from_secs(10),
+            rescue_batch: 5_000,
+            retention: Duration::from_secs(7 * 24 * 3600),
+            keep_per_job: 100,
+            prune_interval: Duration::from_secs(60),
+            lease_ttl: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct HousekeepingOutcome {
+    pub rescued: usize,
+    pub pruned: u64,
+}
+
+/// The housekeeper.
+pub struct Housekeeping {
+    pub config: HousekeepingConfig,
+    pub store: Store,
+    pub wheel: Wheel,
+    pub metrics: Metrics,
+    last_prune: std::sync::Mutex<Option<DateTime<Utc>>>,
+}
+
+impl Housekeeping {
+    /// A housekeeper that hands rescued firings to `wheel`.
+    pub fn new(config: HousekeepingConfig, store: Store, wheel: Wheel, metrics: Metrics) -> Self {
+        Housekeeping { config, store, wheel, metrics, last_prune: Default::default() }
+    }
+
+    /// One pass.
+    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<HousekeepingOutcome, String> {
+        let mut outcome = HousekeepingOutcome::default();
+        let due_before = now - chrono::Duration::from_std(self.config.rescue_after).unwrap_or_default();
+        let orphans = self
+            .store
+            .overdue_staged(due_before, self.config.rescue_batch)
+            .await
+            .map_err(|e| e.to_string())?;
+        if !orphans.is_empty() {
+            tracing::warn!(count = orphans.len(), "rescuing staged firings nobody published");
+            outcome.rescued = orphans.len();
+            self.metrics.rescued.inc_by(orphans.len() as u64);
+            self.wheel.insert(orphans, None);
+        }
+        let prune_due = {
+            let last = self.last_prune.lock().unwrap_or_else(|p| p.into_inner());
+            last.is_none_or(|t| now - t >= chrono::Duration::from_std(self.config.prune_interval).unwrap_or_default())
+        };
+        if prune_due {
+            let before = now - chrono::Duration::from_std(self.config.retention).unwrap_or_default();
+            outcome.pruned = self
+                .store
+                .prune_history(before, self.config.keep_per_job)
+                .await
+                .map_err(|e| e.to_string())?;
+            self.metrics.pruned.inc_by(outcome.pruned);
+            *self.last_prune.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+        }
+        let counts = self.store.counts_by_state().await.map_err(|e| e.to_string())?;
+        self.metrics.firings_by_state.reset();
+        for (group, state, count) in counts {
+            self.metrics.firings_by_state.with_label_values(&[group.as_str(), state.as_str()]).set(count);
+        }
+        Ok(outcome)
+    }
+
+    /// Runs every interval while this replica holds the lease.
+    pub async fn run(self, lease: Lease, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(self.config.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.cancelled() => break,
+            }
+            let leading = lease.acquire_or_renew(Utc::now()).await;
+            self.metrics.leader.set(leading as i64);
+            if !leading {
+                continue;
+            }
+            if let Err(e) = self.run_once(Utc::now()).await {
+                self.metrics.store_errors.with_label_values(&["housekeeping"]).inc();
+                tracing::warn!(error = %e, "housekeeping pass failed");
+            }
+        }
+        lease.release().await;
+    }
+}

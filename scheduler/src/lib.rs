@@ -1,0 +1,27 @@
+//! Chime scheduler library.
+//!
+//! A replica is a set of small services, one per file:
+//! [`api`] (request/reply), [`submit`] (durable submissions), [`slicer`]
+//! (claims time slices, see [`claim`]), [`wheel`] (holds staged firings),
+//! [`publisher`] (publishes each at its instant), [`lifecycle`] (start
+//! decisions and finished events), [`expiry`] (re-queues lost firings),
+//! [`housekeeping`] (rescue and retention), over the [`store`]. [`replica`]
+//! wires them; [`lease`] elects the single-active services.
+
+pub mod api;
+pub mod claim;
+pub mod expiry;
+pub mod housekeeping;
+pub mod http;
+pub mod lease;
+pub mod lifecycle;
+pub mod metrics;
+pub mod publisher;
+pub mod replica;
+pub mod retry;
+pub mod slicer;
+pub mod store;
+pub mod submit;
+pub mod wheel;
+
+pub use replica::{Replica, SchedulerConfig};

@@ -1,0 +1,270 @@
+//! What happens between "started" and "done".
+//!
+//! Start requests (`chime.worker.v1.start`, request/reply) move a firing into
+//! the executing table at most once per attempt and apply the job's overlap
+//! policy; the decision goes back to the worker. Finished events arrive on
+//! JetStream (`chime.events.finished`), so a scheduler restart loses none;
+//! applying them is idempotent, so a redelivered event changes nothing.
+//! Both sides batch: whatever requests are waiting are decided in one store call.
+
+use crate::metrics::Metrics;
+use crate::retry::retry_delay;
+use crate::store::{StartDecision, Store};
+use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
+use chime_common::error::ErrorReply;
+use chime_common::protocol::{Alert, CancelRequest, Finished, StartRequest};
+use chime_common::{ApiError, FiringState, Subjects};
+use chrono::Utc;
+use futures::{FutureExt, StreamExt};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// Lifecycle settings.
+#[derive(Debug, Clone)]
+pub struct LifecycleConfig {
+    /// Most start requests decided in one store call.
+    pub start_batch: usize,
+    /// Store calls for starts in flight at once.
+    pub start_concurrency: usize,
+    /// Finished events applied per store call.
+    pub finish_batch: usize,
+    /// How long one pull for finished events waits.
+    pub wait: Duration,
+    /// Redelivery delay when the store is down.
+    pub retry_after: Duration,
+}
+
+impl Default for LifecycleConfig {
+    fn default() -> Self {
+        LifecycleConfig {
+            start_batch: 500,
+            start_concurrency: 4,
+            finish_batch: 500,
+            wait: Duration::from_millis(500),
+            retry_after: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The lifecycle service of one replica.
+#[derive(Clone)]
+pub struct Lifecycle {
+    pub config: LifecycleConfig,
+    pub store: Store,
+    pub nats: async_nats::Client,
+    pub jetstream: jetstream::Context,
+    pub subjects: Subjects,
+    pub metrics: Metrics,
+}
+
+impl Lifecycle {
+    /// Decides a batch of start requests and sends the cancels `replace` asks for.
+    pub async fn decide(&self, requests: &[StartRequest]) -> Result<Vec<StartDecision>, ApiError> {
+        let decisions = self.store.start(requests, Utc::now()).await.map_err(|e| {
+            self.metrics.store_errors.with_label_values(&["start"]).inc();
+            ApiError::from(e)
+        })?;
+        for decision in &decisions {
+            let label = match decision.reply.refusal {
+                None => "accepted",
+                Some(r) => refusal_label(r),
+            };
+            self.metrics.starts.with_label_values(&[label]).inc();
+            if decision.reply.refusal == Some(chime_common::protocol::StartRefusal::Skipped) {
+                self.metrics.overlap_skipped.inc();
+            }
+            for running in &decision.cancel {
+                let request = CancelRequest { firing_id: running.firing_id.clone(), reason: "replaced by a newer firing".into() };
+                if let Ok(body) = serde_json::to_vec(&request) {
+                    let _ = self.nats.publish(self.subjects.cancel(&running.worker_id), body.into()).await;
+                }
+            }
+        }
+        Ok(decisions)
+    }
+
+    /// Answers start requests until `shutdown`.
+    pub async fn serve_starts(self, shutdown: CancellationToken) -> Result<(), async_nats::SubscribeError> {
+        let mut requests = self
+            .nats
+            .queue_subscribe(self.subjects.worker_start(), "chime-lifecycle".to_string())
+            .await?;
+        let permits = Arc::new(Semaphore::new(self.config.start_concurrency));
+        loop {
+            let first = tokio::select! {
+                m = requests.next() => match m { Some(m) => m, None => break },
+                _ = shutdown.cancelled() => break,
+            };
+            // Take whatever else is already waiting: batching without added latency.
+            let mut batch = vec![first];
+            while batch.len() < self.config.start_batch {
+                match requests.next().now_or_never() {
+                    Some(Some(m)) => batch.push(m),
+                    _ => break,
+                }
+            }
+            let Ok(permit) = permits.clone().acquire_owned().await else { break };
+            let this = self.clone();
+            tokio::spawn(async move {
+                this.answer(batch).await;
+                drop(permit);
+            });
+        }
+        Ok(())
+    }
+
+    async fn answer(&self, batch: Vec<async_nats::Message>) {
+        let mut valid = Vec::new();
+        let mut replies = Vec::new();
+        for message in batch {
+            let Some(reply) = message.reply.clone() else { continue };
+            match serde_json::from_slice::<StartRequest>(&message.payload) {
+                Ok(request) => {
+                    valid.push(request);
+                    replies.push(reply);
+                }
+                Err(e) => {
+                    let error = ApiError::invalid("", format!("not a start request: {e}"));
+                    self.reply(reply, &ErrorReply { error }).await;
+                }
+            }
+        }
+        if valid.is_empty() {
+            return;
+        }
+        match self.decide(&valid).await {
+            Ok(decisions) => {
+                for (reply, decision) in replies.into_iter().zip(decisions) {
+                    self.reply(reply, &decision.reply).await;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(error = %error, "cannot decide starts; workers will retry");
+                for reply in replies {
+                    self.reply(reply, &ErrorReply { error: error.clone() }).await;
+                }
+            }
+        }
+    }
+
+    async fn reply(&self, subject: async_nats::Subject, body: &impl serde::Serialize) {
+        if let Ok(bytes) = serde_json::to_vec(body) {
+            if let Err(e) = self.nats.publish(subject, bytes.into()).await {
+                tracing::debug!(error = %e, "cannot send start reply");
+            }
+        }
+    }
+
+    /// Applies a batch of finished events; returns how many changed state.
+    pub async fn apply_finished(&self, events: &[Finished]) -> Result<usize, ApiError> {
+        let outcomes = self
+            .store
+            .finish(events, Utc::now(), &retry_delay)
+            .await
+            .map_err(|e| {
+                self.metrics.store_errors.with_label_values(&["finish"]).inc();
+                ApiError::from(e)
+            })?;
+        let mut applied = 0;
+        for outcome in outcomes {
+            if !outcome.applied {
+                continue;
+            }
+            applied += 1;
+            if let Some(state) = outcome.state {
+                self.metrics.firings_finished.with_label_values(&[state.as_str()]).inc();
+            }
+            if outcome.retry.is_some() {
+                self.metrics.retries.inc();
+            }
+            if outcome.state == Some(FiringState::Lost) {
+                self.metrics.lost.inc();
+            }
+            for alert in &outcome.alerts {
+                self.alert(alert).await;
+            }
+        }
+        Ok(applied)
+    }
+
+    /// Publishes an alert on `chime.alerts` (best effort: it is also in the firing's history).
+    pub async fn alert(&self, alert: &Alert) {
+        self.metrics.alerts.with_label_values(&[alert.kind.as_str()]).inc();
+        tracing::warn!(kind = alert.kind.as_str(), job_id = %alert.job_id, message = %alert.message, "alert");
+        if let Ok(body) = serde_json::to_vec(alert) {
+            match self.jetstream.publish(self.subjects.alerts(), body.into()).await {
+                Ok(ack) => {
+                    let _ = ack.await;
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot publish alert"),
+            }
+        }
+    }
+
+    /// Consumes finished events until `shutdown`.
+    pub async fn consume_finished(self, consumer: PullConsumer, shutdown: CancellationToken) {
+        while !shutdown.is_cancelled() {
+            let pulled = consumer
+                .batch()
+                .max_messages(self.config.finish_batch)
+                .expires(self.config.wait)
+                .messages()
+                .await;
+            let mut batch = match pulled {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot pull finished events");
+                    tokio::select! {
+                        _ = tokio::time::sleep(self.config.retry_after) => continue,
+                        _ = shutdown.cancelled() => break,
+                    }
+                }
+            };
+            let mut messages = Vec::new();
+            let mut events = Vec::new();
+            while let Some(message) = batch.next().await {
+                let Ok(message) = message else { continue };
+                match serde_json::from_slice::<Finished>(&message.payload) {
+                    Ok(event) => {
+                        events.push(event);
+                        messages.push(message);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "dropping a malformed finished event");
+                        let _ = message.ack_with(AckKind::Term).await;
+                    }
+                }
+            }
+            if events.is_empty() {
+                continue;
+            }
+            match self.apply_finished(&events).await {
+                Ok(_) => {
+                    for message in messages {
+                        let _ = message.ack().await;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot apply finished events; they will be redelivered");
+                    for message in messages {
+                        let _ = message.ack_with(AckKind::Nak(Some(self.config.retry_after))).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn refusal_label(r: chime_common::protocol::StartRefusal) -> &'static str {
+    use chime_common::protocol::StartRefusal::*;
+    match r {
+        AlreadyStarted => "already_started",
+        AlreadyFinished => "already_finished",
+        UnknownFiring => "unknown_firing",
+        Skipped => "skipped",
+        Queued => "queued",
+        Cancelled => "cancelled",
+    }
+}

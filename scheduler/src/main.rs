@@ -1,0 +1,169 @@
+//! `chime-scheduler`: one scheduler replica. Run as many as you like.
+
+use anyhow::Context as _;
+use chime_common::duration::parse_duration;
+use chime_common::Subjects;
+use chime_scheduler::replica::{default_replica_id, NatsConfig, SchedulerConfig};
+use chime_scheduler::Replica;
+use clap::Parser;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn duration(s: &str) -> Result<Duration, String> {
+    parse_duration(&serde_json::Value::String(s.to_string()))
+}
+
+/// A Chime scheduler replica: serves the API, claims time slices, publishes firings,
+/// tracks their execution and re-queues lost ones.
+#[derive(Debug, Parser)]
+#[command(name = "chime-scheduler", version, about)]
+struct Args {
+    /// NATS server URL(s), comma-separated.
+    #[arg(long, env = "CHIME_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    nats_url: String,
+    /// NATS credentials file (JWT + NKey).
+    #[arg(long, env = "CHIME_NATS_CREDS")]
+    nats_creds: Option<PathBuf>,
+    /// CA certificate for NATS TLS (setting it requires TLS).
+    #[arg(long, env = "CHIME_NATS_TLS_CA")]
+    nats_tls_ca: Option<PathBuf>,
+    /// Client certificate for NATS mutual TLS.
+    #[arg(long, env = "CHIME_NATS_TLS_CERT", requires = "nats_tls_key")]
+    nats_tls_cert: Option<PathBuf>,
+    /// Client key for NATS mutual TLS.
+    #[arg(long, env = "CHIME_NATS_TLS_KEY", requires = "nats_tls_cert")]
+    nats_tls_key: Option<PathBuf>,
+    /// Subject prefix, for several isolated installations on one NATS.
+    #[arg(long, env = "CHIME_SUBJECT_PREFIX", default_value = "chime")]
+    subject_prefix: String,
+    /// Database: postgres://… for several replicas, sqlite://FILE for one (created if missing).
+    #[arg(long, env = "CHIME_DATABASE_URL", default_value = "sqlite://chime.db")]
+    database_url: String,
+    /// Where /metrics, /healthz and /readyz are served.
+    #[arg(long, env = "CHIME_METRICS_ADDR", default_value = "127.0.0.1:9464")]
+    metrics_addr: SocketAddr,
+    /// This replica's id (default: hostname plus a random suffix).
+    #[arg(long, env = "CHIME_REPLICA_ID")]
+    replica_id: Option<String>,
+    /// Replicas of JetStream streams and buckets (3 on a cluster).
+    #[arg(long, env = "CHIME_STREAM_REPLICAS", default_value_t = 1)]
+    stream_replicas: usize,
+    /// Length of a time slice.
+    #[arg(long, env = "CHIME_SLICE", default_value = "1s", value_parser = duration)]
+    slice: Duration,
+    /// How far ahead slices are claimed.
+    #[arg(long, env = "CHIME_LOOKAHEAD", default_value = "3s", value_parser = duration)]
+    lookahead: Duration,
+    /// Partitions per slice, so several replicas share one slice. Every replica must use the same value.
+    #[arg(long, env = "CHIME_PARTITIONS", default_value_t = 1)]
+    partitions: u32,
+    /// `misfire: fire_all` catches up at most this many instants per job at once.
+    #[arg(long, env = "CHIME_MAX_CATCH_UP", default_value_t = 100)]
+    max_catch_up: u32,
+    /// JetStream duplicate window of the firing stream.
+    #[arg(long, env = "CHIME_DUPLICATE_WINDOW", default_value = "2m", value_parser = duration)]
+    duplicate_window: Duration,
+    /// Largest accepted job payload, in bytes.
+    #[arg(long, env = "CHIME_MAX_PAYLOAD", default_value_t = 64 * 1024)]
+    max_payload: usize,
+    /// Finished firings older than this are pruned from history.
+    #[arg(long, env = "CHIME_HISTORY_RETENTION", default_value = "7d", value_parser = duration)]
+    history_retention: Duration,
+    /// History always keeps the newest this many firings per job.
+    #[arg(long, env = "CHIME_HISTORY_KEEP", default_value_t = 100)]
+    history_keep: u32,
+    /// A published firing that no worker started for this long raises an alert.
+    #[arg(long, env = "CHIME_NOT_STARTED_AFTER", default_value = "60s", value_parser = duration)]
+    not_started_after: Duration,
+    /// How often the expiry monitor scans executing firings.
+    #[arg(long, env = "CHIME_EXPIRY_INTERVAL", default_value = "1s", value_parser = duration)]
+    expiry_interval: Duration,
+    /// On SIGTERM, keep publishing staged firings for at most this long.
+    #[arg(long, env = "CHIME_SHUTDOWN_DRAIN", default_value = "10s", value_parser = duration)]
+    shutdown_drain: Duration,
+    /// Log format: text or json.
+    #[arg(long, env = "CHIME_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+}
+
+impl Args {
+    fn into_config(self) -> anyhow::Result<SchedulerConfig> {
+        let mut config = SchedulerConfig::new(self.nats_url, self.database_url);
+        config.nats = NatsConfig {
+            creds: self.nats_creds,
+            tls_ca: self.nats_tls_ca,
+            tls_cert: self.nats_tls_cert,
+            tls_key: self.nats_tls_key,
+            ..config.nats
+        };
+        Subjects::validate_prefix(&self.subject_prefix).map_err(|e| anyhow::anyhow!("--subject-prefix: {e}"))?;
+        config.subjects = Subjects::new(self.subject_prefix);
+        config.metrics_addr = Some(self.metrics_addr);
+        config.replica_id = self.replica_id.unwrap_or_else(default_replica_id);
+        if chime_common::job::check_name(&config.replica_id, 64).is_err() || config.replica_id.contains('.') {
+            anyhow::bail!("--replica-id: use 1 to 64 of A-Z a-z 0-9 _ -");
+        }
+        anyhow::ensure!((1..=5).contains(&self.stream_replicas), "--stream-replicas must be from 1 to 5");
+        config.topology.replicas = self.stream_replicas;
+        config.topology.duplicate_window = self.duplicate_window;
+        config.slicer.slice = self.slice;
+        config.slicer.lookahead = self.lookahead;
+        config.slicer.partitions = self.partitions;
+        config.slicer.max_catch_up = self.max_catch_up;
+        config.store.partitions = self.partitions;
+        anyhow::ensure!(self.max_payload >= 1024, "--max-payload must be at least 1024 bytes");
+        config.api.limits.max_payload_bytes = self.max_payload;
+        config.submit.limits.max_payload_bytes = self.max_payload;
+        config.store.limits.max_payload_bytes = self.max_payload;
+        config.housekeeping.retention = self.history_retention;
+        config.housekeeping.keep_per_job = self.history_keep;
+        config.expiry.not_started_after = self.not_started_after;
+        config.expiry.interval = self.expiry_interval;
+        config.shutdown_drain = self.shutdown_drain;
+        config.validate().map_err(anyhow::Error::msg)?;
+        Ok(config)
+    }
+}
+
+fn init_tracing(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn terminated() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    init_tracing(&args.log_format);
+    let config = args.into_config()?;
+    let replica = Replica::start(config).await.context("chime-scheduler could not start")?;
+    tokio::select! {
+        _ = terminated() => {
+            tracing::info!("shutting down: publishing what the wheel holds");
+            replica.shutdown().await;
+        }
+        _ = replica.wait() => {}
+    }
+    tracing::info!("chime-scheduler stopped");
+    Ok(())
+}

@@ -1,0 +1,170 @@
+//! The scheduler's Prometheus metrics, one registry per replica.
+//!
+//! Names follow `chime_<noun>_<unit>`; labels are small bounded sets (group,
+//! verb, outcome, kind), never job ids. A registry per replica (not a global)
+//! lets tests run several replicas in one process.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Buckets for lateness: 100 µs to 60 s.
+const LATENESS_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+    10.0, 30.0, 60.0,
+];
+
+/// Every metric a scheduler replica exports.
+#[derive(Clone)]
+pub struct Metrics {
+    pub registry: Registry,
+    /// Firings published to JetStream, by group.
+    pub firings_published: IntCounterVec,
+    /// Publish time minus due time.
+    pub publish_lateness: Histogram,
+    /// Publishes JetStream acknowledged as duplicates (another replica or a
+    /// retry had already published that firing id; dedup dropped this one).
+    pub publish_duplicates: IntCounter,
+    /// Publishes that failed and were retried.
+    pub publish_errors: IntCounter,
+    /// Slices this replica claimed.
+    pub slices_claimed: IntCounter,
+    /// Slices this replica took over from a replica that did not finish them.
+    pub slices_taken_over: IntCounter,
+    /// Firings staged in this replica's wheel, waiting for their instant.
+    pub wheel_staged: IntGauge,
+    /// Seconds spent staging one slice in the store.
+    pub stage_duration: Histogram,
+    /// Instants found later than their job's misfire threshold.
+    pub misfires: IntCounter,
+    /// Instants recorded `skipped` (misfire policy) while staging.
+    pub misfire_skipped: IntCounter,
+    /// API requests by verb and outcome (`ok` or an error code).
+    pub api_requests: IntCounterVec,
+    /// Durable submissions applied.
+    pub submit_applied: IntCounter,
+    /// Durable submissions rejected to `chime.submit.rejected`.
+    pub submit_rejected: IntCounter,
+    /// Start requests by decision (`accepted` or a refusal reason).
+    pub starts: IntCounterVec,
+    /// Finished firings by outcome (the firing's resulting state).
+    pub firings_finished: IntCounterVec,
+    /// Retries scheduled after a failed attempt.
+    pub retries: IntCounter,
+    /// Firings skipped by the overlap policy.
+    pub overlap_skipped: IntCounter,
+    /// Executing firings re-queued because their worker vanished or their deadline passed.
+    pub requeued: IntCounter,
+    /// Firings that ended `lost`.
+    pub lost: IntCounter,
+    /// Alerts published, by kind.
+    pub alerts: IntCounterVec,
+    /// Firings by group and live state (staged, published, executing), from the store.
+    pub firings_by_state: IntGaugeVec,
+    /// 1 while this replica holds the expiry/housekeeping lease.
+    pub leader: IntGauge,
+    /// Store operations that failed, by operation.
+    pub store_errors: IntCounterVec,
+    /// Staged firings rescued by housekeeping after their slice owner failed to publish them.
+    pub rescued: IntCounter,
+    /// History rows pruned by retention.
+    pub pruned: IntCounter,
+}
+
+fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
+    let c = IntCounter::new(name, help).expect("valid metric name");
+    registry.register(Box::new(c.clone())).expect("metric registered once");
+    c
+}
+
+fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric name");
+    registry.register(Box::new(c.clone())).expect("metric registered once");
+    c
+}
+
+fn histogram(registry: &Registry, name: &str, help: &str, buckets: &[f64]) -> Histogram {
+    let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
+        .expect("valid metric name");
+    registry.register(Box::new(h.clone())).expect("metric registered once");
+    h
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered.
+    pub fn new() -> Self {
+        let r = Registry::new();
+        let firings_by_state = IntGaugeVec::new(
+            Opts::new("chime_firings", "Firings by group and live state (staged, published, executing)."),
+            &["group", "state"],
+        )
+        .expect("valid metric name");
+        r.register(Box::new(firings_by_state.clone())).expect("metric registered once");
+        let wheel_staged = IntGauge::new("chime_wheel_staged_firings", "Firings held in this replica's time wheel.")
+            .expect("valid metric name");
+        r.register(Box::new(wheel_staged.clone())).expect("metric registered once");
+        let leader = IntGauge::new("chime_leader", "1 while this replica runs the expiry monitor and housekeeping.")
+            .expect("valid metric name");
+        r.register(Box::new(leader.clone())).expect("metric registered once");
+        Metrics {
+            firings_published: counter_vec(&r, "chime_firings_published_total", "Firings published to JetStream.", &["group"]),
+            publish_lateness: histogram(&r, "chime_publish_lateness_seconds", "Publish time minus due time.", LATENESS_BUCKETS),
+            publish_duplicates: counter(&r, "chime_publish_duplicates_total", "Publishes acknowledged as duplicates and dropped by JetStream dedup."),
+            publish_errors: counter(&r, "chime_publish_errors_total", "Firing publishes that failed and were retried."),
+            slices_claimed: counter(&r, "chime_slices_claimed_total", "Time slices this replica claimed."),
+            slices_taken_over: counter(&r, "chime_slices_taken_over_total", "Time slices taken over from a replica that did not publish them."),
+            wheel_staged,
+            stage_duration: histogram(&r, "chime_stage_duration_seconds", "Time to stage one slice in the store.", LATENESS_BUCKETS),
+            misfires: counter(&r, "chime_misfires_total", "Instants found later than their misfire threshold."),
+            misfire_skipped: counter(&r, "chime_misfire_skipped_total", "Late instants recorded skipped by the misfire policy."),
+            api_requests: counter_vec(&r, "chime_api_requests_total", "API requests by verb and outcome.", &["verb", "outcome"]),
+            submit_applied: counter(&r, "chime_submit_applied_total", "Durable submissions applied."),
+            submit_rejected: counter(&r, "chime_submit_rejected_total", "Durable submissions rejected."),
+            starts: counter_vec(&r, "chime_starts_total", "Start requests by decision.", &["decision"]),
+            firings_finished: counter_vec(&r, "chime_firings_finished_total", "Finished firings by outcome.", &["outcome"]),
+            retries: counter(&r, "chime_retries_total", "Retries scheduled after a failed attempt."),
+            overlap_skipped: counter(&r, "chime_overlap_skipped_total", "Firings skipped by the overlap policy."),
+            requeued: counter(&r, "chime_firings_requeued_total", "Executing firings re-queued after their worker vanished or their deadline passed."),
+            lost: counter(&r, "chime_firings_lost_total", "Firings that ended lost."),
+            alerts: counter_vec(&r, "chime_alerts_total", "Alerts published, by kind.", &["kind"]),
+            firings_by_state,
+            leader,
+            store_errors: counter_vec(&r, "chime_store_errors_total", "Store operations that failed.", &["op"]),
+            rescued: counter(&r, "chime_firings_rescued_total", "Staged firings published by housekeeping after their slice owner failed."),
+            pruned: counter(&r, "chime_history_pruned_total", "History rows removed by retention."),
+            registry: r,
+        }
+    }
+
+    /// The registry in Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let encoder = TextEncoder::new();
+        if encoder.encode(&self.registry.gather(), &mut buf).is_err() {
+            return String::new();
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Registers a histogram vec (used where a histogram needs labels).
+pub fn histogram_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(LATENESS_BUCKETS.to_vec()), labels)
+        .expect("valid metric name");
+    registry.register(Box::new(h.clone())).expect("metric registered once");
+    h
+}
+
+/// Writes the registry for `/metrics`.
+pub fn encode(registry: &Registry) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let _ = TextEncoder::new().encode(&registry.gather(), &mut buf);
+    buf
+}

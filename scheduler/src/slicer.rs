@@ -1,0 +1,394 @@
+//! The slicer: claims time slices, stages their firings, takes over stale claims.
+//!
+//! Time is cut into slices (default 1 s). Each replica looks `lookahead`
+//! ahead and tries `create("slice.<start>.<partition>")` in `chime-slices`;
+//! exactly one replica wins each key, stages the slice's due firings in the
+//! store in one transaction and puts them in its wheel. There is no global
+//! lock: replicas race only per key, and the store's unique (job, instant,
+//! attempt) plus `next_fire_at` advancing in the same transaction make a
+//! double stage impossible even if two replicas overlap.
+//!
+//! Every replica watches the bucket. A claim still unpublished when its lease
+//! runs out (the owner died) is taken over with a revision-checked `update`,
+//! and its unpublished firings are published from the store.
+
+use crate::claim::{slice_key, slice_start, ClaimState, ClaimValue, SliceProgress};
+use crate::metrics::Metrics;
+use crate::store::{StageRequest, Store};
+use crate::wheel::Wheel;
+use async_nats::jetstream::kv::{self, Operation};
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Slicer settings.
+#[derive(Debug, Clone)]
+pub struct SlicerConfig {
+    /// Length of a slice.
+    pub slice: Duration,
+    /// How far ahead slices are claimed and staged.
+    pub lookahead: Duration,
+    /// Partitions per slice: P replicas can share one slice (must match the store's).
+    pub partitions: u32,
+    /// How often the slicer looks for slices to claim or take over.
+    pub tick: Duration,
+    /// A claim not marked published this long after its slice ends may be taken over.
+    pub takeover_after: Duration,
+    /// Claims older than this are forgotten (housekeeping rescues anything older).
+    pub takeover_window: Duration,
+    /// `misfire: fire_all` catches up at most this many instants per job per slice.
+    pub max_catch_up: u32,
+    /// Jobs staged per store transaction.
+    pub max_jobs: u32,
+}
+
+impl Default for SlicerConfig {
+    fn default() -> Self {
+        SlicerConfig {
+            slice: Duration::from_secs(1),
+            lookahead: Duration::from_secs(3),
+            partitions: 1,
+            tick: Duration::from_millis(100),
+            takeover_after: Duration::from_millis(500),
+            takeover_window: Duration::from_secs(300),
+            max_catch_up: 100,
+            max_jobs: 5_000,
+        }
+    }
+}
+
+impl SlicerConfig {
+    /// Checks the settings; the message names the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.slice < Duration::from_millis(100) || self.slice.subsec_nanos() % 1_000_000 != 0 {
+            return Err("--slice must be a whole number of milliseconds, at least 100ms".into());
+        }
+        if self.lookahead < self.slice {
+            return Err("--lookahead must be at least one --slice".into());
+        }
+        if !(1..=1024).contains(&self.partitions) {
+            return Err("--partitions must be from 1 to 1024".into());
+        }
+        if self.tick.is_zero() || self.tick > self.slice {
+            return Err("the slicer tick must be longer than zero and at most one slice".into());
+        }
+        if self.max_catch_up == 0 || self.max_jobs == 0 {
+            return Err("--max-catch-up and the job batch must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct SlicerOutcome {
+    /// Keys this replica claimed.
+    pub claimed: Vec<String>,
+    /// Keys this replica took over.
+    pub taken_over: Vec<String>,
+    /// Firings put in the wheel.
+    pub staged: usize,
+}
+
+#[derive(Debug, Clone)]
+struct Known {
+    value: Option<ClaimValue>,
+    revision: u64,
+}
+
+/// The slicer of one replica.
+pub struct Slicer {
+    config: SlicerConfig,
+    replica: String,
+    store: Store,
+    kv: kv::Store,
+    wheel: Wheel,
+    progress: SliceProgress,
+    metrics: Metrics,
+    claims: Arc<Mutex<HashMap<String, Known>>>,
+}
+
+impl Slicer {
+    /// A slicer for `replica`.
+    pub fn new(
+        config: SlicerConfig,
+        replica: impl Into<String>,
+        store: Store,
+        kv: kv::Store,
+        wheel: Wheel,
+        progress: SliceProgress,
+        metrics: Metrics,
+    ) -> Self {
+        Slicer {
+            config,
+            replica: replica.into(),
+            store,
+            kv,
+            wheel,
+            progress,
+            metrics,
+            claims: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    fn claims(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {
+        self.claims.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn slice_ms(&self) -> i64 {
+        self.config.slice.as_millis() as i64
+    }
+
+    /// Claims every unclaimed slice partition in the lookahead window, then
+    /// takes over stale claims. Time is passed in so tests control it.
+    pub async fn run_once(&self, now: DateTime<Utc>) -> SlicerOutcome {
+        let mut outcome = SlicerOutcome::default();
+        let now_ms = now.timestamp_millis();
+        let len = self.slice_ms();
+        let first = now_ms.div_euclid(len) * len;
+        let last = (now_ms + self.config.lookahead.as_millis() as i64).div_euclid(len) * len;
+        let mut start = first;
+        while start <= last {
+            for partition in 0..self.config.partitions {
+                let key = slice_key(start, partition);
+                if self.claims().contains_key(&key) {
+                    continue;
+                }
+                match self.claim(&key, start + len, now).await {
+                    Ok(Some(staged)) => {
+                        outcome.claimed.push(key);
+                        outcome.staged += staged;
+                    }
+                    Ok(None) => {}
+                    Err(()) => return outcome,
+                }
+            }
+            start += len;
+        }
+        self.take_over_stale(now, &mut outcome).await;
+        self.forget_old(now_ms);
+        outcome
+    }
+
+    /// Tries to win `key`; on a win stages its firings. Err: NATS unreachable, stop this pass.
+    async fn claim(&self, key: &str, end_ms: i64, now: DateTime<Utc>) -> Result<Option<usize>, ()> {
+        let value = ClaimValue {
+            owner: self.replica.clone(),
+            state: ClaimState::Claimed,
+            until_ms: end_ms + self.config.takeover_after.as_millis() as i64,
+        };
+        let bytes = serde_json::to_vec(&value).map_err(|_| ())?;
+        match self.kv.create(key, bytes.into()).await {
+            Ok(revision) => {
+                self.claims().insert(key.to_string(), Known { value: Some(value), revision });
+                self.metrics.slices_claimed.inc();
+                let partition = key.rsplit('.').next().and_then(|p| p.parse().ok()).unwrap_or(0);
+                Ok(Some(self.stage(key, partition, end_ms, now).await))
+            }
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                // The watch fills in the owner and revision.
+                self.claims().entry(key.to_string()).or_insert(Known { value: None, revision: 0 });
+                Ok(None)
+            }
+            Err(e) => {
+                tracing::warn!(key, error = %e, "cannot claim slice");
+                Err(())
+            }
+        }
+    }
+
+    /// Stages a won slice in the store and puts its firings in the wheel.
+    async fn stage(&self, key: &str, partition: u32, end_ms: i64, now: DateTime<Utc>) -> usize {
+        let request = StageRequest {
+            slice: key.to_string(),
+            partition,
+            slice_end: chime_common::duration::from_millis(end_ms),
+            now,
+            max_catch_up: self.config.max_catch_up,
+            max_jobs: self.config.max_jobs,
+        };
+        let timer = self.metrics.stage_duration.start_timer();
+        let result = self.store.stage_slice(&request).await;
+        timer.observe_duration();
+        match result {
+            Ok(outcome) => {
+                self.metrics.misfires.inc_by(outcome.misfired);
+                self.metrics.misfire_skipped.inc_by(outcome.skipped);
+                let count = outcome.firings.len();
+                let slice: Arc<str> = Arc::from(key);
+                self.progress.register(slice.clone(), count);
+                self.wheel.insert(outcome.firings, Some(slice));
+                count
+            }
+            Err(e) => {
+                // The jobs' next_fire_at did not advance: the next slice stages them, late.
+                self.metrics.store_errors.with_label_values(&["stage_slice"]).inc();
+                tracing::error!(key, error = %e, "cannot stage slice; its jobs move to the next slice");
+                self.progress.register(Arc::from(key), 0);
+                0
+            }
+        }
+    }
+
+    async fn take_over_stale(&self, now: DateTime<Utc>, outcome: &mut SlicerOutcome) {
+        let now_ms = now.timestamp_millis();
+        let stale: Vec<(String, u64)> = self
+            .claims()
+            .iter()
+            .filter(|(_, k)| k.value.as_ref().is_some_and(|v| v.takeable_by(&self.replica, now_ms)))
+            .map(|(key, k)| (key.clone(), k.revision))
+            .collect();
+        for (key, revision) in stale {
+            let value = ClaimValue {
+                owner: self.replica.clone(),
+                state: ClaimState::Claimed,
+                until_ms: now_ms + self.config.takeover_after.as_millis() as i64 + self.slice_ms(),
+            };
+            let Ok(bytes) = serde_json::to_vec(&value) else { continue };
+            match self.kv.update(&key, bytes.into(), revision).await {
+                Ok(new_revision) => {
+                    self.claims().insert(key.clone(), Known { value: Some(value), revision: new_revision });
+                    self.metrics.slices_taken_over.inc();
+                    match self.store.slice_firings(&key).await {
+                        Ok(firings) => {
+                            tracing::info!(key, firings = firings.len(), "took over a stale slice");
+                            outcome.staged += firings.len();
+                            let slice: Arc<str> = Arc::from(key.as_str());
+                            self.progress.register(slice.clone(), firings.len());
+                            self.wheel.insert(firings, Some(slice));
+                        }
+                        Err(e) => {
+                            self.metrics.store_errors.with_label_values(&["slice_firings"]).inc();
+                            tracing::error!(key, error = %e, "took over a slice but cannot read its firings; housekeeping will rescue them");
+                        }
+                    }
+                    outcome.taken_over.push(key);
+                }
+                // Another replica was faster; the watch will tell us.
+                Err(e) => tracing::debug!(key, error = %e, "takeover lost"),
+            }
+        }
+    }
+
+    fn forget_old(&self, now_ms: i64) {
+        let horizon = now_ms - self.config.takeover_window.as_millis() as i64;
+        self.claims().retain(|key, _| slice_start(key).is_some_and(|s| s >= horizon));
+    }
+
+    /// Marks an owned slice published once all its firings are acknowledged.
+    pub async fn mark_published(&self, key: &str) {
+        let known = self.claims().get(key).cloned();
+        let Some(Known { value: Some(mut value), revision }) = known else { return };
+        if value.owner != self.replica {
+            return;
+        }
+        value.state = ClaimState::Published;
+        let Ok(bytes) = serde_json::to_vec(&value) else { return };
+        match self.kv.update(key, bytes.into(), revision).await {
+            Ok(new_revision) => {
+                self.claims().insert(key.to_string(), Known { value: Some(value), revision: new_revision });
+            }
+            Err(e) => tracing::debug!(key, error = %e, "cannot mark slice published (taken over?)"),
+        }
+    }
+
+    /// Gives up owned, unfinished slices so another replica takes them over at once.
+    pub async fn release_unfinished(&self) {
+        for key in self.progress.unfinished() {
+            let known = self.claims().get(key.as_ref()).cloned();
+            if let Some(Known { value: Some(mut value), revision }) = known {
+                if value.owner == self.replica {
+                    value.state = ClaimState::Released;
+                    if let Ok(bytes) = serde_json::to_vec(&value) {
+                        let _ = self.kv.update(key.as_ref(), bytes.into(), revision).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Follows the bucket so every replica knows every claim's owner and revision.
+    async fn watch(claims: Arc<Mutex<HashMap<String, Known>>>, kv: kv::Store, shutdown: CancellationToken) {
+        loop {
+            let mut watch = match kv.watch_all().await {
+                Ok(w) => w,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch slice claims; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        _ = shutdown.cancelled() => return,
+                    }
+                }
+            };
+            loop {
+                let next = tokio::select! {
+                    next = watch.next() => next,
+                    _ = shutdown.cancelled() => return,
+                };
+                match next {
+                    Some(Ok(entry)) => {
+                        let mut claims = claims.lock().unwrap_or_else(|p| p.into_inner());
+                        match entry.operation {
+                            Operation::Put => {
+                                let value = serde_json::from_slice(&entry.value).ok();
+                                let newer = claims.get(&entry.key).is_none_or(|k| k.revision <= entry.revision);
+                                if newer {
+                                    claims.insert(entry.key, Known { value, revision: entry.revision });
+                                }
+                            }
+                            Operation::Delete | Operation::Purge => {
+                                claims.remove(&entry.key);
+                            }
+                        }
+                    }
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "slice watch failed; restarting it");
+                        break;
+                    }
+                    None => break,
+                }
+            }
+        }
+    }
+
+    /// Runs until `shutdown`: a pass every tick, marking finished slices in
+    /// between. After `shutdown` it keeps marking slices while the publisher
+    /// drains the wheel, and once `drained` it releases whatever slice is
+    /// still unfinished so another replica takes it over at once.
+    pub async fn run(
+        self,
+        mut done: mpsc::UnboundedReceiver<Arc<str>>,
+        shutdown: CancellationToken,
+        drained: CancellationToken,
+    ) {
+        let watching = tokio::spawn(Self::watch(self.claims.clone(), self.kv.clone(), drained.clone()));
+        let mut tick = tokio::time::interval(self.config.tick);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick(), if !shutdown.is_cancelled() => {
+                    let outcome = self.run_once(Utc::now()).await;
+                    if !outcome.claimed.is_empty() || !outcome.taken_over.is_empty() {
+                        tracing::debug!(?outcome, "slicer pass");
+                    }
+                }
+                Some(key) = done.recv() => self.mark_published(&key).await,
+                _ = drained.cancelled() => break,
+            }
+        }
+        while let Ok(key) = done.try_recv() {
+            self.mark_published(&key).await;
+        }
+        self.release_unfinished().await;
+        watching.abort();
+    }
+
+    /// The replica this slicer claims for.
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+}

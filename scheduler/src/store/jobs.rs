@@ -1,0 +1,413 @@
+//! Job definitions: put, get, list, delete, pause and resume, trigger.
+
+use super::rows::{self, JOB_COLUMNS};
+use super::types::{Deleted, JobFilter, Page, Running};
+use super::{at_ms, ms, page_limit, truncate, RowExt, Store, StoreError};
+use chime_common::schedule::Schedule;
+use chime_common::{FiringId, Job, JobSpec, JobState};
+use chrono::{DateTime, Utc};
+use sqlx::{Any, Transaction};
+
+/// The schedule's first instant strictly after millisecond `t`, in milliseconds.
+///
+/// Asking for the first instant after the *end* of millisecond `t` keeps
+/// enumeration moving forward even if a schedule yields sub-millisecond
+/// instants, which the store truncates.
+pub(crate) fn next_ms(schedule: &Schedule, t: i64) -> Option<i64> {
+    let after = at_ms(t) + chrono::Duration::nanoseconds(999_999);
+    schedule.next_after(after).map(|n| n.timestamp_millis())
+}
+
+/// A job's schedule, anchored where it was put.
+pub(crate) fn compile(spec: &JobSpec, anchor_ms: i64) -> Result<Schedule, StoreError> {
+    Schedule::compile(&spec.schedule, at_ms(anchor_ms))
+        .map_err(|e| StoreError::corrupt(&spec.id, format!("schedule does not compile: {e}")))
+}
+
+/// The spec as stored.
+pub(crate) fn spec_text(spec: &JobSpec) -> Result<String, StoreError> {
+    serde_json::to_string(&spec.to_json())
+        .map_err(|e| StoreError::Internal(format!("encoding job {:?}: {e}", spec.id)))
+}
+
+/// A `jobs.list` cursor: `<created ms>:<id>`.
+fn job_cursor(job: &Job) -> String {
+    format!("{}:{}", ms(job.created_at), job.spec.id)
+}
+
+fn parse_job_cursor(cursor: &str) -> Result<(i64, String), StoreError> {
+    cursor
+        .split_once(':')
+        .and_then(|(created, id)| Some((created.parse().ok()?, id.to_string())))
+        .ok_or_else(|| {
+            StoreError::invalid("after", "is not a cursor from a previous jobs.list reply")
+        })
+}
+
+impl Store {
+    /// Inserts or replaces a job (a replace keeps `created_at` and bumps
+    /// `version`). The job is anchored at `now`; its next instant is the
+    /// first strictly after `now`. It is `paused` if the spec says so,
+    /// `completed` if the schedule has no further instant, else `active`.
+    pub async fn put_job(&self, spec: &JobSpec, now: DateTime<Utc>) -> Result<Job, StoreError> {
+        let now = truncate(now);
+        let now_ms = ms(now);
+        let schedule = Schedule::compile(&spec.schedule, now).map_err(StoreError::Invalid)?;
+        let next = next_ms(&schedule, now_ms);
+        let state = if spec.paused {
+            JobState::Paused
+        } else if next.is_none() {
+            JobState::Completed
+        } else {
+            JobState::Active
+        };
+        let text = spec_text(spec)?;
+        let partition = i64::from(self.partition_of(&spec.id));
+        let row = self
+            .retrying(|| async {
+                let row = sqlx::query(
+                    "INSERT INTO jobs (id, group_name, spec, state, next_fire_at, anchor_ms, part, \
+                         version, consecutive_failures, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, 1, 0, $6, $6) \
+                     ON CONFLICT (id) DO UPDATE SET group_name = excluded.group_name, \
+                         spec = excluded.spec, state = excluded.state, \
+                         next_fire_at = excluded.next_fire_at, anchor_ms = excluded.anchor_ms, \
+                         part = excluded.part, version = jobs.version + 1, \
+                         updated_at = excluded.updated_at \
+                     RETURNING version, created_at",
+                )
+                .bind(spec.id.as_str())
+                .bind(spec.group.as_str())
+                .bind(text.as_str())
+                .bind(state.as_str())
+                .bind(next)
+                .bind(now_ms)
+                .bind(partition)
+                .fetch_one(&self.write)
+                .await?;
+                Ok(row)
+            })
+            .await?;
+        let created_ms = row.int(&spec.id, "created_at")?;
+        Ok(Job {
+            spec: spec.clone(),
+            state,
+            next_fire_at: next.map(at_ms),
+            version: row.int(&spec.id, "version")?,
+            created_at: super::instant(&spec.id, "created_at", created_ms)?,
+            updated_at: now,
+        })
+    }
+
+    /// The job, if it exists.
+    pub async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.read)
+            .await?;
+        row.as_ref().map(rows::job).transpose()
+    }
+
+    /// One page of jobs, newest first (`created_at`, then id, descending).
+    pub async fn list_jobs(&self, filter: &JobFilter) -> Result<Page<Job>, StoreError> {
+        let limit = page_limit(filter.limit);
+        let after = filter.after.as_deref().map(parse_job_cursor).transpose()?;
+        let mut conditions = Vec::new();
+        let mut n = 0;
+        let mut param = || {
+            n += 1;
+            format!("${n}")
+        };
+        if filter.group.is_some() {
+            conditions.push(format!("group_name = {}", param()));
+        }
+        if filter.state.is_some() {
+            conditions.push(format!("state = {}", param()));
+        }
+        if after.is_some() {
+            conditions.push(format!("(created_at, id) < ({}, {})", param(), param()));
+        }
+        let limit_param = param();
+        let where_clause = if conditions.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", conditions.join(" AND "))
+        };
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs {where_clause} \
+             ORDER BY created_at DESC, id DESC LIMIT {limit_param}"
+        );
+        let mut query = sqlx::query(&sql);
+        if let Some(group) = &filter.group {
+            query = query.bind(group.as_str());
+        }
+        if let Some(state) = filter.state {
+            query = query.bind(state.as_str());
+        }
+        if let Some((created, id)) = &after {
+            query = query.bind(*created).bind(id.as_str());
+        }
+        let rows = query
+            .bind(i64::from(limit) + 1)
+            .fetch_all(&self.read)
+            .await?;
+        let mut items = rows.iter().map(rows::job).collect::<Result<Vec<_>, _>>()?;
+        let next = if items.len() > limit as usize {
+            items.truncate(limit as usize);
+            items.last().map(job_cursor)
+        } else {
+            None
+        };
+        Ok(Page { items, next })
+    }
+
+    /// Deletes a job. Its staged and published firings become `cancelled`
+    /// ("job deleted"), a queued one included; its executing firings are
+    /// returned to be cancelled on their workers (their rows stay until the
+    /// workers report). History is kept. A job whose stored row is corrupt is
+    /// not deleted (put a valid spec over it first).
+    pub async fn delete_job(
+        &self,
+        id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Deleted>, StoreError> {
+        let now_ms = ms(now);
+        self.retrying(|| self.delete_job_once(id, now_ms)).await
+    }
+
+    async fn delete_job_once(&self, id: &str, now_ms: i64) -> Result<Option<Deleted>, StoreError> {
+        let mut tx = self.begin().await?;
+        let Some(row) = sqlx::query(&format!(
+            "DELETE FROM jobs WHERE id = $1 RETURNING {JOB_COLUMNS}"
+        ))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let job = rows::job(&row)?;
+        sqlx::query(
+            "UPDATE firings SET state = 'cancelled', error = 'job deleted', finished_at = $2 \
+             WHERE job_id = $1 AND state IN ('staged', 'published')",
+        )
+        .bind(id)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM pending WHERE job_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        let running = sqlx::query(
+            "SELECT firing_id, worker_id FROM executing WHERE job_id = $1 ORDER BY firing_id",
+        )
+        .bind(id)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut cancel = Vec::with_capacity(running.len());
+        for row in &running {
+            let firing = row.text(id, "firing_id")?;
+            cancel.push(Running {
+                firing_id: rows::firing_id(&firing)?,
+                worker_id: row.text(&firing, "worker_id")?,
+            });
+        }
+        tx.commit().await?;
+        Ok(Some(Deleted { job, cancel }))
+    }
+
+    /// Pauses or resumes a job (`version` + 1, `spec.paused` follows).
+    /// Resuming keeps `next_fire_at`, so the slicer applies the job's misfire
+    /// policy to what was missed. Firings already staged still fire.
+    pub async fn set_paused(
+        &self,
+        id: &str,
+        paused: bool,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Job>, StoreError> {
+        let now = truncate(now);
+        self.retrying(|| self.set_paused_once(id, paused, now))
+            .await
+    }
+
+    async fn set_paused_once(
+        &self,
+        id: &str,
+        paused: bool,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Job>, StoreError> {
+        let mut tx = self.begin().await?;
+        let Some(row) = sqlx::query(&format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1{}",
+            self.backend.for_update()
+        ))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let mut job = rows::job(&row)?;
+        job.spec.paused = paused;
+        job.state = if paused {
+            JobState::Paused
+        } else if job.next_fire_at.is_some() {
+            JobState::Active
+        } else {
+            JobState::Completed
+        };
+        job.version += 1;
+        job.updated_at = now;
+        write_spec_and_state(&mut tx, &job.spec, job.state, ms(now)).await?;
+        tx.commit().await?;
+        Ok(Some(job))
+    }
+
+    /// Stages one run of a job now, outside its schedule: attempt 1 at the
+    /// current millisecond (or the next one free that is not an instant of
+    /// the schedule), unadopted, due now. `payload` replaces the job's for
+    /// this run. `None` if there is no such job.
+    pub async fn trigger(
+        &self,
+        job_id: &str,
+        payload: Option<serde_json::Value>,
+        now: DateTime<Utc>,
+    ) -> Result<Option<FiringId>, StoreError> {
+        if let Some(payload) = &payload {
+            let size = serde_json::to_vec(payload)
+                .map(|v| v.len())
+                .unwrap_or(usize::MAX);
+            if size > self.limits.max_payload_bytes {
+                return Err(StoreError::invalid(
+                    "payload",
+                    format!(
+                        "is {size} bytes encoded; the limit is {} bytes",
+                        self.limits.max_payload_bytes
+                    ),
+                ));
+            }
+        }
+        let now_ms = ms(now);
+        self.retrying(|| async {
+            let mut tx = self.begin().await?;
+            let id = self
+                .trigger_in(&mut tx, job_id, payload.as_ref(), now_ms)
+                .await?;
+            tx.commit().await?;
+            Ok(id)
+        })
+        .await
+    }
+
+    /// [`Store::trigger`] inside a transaction (also used for `on_success`).
+    pub(crate) async fn trigger_in(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        job_id: &str,
+        payload: Option<&serde_json::Value>,
+        now_ms: i64,
+    ) -> Result<Option<FiringId>, StoreError> {
+        let Some(row) = sqlx::query("SELECT spec, anchor_ms FROM jobs WHERE id = $1")
+            .bind(job_id)
+            .fetch_optional(&mut **tx)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let spec = rows::spec(job_id, &row.text(job_id, "spec")?)?;
+        let schedule = compile(&spec, row.int(job_id, "anchor_ms")?).ok();
+        let is_instant = |t: i64| {
+            schedule
+                .as_ref()
+                .is_some_and(|s| next_ms(s, t - 1) == Some(t))
+        };
+        let payload = serde_json::to_string(payload.unwrap_or(&spec.payload))
+            .map_err(|e| StoreError::Internal(format!("encoding a payload: {e}")))?;
+        // A triggered run takes a millisecond of its own: never one already
+        // used by this job, nor one of the schedule's instants (which the
+        // slicer would then find taken and not fire).
+        const WINDOW: i64 = 1000;
+        for _ in 0..10 {
+            let taken: Vec<i64> = sqlx::query_scalar(
+                "SELECT scheduled_at FROM firings \
+                 WHERE job_id = $1 AND attempt = 1 AND scheduled_at >= $2 AND scheduled_at < $3",
+            )
+            .bind(job_id)
+            .bind(now_ms)
+            .bind(now_ms + WINDOW)
+            .fetch_all(&mut **tx)
+            .await?;
+            let Some(at) =
+                (now_ms..now_ms + WINDOW).find(|t| !taken.contains(t) && !is_instant(*t))
+            else {
+                break;
+            };
+            let id = FiringId::new(job_id, at, 1);
+            let inserted = sqlx::query(
+                "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
+                     handler, payload, timeout_ms, due_at, state, slice, part, created_at) \
+                 VALUES ($1, $2, $3, 1, $4, $5, $6, $7, $8, $9, 'staged', NULL, $10, $9) \
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(id.to_string())
+            .bind(job_id)
+            .bind(at)
+            .bind(spec.group.as_str())
+            .bind(i64::from(spec.priority))
+            .bind(spec.handler.as_str())
+            .bind(payload.as_str())
+            .bind(spec.timeout.as_millis() as i64)
+            .bind(now_ms)
+            .bind(i64::from(self.partition_of(job_id)))
+            .execute(&mut **tx)
+            .await?;
+            if inserted.rows_affected() == 1 {
+                return Ok(Some(id));
+            }
+        }
+        Err(StoreError::Conflict(format!(
+            "job {job_id:?} was triggered too often this second; try again"
+        )))
+    }
+}
+
+/// Stores a job's spec and state, bumping its version.
+pub(crate) async fn write_spec_and_state(
+    tx: &mut Transaction<'static, Any>,
+    spec: &JobSpec,
+    state: JobState,
+    updated_at: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE jobs SET spec = $2, state = $3, version = version + 1, updated_at = $4 WHERE id = $1",
+    )
+    .bind(spec.id.as_str())
+    .bind(spec_text(spec)?)
+    .bind(state.as_str())
+    .bind(updated_at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_cursors_round_trip() {
+        assert_eq!(
+            parse_job_cursor("1700000000000:a.b-c").unwrap(),
+            (1_700_000_000_000, "a.b-c".into())
+        );
+        assert!(matches!(
+            parse_job_cursor("nope"),
+            Err(StoreError::Invalid(_))
+        ));
+        assert!(matches!(
+            parse_job_cursor("x:y"),
+            Err(StoreError::Invalid(_))
+        ));
+    }
+}

@@ -1,0 +1,708 @@
+//! Firings on workers: start (with the overlap policies), finish (retries,
+//! alerts, `on_success`, queue release), expiry.
+//!
+//! Each batch call is one transaction and each item in it is independent.
+//! Locks are taken in one order, firing row, then executing row, then job
+//! row, then a queued firing. The rare deadlock that is left
+//! is retried by [`Store::retrying`].
+
+use super::jobs::write_spec_and_state;
+use super::rows::{self, EXECUTING_COLUMNS, FIRING_COLUMNS};
+use super::types::{ExecutingRow, FinishOutcome, RequeueOutcome, Running, StartDecision};
+use super::{at_ms, instant, ms, truncate, RowExt, Store, StoreError};
+use chime_common::protocol::{
+    Alert, AlertKind, Finished, Outcome, StartRefusal, StartReply, StartRequest,
+};
+use chime_common::{Firing, FiringId, FiringState, JobSpec, JobState, Overlap, RetryPolicy};
+use chrono::{DateTime, Utc};
+use sqlx::{Any, Transaction};
+use std::time::Duration;
+
+/// The retry delay callback of [`Store::finish`] and [`Store::requeue`]: the
+/// delay before the attempt after `attempt` failed, under the policy.
+pub type RetryDelay = dyn Fn(&RetryPolicy, u32) -> Duration + Sync;
+
+type Tx = Transaction<'static, Any>;
+
+/// What a lifecycle step needs of a firing row.
+struct FiringRow {
+    id: FiringId,
+    text: String,
+    state: FiringState,
+    group: String,
+    timeout_ms: i64,
+}
+
+/// A job as the lifecycle sees it.
+struct JobRow {
+    spec: JobSpec,
+    state: JobState,
+}
+
+impl Store {
+    /// Decides start requests, in order, in one transaction (see
+    /// docs/PROTOCOL.md). A firing's attempt is accepted at most once: a
+    /// second worker is refused `already_started`, the same worker gets the
+    /// same deadline again.
+    pub async fn start(
+        &self,
+        requests: &[StartRequest],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<StartDecision>, StoreError> {
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = ms(now);
+        self.retrying(|| async {
+            let mut tx = self.begin().await?;
+            let mut decisions = Vec::with_capacity(requests.len());
+            for request in requests {
+                decisions.push(self.start_one(&mut tx, request, now).await?);
+            }
+            tx.commit().await?;
+            Ok(decisions)
+        })
+        .await
+    }
+
+    async fn start_one(
+        &self,
+        tx: &mut Tx,
+        request: &StartRequest,
+        now: i64,
+    ) -> Result<StartDecision, StoreError> {
+        let refused = |why| StartDecision {
+            reply: StartReply::refused(why),
+            cancel: Vec::new(),
+        };
+        let Some(firing) = self.lock_firing(tx, &request.firing_id).await? else {
+            return Ok(refused(StartRefusal::UnknownFiring));
+        };
+        match firing.state {
+            FiringState::Cancelled => return Ok(refused(StartRefusal::Cancelled)),
+            FiringState::Skipped => return Ok(refused(StartRefusal::Skipped)),
+            s if s.is_final() => return Ok(refused(StartRefusal::AlreadyFinished)),
+            _ => {}
+        }
+        let id = firing.text.as_str();
+        if let Some(row) =
+            sqlx::query("SELECT worker_id, deadline_at FROM executing WHERE firing_id = $1")
+                .bind(id)
+                .fetch_optional(&mut **tx)
+                .await?
+        {
+            return Ok(if row.text(id, "worker_id")? == request.worker_id {
+                let deadline = instant(id, "deadline_at", row.int(id, "deadline_at")?)?;
+                StartDecision {
+                    reply: StartReply::accepted(deadline),
+                    cancel: Vec::new(),
+                }
+            } else {
+                refused(StartRefusal::AlreadyStarted)
+            });
+        }
+        if firing.state == FiringState::Executing {
+            // Executing without an executing row: someone else owns it.
+            return Ok(refused(StartRefusal::AlreadyStarted));
+        }
+
+        let job_id = firing.id.job_id.as_str();
+        let mut overlap = self.overlap_of(tx, job_id, false).await?;
+        if overlap != Overlap::Allow {
+            // Serialize the overlap decision among this job's starts.
+            overlap = self.overlap_of(tx, job_id, true).await?;
+        }
+        let mut cancel = Vec::new();
+        if overlap != Overlap::Allow {
+            let others = sqlx::query(
+                "SELECT firing_id, worker_id FROM executing \
+                 WHERE job_id = $1 AND firing_id <> $2 ORDER BY firing_id",
+            )
+            .bind(job_id)
+            .bind(id)
+            .fetch_all(&mut **tx)
+            .await?;
+            if !others.is_empty() {
+                match overlap {
+                    Overlap::Allow => {}
+                    Overlap::Forbid => {
+                        self.skip_for_overlap(tx, id, now).await?;
+                        return Ok(refused(StartRefusal::Skipped));
+                    }
+                    Overlap::Queue => {
+                        let pending: Option<String> =
+                            sqlx::query_scalar("SELECT firing_id FROM pending WHERE job_id = $1")
+                                .bind(job_id)
+                                .fetch_optional(&mut **tx)
+                                .await?;
+                        return Ok(match pending {
+                            None => {
+                                sqlx::query(
+                                    "INSERT INTO pending (job_id, firing_id) VALUES ($1, $2)",
+                                )
+                                .bind(job_id)
+                                .bind(id)
+                                .execute(&mut **tx)
+                                .await?;
+                                refused(StartRefusal::Queued)
+                            }
+                            Some(queued) if queued == id => refused(StartRefusal::Queued),
+                            Some(_) => {
+                                self.skip_for_overlap(tx, id, now).await?;
+                                refused(StartRefusal::Skipped)
+                            }
+                        });
+                    }
+                    Overlap::Replace => {
+                        for row in &others {
+                            let other = row.text(id, "firing_id")?;
+                            cancel.push(Running {
+                                firing_id: rows::firing_id(&other)?,
+                                worker_id: row.text(&other, "worker_id")?,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+
+        let deadline = now.saturating_add(firing.timeout_ms);
+        let inserted = sqlx::query(
+            "INSERT INTO executing (firing_id, job_id, group_name, worker_id, attempt, started_at, \
+                 deadline_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+        )
+        .bind(id)
+        .bind(job_id)
+        .bind(firing.group.as_str())
+        .bind(request.worker_id.as_str())
+        .bind(i64::from(firing.id.attempt))
+        .bind(now)
+        .bind(deadline)
+        .execute(&mut **tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            // Lost a race the firing row lock should have prevented; refuse.
+            return Ok(refused(StartRefusal::AlreadyStarted));
+        }
+        sqlx::query(
+            "UPDATE firings SET state = 'executing', worker = $2, started_at = $3 WHERE id = $1",
+        )
+        .bind(id)
+        .bind(request.worker_id.as_str())
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+        sqlx::query("DELETE FROM pending WHERE job_id = $1 AND firing_id = $2")
+            .bind(job_id)
+            .bind(id)
+            .execute(&mut **tx)
+            .await?;
+        Ok(StartDecision {
+            reply: StartReply::accepted(at_ms(deadline)),
+            cancel,
+        })
+    }
+
+    /// Reads and locks a firing row. A corrupt row reads as missing (logged).
+    async fn lock_firing(
+        &self,
+        tx: &mut Tx,
+        id: &FiringId,
+    ) -> Result<Option<FiringRow>, StoreError> {
+        let text = id.to_string();
+        let Some(row) = sqlx::query(&format!(
+            "SELECT state, group_name, timeout_ms FROM firings WHERE id = $1{}",
+            self.backend.for_update()
+        ))
+        .bind(text.as_str())
+        .fetch_optional(&mut **tx)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let read = || -> Result<FiringRow, StoreError> {
+            Ok(FiringRow {
+                state: rows::firing_state(&text, &row.text(&text, "state")?)?,
+                group: row.text(&text, "group_name")?,
+                timeout_ms: row.int(&text, "timeout_ms")?,
+                id: id.clone(),
+                text: text.clone(),
+            })
+        };
+        match read() {
+            Ok(firing) => Ok(Some(firing)),
+            Err(e) => {
+                tracing::error!(firing_id = %text, error = %e, "firing row is corrupt; treated as unknown");
+                Ok(None)
+            }
+        }
+    }
+
+    /// The job's overlap policy; `allow` if it was deleted or cannot be read.
+    async fn overlap_of(
+        &self,
+        tx: &mut Tx,
+        job_id: &str,
+        lock: bool,
+    ) -> Result<Overlap, StoreError> {
+        let job = self.read_job(tx, job_id, lock).await?;
+        Ok(job.map(|j| j.spec.overlap).unwrap_or_default())
+    }
+
+    /// Reads (and on request locks) a job. A corrupt row reads as missing (logged).
+    async fn read_job(
+        &self,
+        tx: &mut Tx,
+        job_id: &str,
+        lock: bool,
+    ) -> Result<Option<JobRow>, StoreError> {
+        let lock = if lock { self.backend.for_update() } else { "" };
+        let Some(row) = sqlx::query(&format!("SELECT spec, state FROM jobs WHERE id = $1{lock}"))
+            .bind(job_id)
+            .fetch_optional(&mut **tx)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let read = || -> Result<JobRow, StoreError> {
+            Ok(JobRow {
+                spec: rows::spec(job_id, &row.text(job_id, "spec")?)?,
+                state: rows::job_state(job_id, &row.text(job_id, "state")?)?,
+            })
+        };
+        match read() {
+            Ok(job) => Ok(Some(job)),
+            Err(e) => {
+                tracing::error!(job_id, error = %e, "job row is corrupt; its policies are not applied");
+                Ok(None)
+            }
+        }
+    }
+
+    async fn skip_for_overlap(&self, tx: &mut Tx, id: &str, now: i64) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE firings SET state = 'skipped', \
+                 error = 'overlap: previous firing still running', finished_at = $2 \
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Applies finished events, in order, in one transaction. An event applies
+    /// only while its worker holds the firing's executing row, so a
+    /// re-delivered event changes nothing (`applied: false`).
+    pub async fn finish(
+        &self,
+        events: &[Finished],
+        now: DateTime<Utc>,
+        retry_delay: &RetryDelay,
+    ) -> Result<Vec<FinishOutcome>, StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = truncate(now);
+        self.retrying(|| async {
+            let mut tx = self.begin().await?;
+            let mut outcomes = Vec::with_capacity(events.len());
+            for event in events {
+                outcomes.push(self.finish_one(&mut tx, event, now, retry_delay).await?);
+            }
+            tx.commit().await?;
+            Ok(outcomes)
+        })
+        .await
+    }
+
+    async fn finish_one(
+        &self,
+        tx: &mut Tx,
+        event: &Finished,
+        now: DateTime<Utc>,
+        retry_delay: &RetryDelay,
+    ) -> Result<FinishOutcome, StoreError> {
+        let mut outcome = FinishOutcome {
+            firing_id: event.firing_id.clone(),
+            applied: false,
+            state: None,
+            retry: None,
+            released: None,
+            triggered: Vec::new(),
+            alerts: Vec::new(),
+        };
+        let Some(firing) = self.lock_firing(tx, &event.firing_id).await? else {
+            return Ok(outcome);
+        };
+        outcome.state = Some(firing.state);
+        let id = firing.text.as_str();
+        let removed = sqlx::query("DELETE FROM executing WHERE firing_id = $1 AND worker_id = $2")
+            .bind(id)
+            .bind(event.worker_id.as_str())
+            .execute(&mut **tx)
+            .await?;
+        if removed.rows_affected() == 0 {
+            return Ok(outcome);
+        }
+        outcome.applied = true;
+
+        let detail = event.error.as_deref().filter(|e| !e.is_empty());
+        let (state, error) = match event.outcome {
+            Outcome::Succeeded => (FiringState::Succeeded, None),
+            Outcome::Failed => (
+                FiringState::Failed,
+                Some(detail.unwrap_or("failed").to_string()),
+            ),
+            Outcome::TimedOut => (
+                FiringState::Failed,
+                Some(match detail {
+                    Some(d) => format!("timed out: {d}"),
+                    None => "timed out".to_string(),
+                }),
+            ),
+            Outcome::Cancelled => (
+                FiringState::Cancelled,
+                Some(detail.unwrap_or("cancelled").to_string()),
+            ),
+        };
+        outcome.state = Some(state);
+        sqlx::query(
+            "UPDATE firings SET state = $2, finished_at = $3, error = $4, output = $5 WHERE id = $1",
+        )
+        .bind(id)
+        .bind(state.as_str())
+        .bind(ms(now))
+        .bind(error.as_deref())
+        .bind(event.output.as_deref())
+        .execute(&mut **tx)
+        .await?;
+
+        let job_id = firing.id.job_id.as_str();
+        let job = self.read_job(tx, job_id, false).await?;
+        if state == FiringState::Failed {
+            let policy = job.as_ref().map(|j| &j.spec.retry);
+            match policy.filter(|p| firing.id.attempt < p.max_attempts) {
+                Some(policy) => {
+                    let due = now + retry_delay(policy, firing.id.attempt);
+                    let next = self.stage_retry(tx, &firing.id, due, now).await?;
+                    outcome.retry = Some((next, due));
+                }
+                None => {
+                    let error = error.as_deref().unwrap_or("failed");
+                    outcome.alerts.push(Alert {
+                        kind: AlertKind::FiringFailed,
+                        job_id: job_id.to_string(),
+                        group: firing.group.clone(),
+                        firing_id: Some(firing.id.clone()),
+                        message: format!(
+                            "firing {id} failed after {} attempt(s): {error}",
+                            firing.id.attempt
+                        ),
+                        at: now,
+                        consecutive_failures: None,
+                        paused: false,
+                    });
+                    if let Some(job) = job {
+                        if let Some(alert) = self.count_failure(tx, job, &firing, now).await? {
+                            outcome.alerts.push(alert);
+                        }
+                    }
+                }
+            }
+        } else if state == FiringState::Succeeded && job.is_some() {
+            sqlx::query(
+                "UPDATE jobs SET consecutive_failures = 0 WHERE id = $1 AND consecutive_failures <> 0",
+            )
+            .bind(job_id)
+            .execute(&mut **tx)
+            .await?;
+            let on_success = job.map(|j| j.spec.on_success).unwrap_or_default();
+            for target in &on_success {
+                if let Some(triggered) = self.trigger_in(tx, target, None, ms(now)).await? {
+                    outcome.triggered.push(triggered);
+                }
+            }
+        }
+        outcome.released = self.release_queued(tx, job_id, ms(now)).await?;
+        Ok(outcome)
+    }
+
+    /// Stages the attempt after `failed`: same instant, payload, priority,
+    /// handler and timeout, unadopted, due at `due`.
+    async fn stage_retry(
+        &self,
+        tx: &mut Tx,
+        failed: &FiringId,
+        due: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<FiringId, StoreError> {
+        let next = failed.next_attempt();
+        sqlx::query(
+            "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, handler, \
+                 payload, timeout_ms, due_at, state, slice, part, created_at) \
+             SELECT $1, job_id, scheduled_at, attempt + 1, group_name, priority, handler, payload, \
+                 timeout_ms, $3, 'staged', NULL, $4, $5 \
+             FROM firings WHERE id = $2 ON CONFLICT DO NOTHING",
+        )
+        .bind(next.to_string())
+        .bind(failed.to_string())
+        .bind(ms(due))
+        .bind(i64::from(self.partition_of(&failed.job_id)))
+        .bind(ms(now))
+        .execute(&mut **tx)
+        .await?;
+        Ok(next)
+    }
+
+    /// Counts a firing that failed for good against its job; at
+    /// `alert_after_failures` in a row, alerts (and pauses the job if asked).
+    async fn count_failure(
+        &self,
+        tx: &mut Tx,
+        job: JobRow,
+        firing: &FiringRow,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Alert>, StoreError> {
+        let job_id = firing.id.job_id.as_str();
+        let failures: i64 = sqlx::query_scalar(
+            "UPDATE jobs SET consecutive_failures = consecutive_failures + 1 WHERE id = $1 \
+             RETURNING consecutive_failures",
+        )
+        .bind(job_id)
+        .fetch_one(&mut **tx)
+        .await?;
+        let Some(threshold) = job.spec.alert_after_failures else {
+            return Ok(None);
+        };
+        if failures != i64::from(threshold) {
+            return Ok(None);
+        }
+        let mut pause = false;
+        if job.spec.pause_after_alert {
+            // Re-read under a lock, so a concurrent put is not overwritten.
+            if let Some(current) = self.read_job(tx, job_id, true).await? {
+                if current.state == JobState::Active && current.spec.pause_after_alert {
+                    let mut spec = current.spec;
+                    spec.paused = true;
+                    write_spec_and_state(tx, &spec, JobState::Paused, ms(now)).await?;
+                    pause = true;
+                }
+            }
+        }
+        Ok(Some(Alert {
+            kind: AlertKind::RepeatedFailures,
+            job_id: job_id.to_string(),
+            group: job.spec.group.clone(),
+            firing_id: Some(firing.id.clone()),
+            message: format!(
+                "job {job_id} failed {failures} times in a row{}",
+                if pause { "; it was paused" } else { "" }
+            ),
+            at: now,
+            consecutive_failures: Some(threshold),
+            paused: pause,
+        }))
+    }
+
+    /// Releases the job's queued firing if none of its firings still runs:
+    /// staged again, unadopted, due now, with the next publish sequence.
+    async fn release_queued(
+        &self,
+        tx: &mut Tx,
+        job_id: &str,
+        now: i64,
+    ) -> Result<Option<FiringId>, StoreError> {
+        let Some(queued) =
+            sqlx::query_scalar::<_, String>("SELECT firing_id FROM pending WHERE job_id = $1")
+                .bind(job_id)
+                .fetch_optional(&mut **tx)
+                .await?
+        else {
+            return Ok(None);
+        };
+        let running: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM executing WHERE job_id = $1")
+            .bind(job_id)
+            .fetch_one(&mut **tx)
+            .await?;
+        if running > 0 {
+            return Ok(None);
+        }
+        sqlx::query("DELETE FROM pending WHERE job_id = $1")
+            .bind(job_id)
+            .execute(&mut **tx)
+            .await?;
+        let released = sqlx::query(
+            "UPDATE firings SET state = 'staged', slice = NULL, due_at = $2, \
+                 publish_seq = publish_seq + 1 \
+             WHERE id = $1 AND state IN ('staged', 'published')",
+        )
+        .bind(queued.as_str())
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+        if released.rows_affected() == 0 {
+            return Ok(None);
+        }
+        match rows::firing_id(&queued) {
+            Ok(id) => Ok(Some(id)),
+            Err(e) => {
+                tracing::error!(error = %e, "released a queued firing whose id is corrupt");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Executing rows, earliest deadline first. Corrupt rows are logged and
+    /// left out.
+    pub async fn executing(&self, limit: u32) -> Result<Vec<ExecutingRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {EXECUTING_COLUMNS} FROM executing ORDER BY deadline_at, firing_id LIMIT $1"
+        ))
+        .bind(i64::from(limit))
+        .fetch_all(&self.read)
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match rows::executing(row) {
+                Ok(e) => out.push(e),
+                Err(e) => tracing::error!(error = %e, "executing row is corrupt; skipped"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Gives up on a running attempt (its worker vanished or its deadline
+    /// passed), atomically and once: only if `row` is still the firing's
+    /// executing row. The attempt ends `lost` with `reason`; the next attempt
+    /// is staged while the retry policy allows, else a `firing_lost` alert.
+    /// A lost firing does not count towards `alert_after_failures`.
+    pub async fn requeue(
+        &self,
+        row: &ExecutingRow,
+        reason: &str,
+        now: DateTime<Utc>,
+        retry_delay: &RetryDelay,
+    ) -> Result<Option<RequeueOutcome>, StoreError> {
+        let now = truncate(now);
+        self.retrying(|| async {
+            let mut tx = self.begin().await?;
+            let outcome = self
+                .requeue_in(&mut tx, row, reason, now, retry_delay)
+                .await?;
+            if outcome.is_some() {
+                tx.commit().await?;
+            }
+            Ok(outcome)
+        })
+        .await
+    }
+
+    async fn requeue_in(
+        &self,
+        tx: &mut Tx,
+        row: &ExecutingRow,
+        reason: &str,
+        now: DateTime<Utc>,
+        retry_delay: &RetryDelay,
+    ) -> Result<Option<RequeueOutcome>, StoreError> {
+        let Some(firing) = self.lock_firing(tx, &row.firing_id).await? else {
+            // No readable firing row: still clear the executing row once.
+            let removed =
+                sqlx::query("DELETE FROM executing WHERE firing_id = $1 AND worker_id = $2")
+                    .bind(row.firing_id.to_string())
+                    .bind(row.worker_id.as_str())
+                    .execute(&mut **tx)
+                    .await?;
+            return Ok((removed.rows_affected() > 0).then(|| RequeueOutcome {
+                lost: row.firing_id.clone(),
+                retry: None,
+                released: None,
+                alert: None,
+            }));
+        };
+        let id = firing.text.as_str();
+        let removed = sqlx::query("DELETE FROM executing WHERE firing_id = $1 AND worker_id = $2")
+            .bind(id)
+            .bind(row.worker_id.as_str())
+            .execute(&mut **tx)
+            .await?;
+        if removed.rows_affected() == 0 {
+            return Ok(None);
+        }
+        sqlx::query(
+            "UPDATE firings SET state = 'lost', error = $2, finished_at = $3 WHERE id = $1",
+        )
+        .bind(id)
+        .bind(reason)
+        .bind(ms(now))
+        .execute(&mut **tx)
+        .await?;
+        let job_id = firing.id.job_id.as_str();
+        let job = self.read_job(tx, job_id, false).await?;
+        let mut outcome = RequeueOutcome {
+            lost: firing.id.clone(),
+            retry: None,
+            released: None,
+            alert: None,
+        };
+        match job
+            .as_ref()
+            .map(|j| &j.spec.retry)
+            .filter(|p| firing.id.attempt < p.max_attempts)
+        {
+            Some(policy) => {
+                let due = now + retry_delay(policy, firing.id.attempt);
+                let next = self.stage_retry(tx, &firing.id, due, now).await?;
+                outcome.retry = Some((next, due));
+            }
+            None => {
+                outcome.alert = Some(Alert {
+                    kind: AlertKind::FiringLost,
+                    job_id: job_id.to_string(),
+                    group: firing.group.clone(),
+                    firing_id: Some(firing.id.clone()),
+                    message: format!(
+                        "firing {id} was lost after {} attempt(s): {reason}",
+                        firing.id.attempt
+                    ),
+                    at: now,
+                    consecutive_failures: None,
+                    paused: false,
+                });
+            }
+        }
+        outcome.released = self.release_queued(tx, job_id, ms(now)).await?;
+        Ok(Some(outcome))
+    }
+
+    /// Published firings no worker started, published before
+    /// `published_before`, oldest first (queued ones excluded: they wait on
+    /// purpose). Corrupt rows are logged and left out.
+    pub async fn unstarted(
+        &self,
+        published_before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<Firing>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {FIRING_COLUMNS} FROM firings \
+             WHERE state = 'published' AND published_at < $1 \
+               AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.firing_id = firings.id) \
+             ORDER BY published_at, id LIMIT $2"
+        ))
+        .bind(ms(published_before))
+        .bind(i64::from(limit))
+        .fetch_all(&self.read)
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match rows::firing(row) {
+                Ok(f) => out.push(f),
+                Err(e) => tracing::error!(error = %e, "published firing is corrupt; skipped"),
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,439 @@
+//! Time slices: staging due instants, adopting unowned firings, publishing.
+
+use super::dialect::Col;
+use super::jobs::{compile, next_ms};
+use super::plan::{plan, PlanInput};
+use super::rows::{self, STAGED_COLUMNS};
+use super::types::{StageOutcome, StageRequest, StagedFiring};
+use super::{at_ms, json_text, ms, RowExt, Store, StoreError};
+use chime_common::duration::format_duration;
+use chime_common::{FiringId, FiringState, JobSpec, JobState};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use std::collections::HashSet;
+use std::time::Duration;
+
+/// Rows per batch statement.
+const BATCH_ROWS: usize = 10_000;
+
+/// Columns of a batch of new firings, as [`NewFiring`] serializes them.
+const NEW_FIRING_COLUMNS: [(&str, Col); 15] = [
+    ("id", Col::Text),
+    ("job_id", Col::Text),
+    ("scheduled_at", Col::Int),
+    ("attempt", Col::Int),
+    ("group_name", Col::Text),
+    ("priority", Col::Int),
+    ("handler", Col::Text),
+    ("payload", Col::Text),
+    ("timeout_ms", Col::Int),
+    ("due_at", Col::Int),
+    ("state", Col::Text),
+    ("slice", Col::Text),
+    ("part", Col::Int),
+    ("error", Col::Text),
+    ("finished_at", Col::Int),
+];
+
+/// One row of a firings batch insert.
+#[derive(Serialize)]
+struct NewFiring<'a> {
+    id: String,
+    job_id: &'a str,
+    scheduled_at: i64,
+    attempt: u32,
+    group_name: &'a str,
+    priority: u8,
+    handler: &'a str,
+    payload: &'a str,
+    timeout_ms: i64,
+    due_at: i64,
+    state: &'static str,
+    slice: Option<&'a str>,
+    part: u32,
+    error: Option<String>,
+    finished_at: Option<i64>,
+}
+
+/// One row of the jobs batch update.
+#[derive(Serialize)]
+struct Advance<'a> {
+    id: &'a str,
+    next_fire_at: Option<i64>,
+    state: &'static str,
+}
+
+/// One due job, read and planned.
+struct DueJob {
+    spec: JobSpec,
+    payload: String,
+    plan: super::plan::Plan,
+}
+
+/// What one staging transaction did.
+#[derive(Default)]
+struct Batch {
+    firings: Vec<StagedFiring>,
+    skipped: u64,
+    misfired: u64,
+    /// Due jobs selected.
+    selected: usize,
+    /// Jobs planned and advanced.
+    advanced: usize,
+    corrupt: Vec<(String, String)>,
+}
+
+impl Store {
+    /// Stages one slice of one partition: every due instant of every active
+    /// job before `slice_end` becomes a firing owned by `req.slice` (or a
+    /// skipped one, by the job's misfire policy; see `plan.rs`), and each job's
+    /// `next_fire_at` moves past the slice, all in one transaction per
+    /// `max_jobs` jobs. Then staged firings of the partition that no slice
+    /// owns and that are due before `slice_end` (retries, triggers, released
+    /// queue firings) are adopted.
+    ///
+    /// Each (job, instant) is staged at most once, whatever runs concurrently:
+    /// on PostgreSQL replicas skip each other's locked jobs, and the firings'
+    /// unique key drops a duplicate. Jobs whose rows are corrupt are reported
+    /// in [`StageOutcome::corrupt`] and stay due.
+    pub async fn stage_slice(&self, req: &StageRequest) -> Result<StageOutcome, StoreError> {
+        let mut outcome = StageOutcome::default();
+        let mut corrupt_seen = HashSet::new();
+        let max_jobs = req.max_jobs.max(1) as usize;
+        loop {
+            let batch = self.retrying(|| self.stage_batch(req, max_jobs)).await?;
+            outcome.firings.extend(batch.firings);
+            outcome.skipped += batch.skipped;
+            outcome.misfired += batch.misfired;
+            outcome.jobs += batch.advanced as u64;
+            for (id, message) in batch.corrupt {
+                if corrupt_seen.insert(id.clone()) {
+                    tracing::error!(job_id = %id, %message, "due job is corrupt; not staged");
+                    outcome.corrupt.push((id, message));
+                }
+            }
+            // A full batch may have left due jobs behind; stop when nothing
+            // moved (only corrupt jobs left) or the partition is drained.
+            if batch.selected < max_jobs || batch.advanced == 0 {
+                break;
+            }
+        }
+        let adopted = self.retrying(|| self.adopt(req)).await?;
+        outcome.firings.extend(adopted.0);
+        outcome.corrupt.extend(adopted.1);
+        outcome.firings.sort_by(|a, b| {
+            (
+                a.due_at,
+                std::cmp::Reverse(a.priority),
+                a.scheduled_at,
+                &a.id,
+            )
+                .cmp(&(
+                    b.due_at,
+                    std::cmp::Reverse(b.priority),
+                    b.scheduled_at,
+                    &b.id,
+                ))
+        });
+        Ok(outcome)
+    }
+
+    /// One staging transaction over at most `max_jobs` due jobs.
+    async fn stage_batch(&self, req: &StageRequest, max_jobs: usize) -> Result<Batch, StoreError> {
+        let now = ms(req.now);
+        let end = ms(req.slice_end);
+        let mut tx = self.begin().await?;
+        let due = sqlx::query(&format!(
+            "SELECT id, spec, anchor_ms, next_fire_at FROM jobs \
+             WHERE part = $1 AND state = 'active' AND next_fire_at < $2 \
+             ORDER BY next_fire_at, id LIMIT $3{}",
+            self.backend.for_update_skip_locked()
+        ))
+        .bind(i64::from(req.partition))
+        .bind(end)
+        .bind(max_jobs as i64)
+        .fetch_all(&mut *tx)
+        .await?;
+
+        let mut batch = Batch {
+            selected: due.len(),
+            ..Batch::default()
+        };
+        let mut jobs = Vec::with_capacity(due.len());
+        for row in &due {
+            match self.plan_job(row, req, now, end) {
+                Ok(job) => jobs.push(job),
+                Err(StoreError::Corrupt { id, message }) => batch.corrupt.push((id, message)),
+                Err(e) => return Err(e),
+            }
+        }
+        if jobs.is_empty() {
+            tx.commit().await?;
+            return Ok(batch);
+        }
+
+        let mut new = Vec::new();
+        let mut advances = Vec::with_capacity(jobs.len());
+        for job in &jobs {
+            let spec = &job.spec;
+            let timeout_ms = spec.timeout.as_millis() as i64;
+            let base = |scheduled_at: i64, due_at: i64, state| NewFiring {
+                id: FiringId::new(spec.id.as_str(), scheduled_at, 1).to_string(),
+                job_id: &spec.id,
+                scheduled_at,
+                attempt: 1,
+                group_name: &spec.group,
+                priority: spec.priority,
+                handler: &spec.handler,
+                payload: "null",
+                timeout_ms,
+                due_at,
+                state,
+                slice: None,
+                part: req.partition,
+                error: None,
+                finished_at: None,
+            };
+            for &(scheduled_at, due_at) in &job.plan.staged {
+                new.push(NewFiring {
+                    payload: &job.payload,
+                    slice: Some(&req.slice),
+                    ..base(scheduled_at, due_at, FiringState::Staged.as_str())
+                });
+            }
+            for &scheduled_at in &job.plan.skipped {
+                new.push(NewFiring {
+                    error: Some(misfire_error(spec, scheduled_at, now)),
+                    finished_at: Some(now),
+                    ..base(scheduled_at, scheduled_at, FiringState::Skipped.as_str())
+                });
+            }
+            advances.push(Advance {
+                id: &spec.id,
+                next_fire_at: job.plan.next,
+                state: if job.plan.next.is_some() {
+                    JobState::Active.as_str()
+                } else {
+                    JobState::Completed.as_str()
+                },
+            });
+            batch.skipped += job.plan.skipped_total;
+            batch.misfired += job.plan.misfired;
+        }
+
+        let insert = format!(
+            "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
+                 handler, payload, timeout_ms, due_at, state, slice, part, error, finished_at, \
+                 created_at) \
+             SELECT r.id, r.job_id, r.scheduled_at, r.attempt, r.group_name, r.priority, \
+                 r.handler, r.payload, r.timeout_ms, r.due_at, r.state, r.slice, r.part, r.error, \
+                 r.finished_at, $2 \
+             FROM {} WHERE true ON CONFLICT DO NOTHING RETURNING id",
+            self.backend.json_rows(1, &NEW_FIRING_COLUMNS)
+        );
+        let mut inserted = HashSet::new();
+        for chunk in new.chunks(BATCH_ROWS) {
+            let ids: Vec<String> = sqlx::query_scalar(&insert)
+                .bind(json_text(chunk)?)
+                .bind(now)
+                .fetch_all(&mut *tx)
+                .await?;
+            inserted.extend(ids);
+        }
+
+        let update = format!(
+            "UPDATE jobs SET next_fire_at = r.next_fire_at, state = r.state \
+             FROM {} WHERE jobs.id = r.id",
+            self.backend.json_rows(
+                1,
+                &[
+                    ("id", Col::Text),
+                    ("next_fire_at", Col::Int),
+                    ("state", Col::Text)
+                ]
+            )
+        );
+        for chunk in advances.chunks(BATCH_ROWS) {
+            sqlx::query(&update)
+                .bind(json_text(chunk)?)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+
+        batch.advanced = jobs.len();
+        for job in jobs {
+            let spec = &job.spec;
+            for &(scheduled_at, due_at) in &job.plan.staged {
+                let id = FiringId::new(spec.id.as_str(), scheduled_at, 1);
+                // A row that already existed belongs to whoever staged it.
+                if !inserted.contains(&id.to_string()) {
+                    continue;
+                }
+                batch.firings.push(StagedFiring {
+                    id,
+                    job_id: spec.id.clone(),
+                    group: spec.group.clone(),
+                    priority: spec.priority,
+                    handler: spec.handler.clone(),
+                    payload: spec.payload.clone(),
+                    scheduled_at: at_ms(scheduled_at),
+                    due_at: at_ms(due_at),
+                    attempt: 1,
+                    timeout: spec.timeout,
+                    publish_seq: 0,
+                });
+            }
+        }
+        Ok(batch)
+    }
+
+    /// Reads one due job row and plans its instants.
+    fn plan_job(
+        &self,
+        row: &sqlx::any::AnyRow,
+        req: &StageRequest,
+        now: i64,
+        end: i64,
+    ) -> Result<DueJob, StoreError> {
+        use sqlx::Row;
+        let id: String = row
+            .try_get("id")
+            .map_err(|e| StoreError::Internal(format!("reading a due job's id: {e}")))?;
+        let spec = rows::spec(&id, &row.text(&id, "spec")?)?;
+        let schedule = compile(&spec, row.int(&id, "anchor_ms")?)?;
+        let first = row.int(&id, "next_fire_at")?;
+        let threshold = i64::try_from(spec.misfire_threshold.as_millis()).unwrap_or(i64::MAX);
+        let input = PlanInput {
+            first,
+            now,
+            cutoff: now.saturating_sub(threshold),
+            end,
+            misfire: spec.misfire,
+            max_catch_up: req.max_catch_up,
+        };
+        let plan = plan(&input, |t| next_ms(&schedule, t));
+        let payload = serde_json::to_string(&spec.payload)
+            .map_err(|e| StoreError::corrupt(&id, format!("payload does not encode: {e}")))?;
+        Ok(DueJob {
+            spec,
+            payload,
+            plan,
+        })
+    }
+
+    /// Adopts the partition's unowned staged firings due before the slice end.
+    async fn adopt(
+        &self,
+        req: &StageRequest,
+    ) -> Result<(Vec<StagedFiring>, Vec<(String, String)>), StoreError> {
+        let rows = sqlx::query(&format!(
+            "UPDATE firings SET slice = $1 \
+             WHERE state = 'staged' AND slice IS NULL AND part = $2 AND due_at < $3 \
+             RETURNING {STAGED_COLUMNS}"
+        ))
+        .bind(req.slice.as_str())
+        .bind(i64::from(req.partition))
+        .bind(ms(req.slice_end))
+        .fetch_all(&self.write)
+        .await?;
+        Ok(decode_staged(&rows))
+    }
+
+    /// Staged (unpublished) firings owned by a slice: what a replica taking
+    /// over a dead replica's claim must publish. Corrupt rows are logged and
+    /// left out.
+    pub async fn slice_firings(&self, slice: &str) -> Result<Vec<StagedFiring>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {STAGED_COLUMNS} FROM firings WHERE slice = $1 AND state = 'staged' \
+             ORDER BY due_at, priority DESC, id"
+        ))
+        .bind(slice)
+        .fetch_all(&self.read)
+        .await?;
+        Ok(decode_staged(&rows).0)
+    }
+
+    /// The safety net: staged firings due before `due_before`, whether a slice
+    /// owns them or not, oldest first. Corrupt rows are logged and left out.
+    pub async fn overdue_staged(
+        &self,
+        due_before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<StagedFiring>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {STAGED_COLUMNS} FROM firings WHERE state = 'staged' AND due_at < $1 \
+             ORDER BY due_at, priority DESC, id LIMIT $2"
+        ))
+        .bind(ms(due_before))
+        .bind(i64::from(limit))
+        .fetch_all(&self.read)
+        .await?;
+        Ok(decode_staged(&rows).0)
+    }
+
+    /// Marks firings published. Only rows still `staged` change (one started,
+    /// cancelled or already published stays as it is); returns how many did.
+    pub async fn mark_published(
+        &self,
+        ids: &[FiringId],
+        at: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        #[derive(Serialize)]
+        struct Id {
+            id: String,
+        }
+        let sql = format!(
+            "UPDATE firings SET state = 'published', published_at = $1 \
+             WHERE state = 'staged' AND id IN (SELECT r.id FROM {})",
+            self.backend.json_rows(2, &[("id", Col::Text)])
+        );
+        let mut changed = 0;
+        for chunk in ids.chunks(BATCH_ROWS) {
+            let rows: Vec<Id> = chunk.iter().map(|id| Id { id: id.to_string() }).collect();
+            let batch = json_text(&rows)?;
+            changed += self
+                .retrying(|| async {
+                    let done = sqlx::query(&sql)
+                        .bind(ms(at))
+                        .bind(batch.as_str())
+                        .execute(&self.write)
+                        .await?;
+                    Ok(done.rows_affected())
+                })
+                .await?;
+        }
+        Ok(changed)
+    }
+}
+
+/// Decodes staged rows, setting corrupt ones aside (and logging them): one
+/// bad row must not stop the others from being published.
+fn decode_staged(rows: &[sqlx::any::AnyRow]) -> (Vec<StagedFiring>, Vec<(String, String)>) {
+    let mut firings = Vec::with_capacity(rows.len());
+    let mut corrupt = Vec::new();
+    for row in rows {
+        match rows::staged(row) {
+            Ok(firing) => firings.push(firing),
+            Err(StoreError::Corrupt { id, message }) => {
+                tracing::error!(firing_id = %id, %message, "staged firing is corrupt; not published");
+                corrupt.push((id, message));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "staged firing cannot be read; not published");
+            }
+        }
+    }
+    (firings, corrupt)
+}
+
+/// The recorded error of an instant skipped by the misfire policy.
+fn misfire_error(spec: &JobSpec, scheduled_at: i64, now: i64) -> String {
+    let late = Duration::from_millis(u64::try_from(now - scheduled_at).unwrap_or(0));
+    format!(
+        "misfired: found {} late, beyond misfire_threshold {} (misfire: {})",
+        format_duration(late),
+        format_duration(spec.misfire_threshold),
+        spec.misfire
+    )
+}

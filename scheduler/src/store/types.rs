@@ -1,0 +1,232 @@
+//! What the store's operations take and return.
+
+use chime_common::protocol::{Alert, StartReply};
+use chime_common::{FiringId, FiringState, Job, JobState, Limits};
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+/// Settings of [`Store::connect`](super::Store::connect).
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Jobs are spread over this many partitions (FNV-1a of the id, modulo
+    /// this). Every replica must use the same number; a store opened with a
+    /// different number than the database was written with re-partitions the
+    /// jobs at connect.
+    pub partitions: u32,
+    /// Most connections in the pool (for SQLite: readers; there is one writer).
+    pub max_connections: u32,
+    /// Limits applied to input the store receives directly (trigger payloads).
+    pub limits: Limits,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            partitions: 1,
+            max_connections: 10,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// Default page size of the lists.
+pub const DEFAULT_PAGE: u32 = 100;
+/// Largest page size of the lists.
+pub const MAX_PAGE: u32 = 1000;
+
+/// `jobs.list` filter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobFilter {
+    pub group: Option<String>,
+    pub state: Option<JobState>,
+    /// Page size, 1 to 1000 (0 means the default, 100).
+    pub limit: u32,
+    /// The `next` cursor of the previous page.
+    pub after: Option<String>,
+}
+
+impl Default for JobFilter {
+    fn default() -> Self {
+        JobFilter {
+            group: None,
+            state: None,
+            limit: DEFAULT_PAGE,
+            after: None,
+        }
+    }
+}
+
+/// `firings.list` filter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FiringFilter {
+    pub job_id: Option<String>,
+    pub state: Option<FiringState>,
+    /// Page size, 1 to 1000 (0 means the default, 100).
+    pub limit: u32,
+    /// The `next` cursor of the previous page.
+    pub after: Option<String>,
+}
+
+impl Default for FiringFilter {
+    fn default() -> Self {
+        FiringFilter {
+            job_id: None,
+            state: None,
+            limit: DEFAULT_PAGE,
+            after: None,
+        }
+    }
+}
+
+/// One page of a list, newest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// Pass as `after` to get the next page; `None` on the last page.
+    pub next: Option<String>,
+}
+
+/// A firing running on a worker, to be sent a cancel request.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Running {
+    pub firing_id: FiringId,
+    pub worker_id: String,
+}
+
+/// What `delete_job` did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Deleted {
+    /// The job as it was.
+    pub job: Job,
+    /// Its firings still running: send each worker a cancel request. Their
+    /// rows stay until the worker reports.
+    pub cancel: Vec<Running>,
+}
+
+/// Default of [`StageRequest::max_catch_up`].
+pub const DEFAULT_MAX_CATCH_UP: u32 = 100;
+/// Default of [`StageRequest::max_jobs`].
+pub const DEFAULT_MAX_JOBS: u32 = 5000;
+
+/// One slice to stage (ARCHITECTURE.md, "Time slices and firing").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageRequest {
+    /// The claim key; staged and adopted firings record it as their owner.
+    pub slice: String,
+    pub partition: u32,
+    /// Instants strictly before this are staged.
+    pub slice_end: DateTime<Utc>,
+    /// The present, against which misfires are judged.
+    pub now: DateTime<Utc>,
+    /// `misfire: fire_all` stages at most this many missed instants per job
+    /// per call; skipped instants are recorded up to this many per job per call.
+    pub max_catch_up: u32,
+    /// Jobs per transaction.
+    pub max_jobs: u32,
+}
+
+impl StageRequest {
+    /// A request with the default bounds.
+    pub fn new(
+        slice: impl Into<String>,
+        partition: u32,
+        slice_end: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Self {
+        StageRequest {
+            slice: slice.into(),
+            partition,
+            slice_end,
+            now,
+            max_catch_up: DEFAULT_MAX_CATCH_UP,
+            max_jobs: DEFAULT_MAX_JOBS,
+        }
+    }
+}
+
+/// A firing waiting to be published.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StagedFiring {
+    pub id: FiringId,
+    pub job_id: String,
+    pub group: String,
+    pub priority: u8,
+    pub handler: String,
+    pub payload: serde_json::Value,
+    pub scheduled_at: DateTime<Utc>,
+    /// When to publish it.
+    pub due_at: DateTime<Utc>,
+    pub attempt: u32,
+    pub timeout: Duration,
+    /// 0 for the first publish; bumped each time a queued firing is released.
+    pub publish_seq: u32,
+}
+
+/// What `stage_slice` did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StageOutcome {
+    /// Staged firings this call made the slice owner of, newly staged and
+    /// adopted, ordered by `due_at`. (A takeover reads what a slice owns with
+    /// `slice_firings`.)
+    pub firings: Vec<StagedFiring>,
+    /// Instants not fired because of the misfire policy (recorded or only counted).
+    pub skipped: u64,
+    /// Instants found later than their job's `misfire_threshold`. Exact up to
+    /// 100,000 per job and call; a longer gap is jumped over and counts less.
+    pub misfired: u64,
+    /// Jobs whose instants were enumerated.
+    pub jobs: u64,
+    /// Due jobs whose stored row could not be read: `(job id, problem)`.
+    /// They stay due (and are reported again) until repaired or replaced.
+    pub corrupt: Vec<(String, String)>,
+}
+
+/// The answer to one start request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartDecision {
+    pub reply: StartReply,
+    /// `overlap: replace`: running firings of the job to cancel.
+    pub cancel: Vec<Running>,
+}
+
+/// What `finish` did with one event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinishOutcome {
+    pub firing_id: FiringId,
+    /// False when the event changed nothing (re-delivered, stale or unknown).
+    pub applied: bool,
+    /// The firing's state afterwards; `None` if there is no such firing.
+    pub state: Option<FiringState>,
+    /// The next attempt, staged, and when it is due.
+    pub retry: Option<(FiringId, DateTime<Utc>)>,
+    /// A queued firing of the same job, staged again to be published.
+    pub released: Option<FiringId>,
+    /// Firings of the `on_success` jobs.
+    pub triggered: Vec<FiringId>,
+    pub alerts: Vec<Alert>,
+}
+
+/// A row of the executing table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutingRow {
+    pub firing_id: FiringId,
+    pub job_id: String,
+    pub group: String,
+    pub worker_id: String,
+    pub attempt: u32,
+    pub started_at: DateTime<Utc>,
+    pub deadline_at: DateTime<Utc>,
+}
+
+/// What `requeue` did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequeueOutcome {
+    /// The attempt that ended `lost`.
+    pub lost: FiringId,
+    /// The next attempt, staged, and when it is due.
+    pub retry: Option<(FiringId, DateTime<Utc>)>,
+    /// A queued firing of the same job, staged again to be published.
+    pub released: Option<FiringId>,
+    /// `firing_lost` when no attempt remains.
+    pub alert: Option<Alert>,
+}

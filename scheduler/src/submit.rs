@@ -1,0 +1,143 @@
+//! Durable submission: JobSpecs published to JetStream `chime.submit`.
+//!
+//! Applied exactly like `jobs.put`. A message that cannot be applied is
+//! republished, body unchanged, to `chime.submit.rejected` with a
+//! `Chime-Error` header holding the error JSON, and only then acked: nothing
+//! is dropped silently. A store outage is not the message's fault, so it is
+//! nak'ed with a delay and retried instead of rejected.
+
+use crate::metrics::Metrics;
+use crate::store::{Store, StoreError};
+use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
+use async_nats::HeaderMap;
+use chime_common::{headers, ApiError, JobSpec, Limits, Subjects};
+use chrono::Utc;
+use futures::StreamExt;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Submission consumer settings.
+#[derive(Debug, Clone)]
+pub struct SubmitConfig {
+    /// Messages fetched per pull.
+    pub batch: usize,
+    /// How long one pull waits for messages.
+    pub wait: Duration,
+    /// Redelivery delay after a store outage.
+    pub retry_after: Duration,
+    pub limits: Limits,
+}
+
+impl Default for SubmitConfig {
+    fn default() -> Self {
+        SubmitConfig {
+            batch: 100,
+            wait: Duration::from_secs(1),
+            retry_after: Duration::from_secs(1),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// What applying one submission did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Applied {
+    /// The job was stored.
+    Stored,
+    /// The message was rejected with this error.
+    Rejected(ApiError),
+    /// The store is down; try again later.
+    Retry,
+}
+
+/// The submission consumer of one replica (all replicas share one durable consumer).
+pub struct Submit {
+    pub config: SubmitConfig,
+    pub store: Store,
+    pub jetstream: jetstream::Context,
+    pub subjects: Subjects,
+    pub metrics: Metrics,
+}
+
+impl Submit {
+    /// Applies one submission body.
+    pub async fn apply(&self, body: &[u8]) -> Applied {
+        let value: serde_json::Value = match serde_json::from_slice(body) {
+            Ok(v) => v,
+            Err(e) => return Applied::Rejected(ApiError::invalid("", format!("the submission is not valid JSON: {e}"))),
+        };
+        let spec = match JobSpec::from_json(&value, &self.config.limits) {
+            Ok(spec) => spec,
+            Err(errors) => return Applied::Rejected(ApiError::from_field_errors(errors)),
+        };
+        match self.store.put_job(&spec, Utc::now()).await {
+            Ok(_) => Applied::Stored,
+            Err(StoreError::Unavailable(_)) => Applied::Retry,
+            Err(e) => Applied::Rejected(e.into()),
+        }
+    }
+
+    /// Handles one message: apply, reject or retry, then ack accordingly.
+    pub async fn handle(&self, message: &jetstream::Message) {
+        match self.apply(&message.payload).await {
+            Applied::Stored => {
+                self.metrics.submit_applied.inc();
+                let _ = message.ack().await;
+            }
+            Applied::Retry => {
+                self.metrics.store_errors.with_label_values(&["submit"]).inc();
+                let _ = message.ack_with(AckKind::Nak(Some(self.config.retry_after))).await;
+            }
+            Applied::Rejected(error) => {
+                let error_json = serde_json::to_string(&chime_common::error::ErrorReply { error: error.clone() })
+                    .unwrap_or_else(|_| "{}".to_string());
+                let mut h = HeaderMap::new();
+                h.insert(headers::ERROR, error_json.as_str());
+                let published = match self
+                    .jetstream
+                    .publish_with_headers(self.subjects.submit_rejected(), h, message.payload.clone())
+                    .await
+                {
+                    Ok(ack) => ack.await.is_ok(),
+                    Err(_) => false,
+                };
+                if published {
+                    self.metrics.submit_rejected.inc();
+                    tracing::info!(error = %error, "submission rejected");
+                    let _ = message.ack().await;
+                } else {
+                    // Not acked: the submission comes back and is rejected again.
+                    let _ = message.ack_with(AckKind::Nak(Some(self.config.retry_after))).await;
+                }
+            }
+        }
+    }
+
+    /// Consumes submissions until `shutdown`.
+    pub async fn run(self, consumer: PullConsumer, shutdown: CancellationToken) {
+        while !shutdown.is_cancelled() {
+            let batch = consumer
+                .batch()
+                .max_messages(self.config.batch)
+                .expires(self.config.wait)
+                .messages()
+                .await;
+            let mut batch = match batch {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot pull submissions");
+                    tokio::select! {
+                        _ = tokio::time::sleep(self.config.retry_after) => continue,
+                        _ = shutdown.cancelled() => break,
+                    }
+                }
+            };
+            while let Some(message) = batch.next().await {
+                match message {
+                    Ok(message) => self.handle(&message).await,
+                    Err(e) => tracing::debug!(error = %e, "submission pull ended"),
+                }
+            }
+        }
+    }
+}

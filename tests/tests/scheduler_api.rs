@@ -1,0 +1,189 @@
+//! The request/reply API and durable submission against a real replica,
+//! real NATS and both stores.
+
+use chime_common::client::{Client, ListFiringsRequest, ListJobsRequest};
+use chime_common::{ErrorCode, JobState};
+use chime_scheduler::{Replica, SchedulerConfig};
+use chime_tests::{backend_tests, init_tracing, NatsServer, TestDatabase};
+use futures::StreamExt;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+async fn replica(nats: &NatsServer, db: &TestDatabase) -> Replica {
+    Replica::start(SchedulerConfig::new(nats.url(), db.url()))
+        .await
+        .expect("replica starts")
+}
+
+fn spec(id: &str) -> Value {
+    json!({
+        "id": id,
+        "group": "reports",
+        "schedule": {"cron": "0 30 2 * * *", "tz": "Europe/Berlin"},
+        "handler": "shell",
+        "payload": {"argv": ["/bin/true"]},
+        "retry": {"max_attempts": 3, "initial": "1s", "max": "5m", "multiplier": 2.0}
+    })
+}
+
+async fn job_count(client: &Client) -> usize {
+    client
+        .list_jobs(&ListJobsRequest::default())
+        .await
+        .expect("list jobs")
+        .jobs
+        .len()
+}
+
+backend_tests! {
+    async fn every_verb_round_trips(db: TestDatabase) {
+        init_tracing();
+        let nats = NatsServer::start().await;
+        let replica = replica(&nats, &db).await;
+        let client = Client::new(nats.connect().await);
+
+        let job = client.put_job(&spec("nightly-report")).await.expect("put");
+        assert_eq!(job.version, 1);
+        assert_eq!(job.state, JobState::Active);
+        assert!(job.next_fire_at.is_some());
+        assert_eq!(job.spec.group, "reports");
+
+        let again = client.put_job(&spec("nightly-report")).await.expect("put again");
+        assert_eq!(again.version, 2, "putting an existing id replaces it");
+        assert_eq!(client.get_job("nightly-report").await.expect("get").version, 2);
+
+        client.put_job(&spec("other")).await.expect("put other");
+        let listed = client.list_jobs(&ListJobsRequest::default()).await.expect("list");
+        assert_eq!(listed.jobs.len(), 2);
+        let page = client
+            .list_jobs(&ListJobsRequest { limit: Some(1), ..Default::default() })
+            .await
+            .expect("page 1");
+        assert_eq!(page.jobs.len(), 1);
+        let cursor = page.next.clone().expect("a next cursor");
+        let rest = client
+            .list_jobs(&ListJobsRequest { limit: Some(1), after: Some(cursor), ..Default::default() })
+            .await
+            .expect("page 2");
+        assert_eq!(rest.jobs.len(), 1);
+        assert_ne!(rest.jobs[0].spec.id, page.jobs[0].spec.id);
+
+        assert_eq!(client.pause_job("other").await.expect("pause").state, JobState::Paused);
+        assert_eq!(client.resume_job("other").await.expect("resume").state, JobState::Active);
+
+        let firing_id = client.trigger_job("other", Some(json!({"argv": ["/bin/echo", "hi"]}))).await.expect("trigger");
+        assert!(firing_id.starts_with("other@"), "{firing_id}");
+        let firings = client
+            .list_firings(&ListFiringsRequest { job_id: Some("other".into()), ..Default::default() })
+            .await
+            .expect("firings");
+        assert_eq!(firings.firings.len(), 1);
+        assert_eq!(firings.firings[0].id.to_string(), firing_id);
+
+        let preview = client
+            .call_json("jobs.preview", &json!({
+                "schedule": {"cron": "0 30 2 * * *", "tz": "Europe/Berlin"},
+                "from": "2026-03-28T00:00:00Z", "count": 3
+            }))
+            .await
+            .expect("preview");
+        assert_eq!(
+            preview["times"],
+            json!(["2026-03-28T01:30:00.000Z", "2026-03-29T01:00:00.000Z", "2026-03-30T00:30:00.000Z"])
+        );
+
+        assert!(client.list_workers(None).await.expect("workers").is_empty());
+
+        let deleted = client.delete_job("other").await.expect("delete");
+        assert_eq!(deleted.spec.id, "other");
+        let missing = client.get_job("other").await.expect_err("gone");
+        assert_eq!(missing.code, ErrorCode::NotFound);
+        replica.shutdown().await;
+    }
+
+    async fn invalid_specs_name_the_field_and_store_nothing(db: TestDatabase) {
+        init_tracing();
+        let nats = NatsServer::start().await;
+        let replica = replica(&nats, &db).await;
+        let client = Client::new(nats.connect().await);
+        let cases: Vec<(Value, &str)> = vec![
+            (json!({"id": "a", "schedule": {"cron": "0 61 * * *"}, "handler": "h"}), "schedule.cron"),
+            (json!({"id": "a", "schedule": {"cron": "* * * * *"}, "handler": "h", "colour": "red"}), "colour"),
+            (json!({"id": "a", "schedule": {"cron": "* * * * *"}, "handler": "h", "payload": "x".repeat(70 * 1024)}), "payload"),
+            (json!({"id": "a", "schedule": {"cron": "* * * * *"}, "handler": "h", "priority": "high"}), "priority"),
+            (json!({"id": "a", "schedule": {"cron": "* * * * *", "tz": "Mars/Olympus"}, "handler": "h"}), "schedule.tz"),
+            (json!({"id": 7, "schedule": {"every": "1s"}, "handler": "h"}), "id"),
+            (json!({"id": "a", "schedule": {"every": "soon"}, "handler": "h"}), "schedule.every"),
+        ];
+        for (body, field) in cases {
+            let error = client.put_job(&body).await.expect_err("invalid spec is refused");
+            assert_eq!(error.code, ErrorCode::InvalidArgument, "{body}");
+            assert_eq!(error.field.as_deref(), Some(field), "{error:?}");
+        }
+        let garbage = client.call_json("jobs.get", &json!({"id": "a", "extra": 1})).await.expect_err("unknown field");
+        assert_eq!(garbage.field.as_deref(), Some("extra"));
+        let unknown = client.call_json("jobs.frobnicate", &json!({})).await.expect_err("unknown verb");
+        assert_eq!(unknown.code, ErrorCode::NotFound);
+        assert_eq!(job_count(&client).await, 0, "a failed put stores nothing");
+        replica.shutdown().await;
+    }
+
+    async fn submissions_are_applied_or_rejected_never_dropped(db: TestDatabase) {
+        init_tracing();
+        let nats = NatsServer::start().await;
+        let replica = replica(&nats, &db).await;
+        let connection = nats.connect().await;
+        let client = Client::new(connection.clone());
+        let js = async_nats::jetstream::new(connection);
+
+        js.publish("chime.submit", serde_json::to_vec(&spec("submitted")).unwrap().into())
+            .await.expect("publish").await.expect("ack");
+        let garbage = b"{this is not a job".to_vec();
+        js.publish("chime.submit", garbage.clone().into()).await.expect("publish").await.expect("ack");
+        let invalid = json!({"id": "bad", "schedule": {"cron": "0 61 * * *"}, "handler": "h"});
+        js.publish("chime.submit", serde_json::to_vec(&invalid).unwrap().into()).await.expect("publish").await.expect("ack");
+
+        let stream = js.get_stream("CHIME_SUBMIT").await.expect("submit stream");
+        let consumer = stream
+            .create_consumer(async_nats::jetstream::consumer::pull::Config {
+                filter_subject: "chime.submit.rejected".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("consumer");
+        let mut rejected = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        while rejected.len() < 2 && tokio::time::Instant::now() < deadline {
+            let mut batch = consumer.fetch().max_messages(10).expires(Duration::from_millis(500)).messages().await.expect("fetch");
+            while let Some(Ok(message)) = batch.next().await {
+                rejected.push(message);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(rejected.len(), 2, "both bad submissions land on chime.submit.rejected");
+        let bodies: Vec<Vec<u8>> = rejected.iter().map(|m| m.payload.to_vec()).collect();
+        assert!(bodies.contains(&garbage), "the body is republished unchanged");
+        for message in &rejected {
+            let header = message.headers.as_ref().and_then(|h| h.get("Chime-Error")).expect("Chime-Error header");
+            let error: Value = serde_json::from_str(header.as_str()).expect("error JSON");
+            assert_eq!(error["error"]["code"], "invalid_argument");
+        }
+        let invalid_error = rejected
+            .iter()
+            .find(|m| m.payload.as_ref() != garbage.as_slice())
+            .and_then(|m| m.headers.as_ref()?.get("Chime-Error").map(|h| h.to_string()))
+            .expect("the invalid spec's rejection");
+        assert!(invalid_error.contains("schedule.cron"), "{invalid_error}");
+
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if client.get_job("submitted").await.is_ok() {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the valid submission was applied");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(client.get_job("bad").await.is_err());
+        replica.shutdown().await;
+    }
+}

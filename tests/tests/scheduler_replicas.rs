@@ -1,0 +1,154 @@
+//! Several replicas on one store: every due instant is published exactly
+//! once, also when the replica holding the next slices is killed.
+
+mod common;
+
+use chime_common::client::Client;
+use chime_scheduler::{Replica, SchedulerConfig};
+use chime_tests::{init_tracing, Binary, ChimeProcess, NatsServer, PgDatabase};
+use common::*;
+use futures::StreamExt;
+use serde_json::json;
+use std::collections::HashMap;
+use std::time::Duration;
+
+async fn put_every_second_jobs(client: &Client, prefix: &str, jobs: usize, start_ms: i64, count: u32) {
+    for i in 0..jobs {
+        let spec = json!({
+            "id": format!("{prefix}-{i}"),
+            "group": "load",
+            "schedule": {"every": "1s", "start_at": rfc3339(start_ms), "count": count},
+            "handler": "noop",
+        });
+        client.put_job(&spec).await.expect("put job");
+    }
+}
+
+fn assert_each_instant_once(published: &[Published], prefix: &str, jobs: usize, start_ms: i64, count: u32) {
+    let counts = count_by_instant(published);
+    let duplicates: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(duplicates.is_empty(), "published more than once: {duplicates:?}");
+    let mut missing = Vec::new();
+    for i in 0..jobs {
+        for k in 0..count as i64 {
+            let key = (format!("{prefix}-{i}"), start_ms + k * 1000, 1);
+            if !counts.contains_key(&key) {
+                missing.push(key);
+            }
+        }
+    }
+    assert!(missing.is_empty(), "{} instants never published, e.g. {:?}", missing.len(), &missing[..missing.len().min(5)]);
+    assert_eq!(published.len(), jobs * count as usize);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_publish_every_instant_exactly_once() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = PgDatabase::create().await;
+    let mut replicas = Vec::new();
+    for i in 0..3 {
+        let mut config = SchedulerConfig::new(nats.url(), db.url());
+        config.replica_id = format!("replica-{i}");
+        replicas.push(Replica::start(config).await.expect("replica starts"));
+    }
+    let connection = nats.connect().await;
+    let client = Client::new(connection.clone());
+    let (jobs, count) = (200, 30);
+    let start_ms = aligned_start(Duration::from_secs(4));
+    put_every_second_jobs(&client, "load", jobs, start_ms, count).await;
+
+    let end_ms = start_ms + count as i64 * 1000;
+    let js = async_nats::jetstream::new(connection);
+    eventually(Duration::from_millis((end_ms - chrono::Utc::now().timestamp_millis()).max(0) as u64 + 10_000), "all firings published", || {
+        let js = js.clone();
+        async move {
+            let info = js.get_stream("CHIME_FIRE").await.expect("stream").info().await.expect("info").state.messages;
+            info >= (jobs * count as usize) as u64
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let published = read_fire_stream(&js, "CHIME_FIRE").await;
+    assert_each_instant_once(&published, "load", jobs, start_ms, count);
+
+    let mut by_replica = Vec::new();
+    let mut total = 0.0;
+    let mut duplicates = 0.0;
+    for replica in &replicas {
+        let text = replica.metrics.render();
+        let n = metric_sum(&text, "chime_firings_published_total");
+        by_replica.push(n);
+        total += n;
+        duplicates += metric_sum(&text, "chime_publish_duplicates_total");
+    }
+    println!("published per replica: {by_replica:?}");
+    assert_eq!(total as usize, jobs * count as usize, "no replica published a firing twice");
+    assert_eq!(duplicates, 0.0, "JetStream saw no duplicate publish");
+    assert!(by_replica.iter().filter(|n| **n > 0.0).count() >= 2, "the work is spread over replicas: {by_replica:?}");
+    let lateness: Vec<i64> = published.iter().map(|p| p.stored_ms - p.scheduled_ms).collect();
+    println!("max store lateness {} ms", lateness.iter().max().unwrap_or(&0));
+    for replica in replicas {
+        replica.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_replica_holding_the_next_slices_loses_and_duplicates_nothing() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = PgDatabase::create().await;
+    let mut processes = HashMap::new();
+    for i in 0..3 {
+        let id = format!("replica-{i}");
+        let mut command = Binary::Scheduler.command();
+        command
+            .args(["--nats-url", &nats.url(), "--database-url", db.url(), "--metrics-addr", "127.0.0.1:0", "--replica-id", &id])
+            .env("RUST_LOG", "info");
+        let mut process = ChimeProcess::spawn(command);
+        process.wait_for_log_line("chime-scheduler ready", Duration::from_secs(30)).await;
+        processes.insert(id, process);
+    }
+    let connection = nats.connect().await;
+    let client = Client::new(connection.clone());
+    let (jobs, count) = (100, 20);
+    let start_ms = aligned_start(Duration::from_secs(3));
+    put_every_second_jobs(&client, "kill", jobs, start_ms, count).await;
+
+    let js = async_nats::jetstream::new(connection);
+    let kv = js.get_key_value("chime-slices").await.expect("slices bucket");
+    tokio::time::sleep(Duration::from_millis((start_ms + 6_000 - chrono::Utc::now().timestamp_millis()).max(0) as u64)).await;
+
+    // The owner of the earliest slice that has not started yet.
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let mut keys = kv.keys().await.expect("keys");
+    let mut next: Option<(i64, String)> = None;
+    while let Some(Ok(key)) = keys.next().await {
+        let start: i64 = key.split('.').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        if start > now_ms && next.as_ref().is_none_or(|(s, _)| start < *s) {
+            let value = kv.get(&key).await.expect("get").expect("value");
+            let claim: serde_json::Value = serde_json::from_slice(&value).expect("claim JSON");
+            next = Some((start, claim["owner"].as_str().expect("owner").to_string()));
+        }
+    }
+    let (slice, owner) = next.expect("a claimed future slice");
+    println!("killing {owner}, which holds slice {slice} ({} ms ahead)", slice - now_ms);
+    let killed_at = chrono::Utc::now().timestamp_millis();
+    processes.get_mut(&owner).expect("owner is one of ours").kill9();
+
+    let end_ms = start_ms + count as i64 * 1000;
+    tokio::time::sleep(Duration::from_millis((end_ms - chrono::Utc::now().timestamp_millis()).max(0) as u64 + 4_000)).await;
+    let published = read_fire_stream(&js, "CHIME_FIRE").await;
+    let worst = published
+        .iter()
+        .filter(|p| p.scheduled_ms >= killed_at - 1_000)
+        .map(|p| p.stored_ms - p.scheduled_ms)
+        .max()
+        .unwrap_or(0);
+    println!("largest publish delay after the kill: {worst} ms");
+    assert_each_instant_once(&published, "kill", jobs, start_ms, count);
+    for (_, mut process) in processes {
+        process.terminate(Duration::from_secs(15)).await;
+    }
+}

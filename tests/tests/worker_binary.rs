@@ -1,0 +1,115 @@
+//! The `chime-worker` binary as users run it: flags and their environment
+//! twins, start-up validation, the ready line, /metrics and /healthz, and a
+//! clean exit on SIGTERM.
+
+mod worker_support;
+
+use chime_common::protocol::Outcome;
+use chime_tests::{free_port, Binary, ChimeProcess};
+use serde_json::json;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use worker_support::*;
+
+/// GET `path` on `addr`; returns (status code, body).
+async fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let mut socket = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to the metrics address");
+    let request = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
+    socket.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    socket.read_to_string(&mut response).await.unwrap();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chime_worker_rejects_bad_flags_naming_them() {
+    for (args, flag) in [
+        (vec!["--threads", "0"], "--threads"),
+        (vec!["--group", "no spaces"], "--group"),
+        (vec!["--worker-id", "a.b"], "--worker-id"),
+        (vec!["--heartbeat-interval", "1m"], "--heartbeat-interval"),
+        (vec!["--nats-tls-ca", "/no/such/ca.pem"], "--nats-tls-ca"),
+    ] {
+        let mut command = Binary::Worker.command();
+        command.args(&args);
+        let mut worker = ChimeProcess::spawn(command);
+        let status = worker.wait(Duration::from_secs(10)).await;
+        assert_eq!(status.code(), Some(2), "{args:?}");
+        assert!(worker.log().contains(flag), "{args:?}: {}", worker.log());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chime_worker_runs_firings_serves_metrics_and_stops_on_sigterm() {
+    let env = Env::start().await;
+    let _responder = env.responder().await;
+    let mut events = env.events().await;
+    let metrics_addr = format!("127.0.0.1:{}", free_port());
+    let mut command = Binary::Worker.command();
+    command
+        .args([
+            "--nats-url",
+            &env.nats.url(),
+            "--metrics-addr",
+            &metrics_addr,
+            "--threads",
+            "2",
+        ])
+        // Environment twins of flags.
+        .env("CHIME_GROUP", "bin")
+        .env("CHIME_WORKER_ID", "bin-worker")
+        .env("CHIME_ALLOW_SHELL", "true")
+        .env("CHIME_DRAIN_GRACE", "5s");
+    let mut worker = ChimeProcess::spawn(command);
+    let ready = worker
+        .wait_for_log_line("chime-worker ready", Duration::from_secs(30))
+        .await;
+    assert!(
+        ready.contains("bin-worker") && ready.contains("bin"),
+        "{ready}"
+    );
+
+    let id = env
+        .publish(
+            &TestFiring::new("bin", "hello", "shell")
+                .payload(json!({"argv": ["echo", "hello from the binary"]})),
+        )
+        .await;
+    env.ring("bin").await;
+    let event = events.of(&id, Duration::from_secs(15)).await;
+    assert_eq!(event.worker_id, "bin-worker");
+    assert_eq!(
+        (event.outcome, event.output.as_deref()),
+        (Outcome::Succeeded, Some("hello from the binary\n"))
+    );
+
+    let (status, body) = http_get(&metrics_addr, "/healthz").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = http_get(&metrics_addr, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains(r#"chime_worker_firings_total{handler="shell",outcome="succeeded"} 1"#),
+        "{body}"
+    );
+    assert!(body.contains("chime_worker_threads 2"), "{body}");
+
+    let kv = env.topology.workers().await.unwrap();
+    assert!(kv.get("bin-worker").await.unwrap().is_some());
+    let status = worker.terminate(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status}\n{}", worker.log());
+    assert!(
+        kv.get("bin-worker").await.unwrap().is_none(),
+        "heartbeat key deleted on SIGTERM"
+    );
+}

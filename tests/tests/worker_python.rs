@@ -1,0 +1,117 @@
+//! A worker in another language, written from docs/PROTOCOL.md alone
+//! (tests/python/worker.py, nats-py), runs a firing end to end against a
+//! real nats-server: pull, start request, ack, run, finished event,
+//! heartbeat, clean exit.
+
+mod worker_support;
+
+use chime_common::protocol::{Outcome, WorkerInfo};
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+use worker_support::*;
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python/worker.py")
+}
+
+fn require_nats_py() {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import nats"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "this test needs python3 with nats-py: `pip install nats-py` (bash .ci/run installs it)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_worker_runs_a_firing_end_to_end() {
+    require_nats_py();
+    let env = Env::start().await;
+    let responder = env.responder().await;
+    let mut events = env.events().await;
+
+    let mut child = Command::new("python3")
+        .arg(script())
+        .args([
+            "--nats-url",
+            &env.nats.url(),
+            "--group",
+            "py",
+            "--worker-id",
+            "py-worker-1",
+            "--count",
+            "1",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(line) = lines.next_line().await.expect("read stdout") {
+            if line.contains("python worker ready") {
+                return line;
+            }
+        }
+        panic!("the python worker exited before it was ready");
+    })
+    .await
+    .expect("the python worker gets ready within 20 s");
+    assert!(ready.contains("py-worker-1"), "{ready}");
+
+    // Registered in the heartbeat bucket.
+    let kv = env.topology.workers().await.unwrap();
+    let info: WorkerInfo =
+        serde_json::from_slice(&kv.get("py-worker-1").await.unwrap().expect("heartbeat key"))
+            .unwrap();
+    assert_eq!(
+        (info.group.as_str(), info.threads, info.in_flight),
+        ("py", 2, 0)
+    );
+
+    let firing = TestFiring::new("py", "from-rust", "echo")
+        .payload(json!({"hello": "world", "n": [1, 2, 3]}));
+    let id = env.publish(&firing).await;
+    env.ring("py").await;
+
+    let event = events.of(&id, Duration::from_secs(20)).await;
+    assert_eq!(event.worker_id, "py-worker-1");
+    assert_eq!(event.outcome, Outcome::Succeeded, "{event:?}");
+    let echoed: serde_json::Value =
+        serde_json::from_str(event.output.as_deref().expect("output")).unwrap();
+    assert_eq!(echoed, firing.payload);
+    assert!(event.started_at <= event.finished_at);
+    assert_eq!(
+        responder
+            .owners
+            .lock()
+            .unwrap()
+            .get(&id)
+            .map(String::as_str),
+        Some("py-worker-1")
+    );
+
+    // --count 1: it exits cleanly and deregisters.
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("the python worker exits after its firing")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    assert!(
+        kv.get("py-worker-1").await.unwrap().is_none(),
+        "heartbeat key deleted"
+    );
+    // Acked: nothing left in the work queue.
+    let mut stream = env.jetstream.get_stream("CHIME_FIRE").await.unwrap();
+    assert_eq!(stream.info().await.unwrap().state.messages, 0);
+}

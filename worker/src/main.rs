@@ -1,0 +1,128 @@
+//! `chime-worker`: a generic Chime worker with the built-in `http` and (opt-in) `shell` handlers.
+
+use anyhow::{Context, Result};
+use chime_common::Subjects;
+use chime_worker::cli::{Args, LogFormat};
+use chime_worker::handlers::{HttpHandler, ShellHandler};
+use chime_worker::{admin, Worker};
+use clap::Parser;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    init_logging(args.log_format);
+    if let Err(message) = args.validate() {
+        eprintln!("chime-worker: {message}");
+        return ExitCode::from(2);
+    }
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("chime-worker failed: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none());
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn connect(args: &Args, worker_id: &str) -> Result<async_nats::Client> {
+    let mut options = async_nats::ConnectOptions::new().name(format!("chime-worker {worker_id}"));
+    if let Some(creds) = &args.nats_creds {
+        options = options
+            .credentials_file(creds)
+            .await
+            .with_context(|| format!("cannot read --nats-creds {}", creds.display()))?;
+    }
+    if let Some(ca) = &args.nats_tls_ca {
+        options = options.add_root_certificates(ca.clone()).require_tls(true);
+    }
+    options
+        .connect(args.nats_url.as_str())
+        .await
+        .with_context(|| format!("cannot connect to NATS at {} (--nats-url)", args.nats_url))
+}
+
+async fn run(args: Args) -> Result<()> {
+    let config = args.worker_config();
+    let threads = config.threads;
+    let client = connect(&args, &config.worker_id).await?;
+    let worker = Worker::builder()
+        .nats(client.clone())
+        .config(config)
+        .subjects(Subjects::new(args.subject_prefix.clone()))
+        .handler("shell", ShellHandler::new(args.allow_shell))
+        .handler(
+            "http",
+            HttpHandler::new().context("cannot set up the http handler")?,
+        )
+        .build()
+        .context("invalid worker settings")?;
+
+    let stop_admin = CancellationToken::new();
+    let admin_task = match args.metrics_addr().map_err(anyhow::Error::msg)? {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on --metrics-addr {addr}"))?;
+            let serve = admin::serve(
+                listener,
+                worker.metrics().clone(),
+                client.clone(),
+                stop_admin.clone(),
+            );
+            Some(tokio::spawn(async move {
+                if let Err(error) = serve.await {
+                    tracing::error!(%error, "the metrics endpoint stopped");
+                }
+            }))
+        }
+        None => None,
+    };
+
+    let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    let handle = worker.start().await.context("cannot start the worker")?;
+    tracing::info!(
+        worker_id = handle.id(),
+        group = handle.group(),
+        threads,
+        shell = args.allow_shell,
+        metrics = %args.metrics_addr,
+        "chime-worker ready"
+    );
+
+    tokio::select! {
+        _ = terminate.recv() => tracing::info!("SIGTERM received"),
+        _ = interrupt.recv() => tracing::info!("SIGINT received"),
+    }
+    let report = handle.shutdown().await;
+    stop_admin.cancel();
+    if let Some(task) = admin_task {
+        let _ = task.await;
+    }
+    if let Err(error) = client.drain().await {
+        tracing::debug!(%error, "draining the NATS connection failed");
+    }
+    if report.unsent_events > 0 {
+        anyhow::bail!(
+            "{} finished event(s) could not be published before exit",
+            report.unsent_events
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,191 @@
+//! Reading a firing message: its headers and JSON body (docs/PROTOCOL.md, "Firing messages").
+
+use async_nats::HeaderMap;
+use chime_common::duration::parse_time_str;
+use chime_common::headers;
+use chime_common::FiringId;
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+/// A firing message, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FiringMessage {
+    pub firing_id: FiringId,
+    pub job_id: String,
+    pub handler: String,
+    pub scheduled_at: DateTime<Utc>,
+    /// `Chime-Due-At`, or the scheduled instant when absent.
+    pub due_at: DateTime<Utc>,
+    pub attempt: u32,
+    pub priority: u8,
+    /// `Chime-Deadline`: the cut-off if the run starts at once.
+    pub deadline: DateTime<Utc>,
+    /// `Chime-Timeout-Ms`, if present.
+    pub timeout: Option<Duration>,
+    pub payload: serde_json::Value,
+}
+
+/// Why a message is not a firing; such messages are terminated, never run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadMessage {
+    #[error("the message has no headers")]
+    NoHeaders,
+    #[error("header {0} is missing")]
+    Missing(&'static str),
+    #[error("header {header} is invalid: {reason}")]
+    Invalid {
+        header: &'static str,
+        reason: String,
+    },
+    #[error("the body is not JSON: {0}")]
+    Body(String),
+}
+
+impl FiringMessage {
+    /// Reads a firing from a message's headers and body.
+    pub fn parse(headers: Option<&HeaderMap>, body: &[u8]) -> Result<FiringMessage, BadMessage> {
+        let headers = headers.ok_or(BadMessage::NoHeaders)?;
+        let get = |name: &'static str| -> Result<&str, BadMessage> {
+            headers
+                .get(name)
+                .map(|v| v.as_str().trim())
+                .filter(|v| !v.is_empty())
+                .ok_or(BadMessage::Missing(name))
+        };
+        let invalid =
+            |header: &'static str| move |reason: String| BadMessage::Invalid { header, reason };
+
+        let firing_id: FiringId = get(headers::FIRING_ID)?
+            .parse()
+            .map_err(invalid(headers::FIRING_ID))?;
+        let job_id = get(headers::JOB_ID)?.to_string();
+        if job_id != firing_id.job_id {
+            return Err(invalid(headers::JOB_ID)(format!(
+                "{job_id:?} is not the job of firing {firing_id}"
+            )));
+        }
+        let handler = get(headers::HANDLER)?.to_string();
+        let scheduled_at =
+            parse_time_str(get(headers::SCHEDULED_AT)?).map_err(invalid(headers::SCHEDULED_AT))?;
+        let due_at = match headers.get(headers::DUE_AT).map(|v| v.as_str().trim()) {
+            None | Some("") => scheduled_at,
+            Some(text) => parse_time_str(text).map_err(invalid(headers::DUE_AT))?,
+        };
+        let attempt: u32 = get(headers::ATTEMPT)?
+            .parse()
+            .map_err(|e| invalid(headers::ATTEMPT)(format!("not a whole number ({e})")))?;
+        if attempt != firing_id.attempt {
+            return Err(invalid(headers::ATTEMPT)(format!(
+                "{attempt} is not the attempt of firing {firing_id}"
+            )));
+        }
+        let priority: u8 = get(headers::PRIORITY)?
+            .parse()
+            .ok()
+            .filter(|p| *p <= 9)
+            .ok_or_else(|| invalid(headers::PRIORITY)("must be an integer from 0 to 9".into()))?;
+        let deadline =
+            parse_time_str(get(headers::DEADLINE)?).map_err(invalid(headers::DEADLINE))?;
+        let timeout = match headers.get(headers::TIMEOUT_MS).map(|v| v.as_str().trim()) {
+            None | Some("") => None,
+            Some(text) => Some(Duration::from_millis(text.parse().map_err(|e| {
+                invalid(headers::TIMEOUT_MS)(format!("not a whole number of milliseconds ({e})"))
+            })?)),
+        };
+        let payload = if body.iter().all(u8::is_ascii_whitespace) {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_slice(body).map_err(|e| BadMessage::Body(e.to_string()))?
+        };
+        Ok(FiringMessage {
+            firing_id,
+            job_id,
+            handler,
+            scheduled_at,
+            due_at,
+            attempt,
+            priority,
+            deadline,
+            timeout,
+            payload,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(headers::NATS_MSG_ID, "job-1@1774661400000#2");
+        h.insert(headers::FIRING_ID, "job-1@1774661400000#2");
+        h.insert(headers::JOB_ID, "job-1");
+        h.insert(headers::HANDLER, "echo");
+        h.insert(headers::SCHEDULED_AT, "2026-03-28T01:30:00.000Z");
+        h.insert(headers::DUE_AT, "2026-03-28T01:30:05.000Z");
+        h.insert(headers::ATTEMPT, "2");
+        h.insert(headers::PRIORITY, "5");
+        h.insert(headers::DEADLINE, "2026-03-28T02:30:05.000Z");
+        h.insert(headers::TIMEOUT_MS, "3600000");
+        h
+    }
+
+    #[test]
+    fn a_complete_message_parses() {
+        let m = FiringMessage::parse(Some(&good()), br#"{"x": 1}"#).unwrap();
+        assert_eq!(m.firing_id, FiringId::new("job-1", 1_774_661_400_000, 2));
+        assert_eq!(m.handler, "echo");
+        assert_eq!(m.attempt, 2);
+        assert_eq!(m.priority, 5);
+        assert_eq!(m.timeout, Some(Duration::from_secs(3600)));
+        assert_eq!(m.payload, serde_json::json!({"x": 1}));
+        assert!(m.due_at > m.scheduled_at);
+    }
+
+    #[test]
+    fn optional_headers_and_empty_bodies_have_defaults() {
+        let mut h = good();
+        h.insert(headers::DUE_AT, "");
+        h.insert(headers::TIMEOUT_MS, "");
+        let m = FiringMessage::parse(Some(&h), b"").unwrap();
+        assert_eq!(m.due_at, m.scheduled_at);
+        assert_eq!(m.timeout, None);
+        assert_eq!(m.payload, serde_json::Value::Null);
+    }
+
+    #[test]
+    fn garbage_is_rejected_with_the_header_named() {
+        assert_eq!(
+            FiringMessage::parse(None, b"{}"),
+            Err(BadMessage::NoHeaders)
+        );
+        let cases: [(&str, &str); 7] = [
+            (headers::FIRING_ID, "not-a-firing"),
+            (headers::JOB_ID, "other-job"),
+            (headers::SCHEDULED_AT, "yesterday"),
+            (headers::ATTEMPT, "3"),
+            (headers::PRIORITY, "12"),
+            (headers::DEADLINE, "soon"),
+            (headers::TIMEOUT_MS, "-5"),
+        ];
+        for (name, value) in cases {
+            let mut h = good();
+            h.insert(name, value);
+            match FiringMessage::parse(Some(&h), b"{}") {
+                Err(BadMessage::Invalid { header, .. }) => assert_eq!(header, name),
+                other => panic!("{name}={value}: {other:?}"),
+            }
+        }
+        let mut h = HeaderMap::new();
+        h.insert(headers::FIRING_ID, "job-1@1#1");
+        assert_eq!(
+            FiringMessage::parse(Some(&h), b"{}"),
+            Err(BadMessage::Missing(headers::JOB_ID))
+        );
+        assert!(matches!(
+            FiringMessage::parse(Some(&good()), b"{nope"),
+            Err(BadMessage::Body(_))
+        ));
+    }
+}

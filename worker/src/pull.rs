@@ -1,0 +1,219 @@
+//! The fetch loop: pulls as many firings as there are free threads, highest band first.
+//!
+//! - `free = threads - in_flight`; nothing is fetched that cannot start now
+//!   (no pull-ahead: a buffered message would run down its `ack_wait`).
+//! - A round fetches up to `free` from `high`, then what is still free from
+//!   `normal`, then from `low`. Fetches are no-wait with a short `expires`:
+//!   they return what is there at once (a fetch without `expires` can hang
+//!   once `max_ack_pending` is full; an empty band costs the `expires`).
+//! - A band that returned fewer messages than asked is drained; it is not
+//!   fetched again until the doorbell `chime.ready.<group>` rings or the poll
+//!   interval passes (redeliveries, missed doorbells). A band that filled the
+//!   request is fetched again as soon as a thread frees up.
+//! - With nothing to fetch the loop sleeps until the doorbell, the poll
+//!   interval, a thread freeing up (when threads were all busy) or shutdown.
+
+use crate::dispatch::dispatch;
+use crate::slots::Slots;
+use crate::worker::Shared;
+use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::AckKind;
+use async_nats::Subscriber;
+use chime_common::topology::Topology;
+use chime_common::Band;
+use futures::{FutureExt, StreamExt};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// What one round did, for logs and tests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Round {
+    /// Messages fetched per band, in [`Band::ALL`] order.
+    pub fetched: [usize; 3],
+    /// Fetches (or consumer look-ups) that failed.
+    pub errors: usize,
+}
+
+impl Round {
+    fn total(&self) -> usize {
+        self.fetched.iter().sum()
+    }
+}
+
+/// The fetch loop of one worker.
+pub(crate) struct Puller {
+    shared: Arc<Shared>,
+    topology: Topology,
+    /// One consumer per band; `None` after a failure, looked up again next round.
+    consumers: [Option<PullConsumer>; 3],
+    /// Whether a band may hold messages (see the module docs).
+    maybe_work: [bool; 3],
+    doorbell: Option<Subscriber>,
+    slots: Slots,
+    firings: TaskTracker,
+}
+
+impl Puller {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        topology: Topology,
+        consumers: [PullConsumer; 3],
+        doorbell: Subscriber,
+        slots: Slots,
+        firings: TaskTracker,
+    ) -> Self {
+        Puller {
+            shared,
+            topology,
+            consumers: consumers.map(Some),
+            maybe_work: [true; 3],
+            doorbell: Some(doorbell),
+            slots,
+            firings,
+        }
+    }
+
+    /// Fetches and dispatches until `stop`. Messages already fetched are
+    /// dispatched before it returns; nothing is left held and unstarted.
+    pub(crate) async fn run(mut self, stop: CancellationToken) {
+        let mut poll = tokio::time::interval(self.shared.config.poll_interval);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        poll.tick().await;
+        loop {
+            if stop.is_cancelled() {
+                break;
+            }
+            self.take_doorbells();
+            let round = self.run_once().await;
+            if round.errors > 0 {
+                // Back off until the next poll tick (or a doorbell).
+                tracing::debug!(?round, "fetch round had errors");
+            } else if round.total() > 0 && self.slots.free() > 0 && self.maybe_work.contains(&true)
+            {
+                continue;
+            }
+            let all_busy = self.slots.free() == 0;
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = self.slots.freed(), if all_busy => {}
+                _ = poll.tick() => self.maybe_work = [true; 3],
+                rung = next_doorbell(&mut self.doorbell) => {
+                    if rung {
+                        self.maybe_work = [true; 3];
+                    } else {
+                        self.doorbell = None;
+                    }
+                }
+            }
+        }
+        if let Some(doorbell) = self.doorbell.as_mut() {
+            let _ = doorbell.unsubscribe().await;
+        }
+    }
+
+    /// Notes doorbells that rang while busy.
+    fn take_doorbells(&mut self) {
+        let Some(doorbell) = self.doorbell.as_mut() else {
+            return;
+        };
+        while let Some(rung) = doorbell.next().now_or_never() {
+            match rung {
+                Some(_) => self.maybe_work = [true; 3],
+                None => {
+                    self.doorbell = None;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One round: fetch up to the free threads, high band first, and dispatch.
+    pub(crate) async fn run_once(&mut self) -> Round {
+        let mut round = Round::default();
+        for (i, band) in Band::ALL.into_iter().enumerate() {
+            let free = self.slots.free();
+            if free == 0 {
+                break;
+            }
+            if !self.maybe_work[i] {
+                continue;
+            }
+            let consumer = match &self.consumers[i] {
+                Some(consumer) => consumer.clone(),
+                None => match self
+                    .topology
+                    .fire_consumer(&self.shared.config.group, band)
+                    .await
+                {
+                    Ok(consumer) => {
+                        self.consumers[i] = Some(consumer.clone());
+                        consumer
+                    }
+                    Err(error) => {
+                        self.shared.metrics.fetch_errors.inc();
+                        round.errors += 1;
+                        tracing::warn!(%band, %error, "cannot open the firing consumer");
+                        continue;
+                    }
+                },
+            };
+            match self.fetch(&consumer, free, &mut round.fetched[i]).await {
+                Ok(()) => {
+                    if round.fetched[i] < free {
+                        self.maybe_work[i] = false;
+                    }
+                }
+                Err(error) => {
+                    self.shared.metrics.fetch_errors.inc();
+                    round.errors += 1;
+                    self.consumers[i] = None;
+                    tracing::warn!(%band, %error, "fetching firings failed");
+                }
+            }
+        }
+        round
+    }
+
+    /// Fetches up to `max` messages and dispatches each as it arrives.
+    async fn fetch(
+        &self,
+        consumer: &PullConsumer,
+        max: usize,
+        fetched: &mut usize,
+    ) -> Result<(), String> {
+        let mut batch = consumer
+            .fetch()
+            .max_messages(max)
+            .expires(self.shared.config.fetch_expiry)
+            .messages()
+            .await
+            .map_err(|e| e.to_string())?;
+        // The batch ends on its own: `max` messages, the server's end-of-batch
+        // status, or the client's timer (`expires` + 5 s).
+        while let Some(item) = batch.next().await {
+            let message = item.map_err(|e| e.to_string())?;
+            *fetched += 1;
+            match self.slots.try_take() {
+                Some(slot) => {
+                    self.firings
+                        .spawn(dispatch(self.shared.clone(), message, slot));
+                }
+                None => {
+                    // Only this loop takes slots, so this cannot happen; never hold it unstarted.
+                    tracing::error!("fetched a firing without a free thread; handing it back");
+                    let _ = message.ack_with(AckKind::Nak(None)).await;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Waits for the next doorbell: true when one rang, false when the subscription ended.
+async fn next_doorbell(doorbell: &mut Option<Subscriber>) -> bool {
+    match doorbell {
+        Some(doorbell) => doorbell.next().await.is_some(),
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,142 @@
+//! Asking the scheduler to start a firing (request/reply `chime.worker.v1.start`).
+
+use async_nats::{Client, Request, RequestErrorKind};
+use chime_common::protocol::{StartRefusal, StartReply, StartRequest};
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+/// Start requests sent for one delivery before giving up on it: a timed-out
+/// request is repeated once (the scheduler answers a repeated start from the
+/// same worker idempotently).
+const START_ATTEMPTS: u32 = 2;
+
+/// The scheduler's decision on one delivery.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum StartDecision {
+    /// Run it; the scheduler's deadline, if it sent one.
+    Accepted { deadline: Option<DateTime<Utc>> },
+    /// Drop it (ack, do not run).
+    Refused(Option<StartRefusal>),
+    /// No decision (no scheduler, timeout, garbage reply): NAK it so it comes back.
+    Unavailable(String),
+}
+
+/// The metric label of a refusal.
+pub(crate) fn refusal_label(refusal: Option<StartRefusal>) -> &'static str {
+    match refusal {
+        Some(StartRefusal::AlreadyStarted) => "already_started",
+        Some(StartRefusal::AlreadyFinished) => "already_finished",
+        Some(StartRefusal::UnknownFiring) => "unknown_firing",
+        Some(StartRefusal::Skipped) => "skipped",
+        Some(StartRefusal::Queued) => "queued",
+        Some(StartRefusal::Cancelled) => "cancelled",
+        None => "unspecified",
+    }
+}
+
+/// Sends `request` on `subject` and reads the decision.
+pub(crate) async fn request_start(
+    client: &Client,
+    subject: &str,
+    request: &StartRequest,
+    timeout: Duration,
+) -> StartDecision {
+    let body = match serde_json::to_vec(request) {
+        Ok(body) => body,
+        Err(e) => {
+            return StartDecision::Unavailable(format!("cannot encode the start request: {e}"))
+        }
+    };
+    let mut last = String::new();
+    for attempt in 1..=START_ATTEMPTS {
+        let sent = client
+            .send_request(
+                subject.to_string(),
+                Request::new()
+                    .payload(body.clone().into())
+                    .timeout(Some(timeout)),
+            )
+            .await;
+        match sent {
+            Ok(reply) => return decide(&reply.payload),
+            Err(e) if e.kind() == RequestErrorKind::TimedOut && attempt < START_ATTEMPTS => {
+                tracing::debug!(attempt, "start request timed out; asking again");
+                last = e.to_string();
+            }
+            Err(e) if e.kind() == RequestErrorKind::NoResponders => {
+                return StartDecision::Unavailable("no scheduler answers start requests".into());
+            }
+            Err(e) => {
+                last = e.to_string();
+                break;
+            }
+        }
+    }
+    StartDecision::Unavailable(format!("start request failed: {last}"))
+}
+
+/// Reads a reply: a [`StartReply`], or an API error `{"error": {...}}`.
+///
+/// A refusal reason this worker does not know (a newer scheduler) is still a
+/// refusal; an unreadable deadline falls back to the message's own.
+fn decide(payload: &[u8]) -> StartDecision {
+    let value: serde_json::Value = match serde_json::from_slice(payload) {
+        Ok(value) => value,
+        Err(e) => {
+            return StartDecision::Unavailable(format!(
+                "unreadable start reply ({e}): {}",
+                String::from_utf8_lossy(&payload[..payload.len().min(200)])
+            ))
+        }
+    };
+    match value.get("accepted").and_then(serde_json::Value::as_bool) {
+        Some(true) => StartDecision::Accepted {
+            deadline: serde_json::from_value::<StartReply>(value)
+                .ok()
+                .and_then(|reply| reply.deadline),
+        },
+        Some(false) => StartDecision::Refused(
+            value
+                .get("refusal")
+                .and_then(|r| serde_json::from_value::<StartRefusal>(r.clone()).ok()),
+        ),
+        None => match value.get("error") {
+            Some(error) => {
+                StartDecision::Unavailable(format!("the scheduler answered with an error: {error}"))
+            }
+            None => StartDecision::Unavailable(format!("unreadable start reply: {value}")),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_map_to_decisions() {
+        assert_eq!(
+            decide(br#"{"accepted": true, "deadline": "2026-03-28T01:30:00.000Z"}"#),
+            StartDecision::Accepted {
+                deadline: Some("2026-03-28T01:30:00Z".parse().unwrap())
+            }
+        );
+        assert_eq!(
+            decide(br#"{"accepted": true}"#),
+            StartDecision::Accepted { deadline: None }
+        );
+        assert_eq!(
+            decide(br#"{"accepted": false, "refusal": "already_started"}"#),
+            StartDecision::Refused(Some(StartRefusal::AlreadyStarted))
+        );
+        assert!(matches!(
+            decide(br#"{"error": {"code": "unavailable", "message": "db down"}}"#),
+            StartDecision::Unavailable(m) if m.contains("db down")
+        ));
+        assert!(matches!(decide(b"garbage"), StartDecision::Unavailable(_)));
+        assert_eq!(
+            decide(br#"{"accepted": false, "refusal": "some_future_reason"}"#),
+            StartDecision::Refused(None)
+        );
+    }
+}
