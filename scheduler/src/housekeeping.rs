@@ -12,7 +12,9 @@ use crate::lease::Lease;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::wheel::Wheel;
+use chime_common::FiringId;
 use chrono::{DateTime, Utc};
+use std::collections::HashMap;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -63,12 +65,15 @@ pub struct Housekeeping {
     pub wheel: Wheel,
     pub metrics: Metrics,
     last_prune: std::sync::Mutex<Option<DateTime<Utc>>>,
+    /// Firings handed to the wheel recently, so a pass does not hand the same
+    /// ones over again while their publish is still under way.
+    rescued: std::sync::Mutex<HashMap<FiringId, DateTime<Utc>>>,
 }
 
 impl Housekeeping {
     /// A housekeeper that hands rescued firings to `wheel`.
     pub fn new(config: HousekeepingConfig, store: Store, wheel: Wheel, metrics: Metrics) -> Self {
-        Housekeeping { config, store, wheel, metrics, last_prune: Default::default() }
+        Housekeeping { config, store, wheel, metrics, last_prune: Default::default(), rescued: Default::default() }
     }
 
     /// One pass.
@@ -80,6 +85,12 @@ impl Housekeeping {
             .overdue_staged(due_before, self.config.rescue_batch)
             .await
             .map_err(|e| e.to_string())?;
+        let orphans: Vec<_> = {
+            let mut rescued = self.rescued.lock().unwrap_or_else(|p| p.into_inner());
+            let again_after = chrono::Duration::from_std(self.config.rescue_after).unwrap_or_default();
+            rescued.retain(|_, at| now - *at < again_after);
+            orphans.into_iter().filter(|f| rescued.insert(f.id.clone(), now).is_none()).collect()
+        };
         if !orphans.is_empty() {
             tracing::warn!(count = orphans.len(), "rescuing staged firings nobody published");
             outcome.rescued = orphans.len();

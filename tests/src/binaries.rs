@@ -4,12 +4,20 @@
 //! tests, so `cargo test --workspace` does not build `chime-scheduler`,
 //! `chime-worker` or `chimectl` for the suites in `chime-tests`, and
 //! binaries built earlier are stale after an edit. So before the first
-//! binary is used, the harness runs `cargo build --workspace --bins` once per
-//! test process, with the profile of the running test; cargo writes them
-//! next to the test executable's `deps/` directory. When nothing changed this
-//! takes a fraction of a second. Setting `CHIME_BIN_DIR` skips the build and
-//! uses the binaries in that directory instead (release builds, installed
-//! ones).
+//! binary is used, the harness runs `cargo build --workspace --bins
+//! --examples` once per test process, with the profile of the running test;
+//! cargo writes them next to the test executable's `deps/` directory. When
+//! nothing changed this takes a fraction of a second.
+//!
+//! `--examples` is there for its side effect on feature resolution: like a
+//! test build, it activates dev-dependencies' features, so the libraries
+//! `cargo test --workspace` just compiled are reused instead of compiled a
+//! second time with a different feature set (dev-dependencies such as
+//! `croner` and `criterion` turn on extra features of `chrono` and others).
+//! `cargo test` compiles the examples anyway.
+//!
+//! Setting `CHIME_BIN_DIR` skips the build and uses the binaries in that
+//! directory instead (release builds, installed ones).
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -103,14 +111,21 @@ fn candidate_dirs(exe: &Path, cargo_target_dir: Option<&Path>) -> Vec<PathBuf> {
     dirs
 }
 
-/// Runs `cargo build --workspace --bins` for the profile whose output
-/// directory is `profile_dir`. Cargo's output is shown only if it fails.
+/// Runs `cargo build --workspace --bins --examples` for the profile whose
+/// output directory is `profile_dir`. Cargo's output is shown only if it
+/// fails.
 fn build_workspace_binaries(profile_dir: &Path) {
     // Set by cargo for the processes it runs; a test run by hand uses PATH.
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
     let output = Command::new(&cargo)
-        .args(["build", "--workspace", "--bins", "--manifest-path"])
+        .args([
+            "build",
+            "--workspace",
+            "--bins",
+            "--examples",
+            "--manifest-path",
+        ])
         .arg(&manifest)
         .args(profile_args(profile_dir))
         .stdin(Stdio::null())
@@ -122,8 +137,8 @@ fn build_workspace_binaries(profile_dir: &Path) {
             let lines: Vec<&str> = stderr.lines().collect();
             let tail = lines[lines.len().saturating_sub(60)..].join("\n");
             panic!(
-                "`cargo build --workspace --bins` failed ({}), so the binaries under test \
-                 cannot be built:\n{tail}",
+                "`cargo build --workspace --bins --examples` failed ({}), so the binaries \
+                 under test cannot be built:\n{tail}",
                 output.status
             );
         }

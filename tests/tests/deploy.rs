@@ -1380,6 +1380,8 @@ fn substitute_variables(expr: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worker() {
     init_tracing();
+    let began = Instant::now();
+    let step = |what: &str| eprintln!("[{:5.1}s] {what}", began.elapsed().as_secs_f64());
     let prometheus_bin = tool("prometheus");
     let nats = NatsServer::start().await;
     let db = SqliteDatabase::create();
@@ -1395,6 +1397,7 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
     scheduler
         .wait_for_log_line("chime-scheduler ready", Duration::from_secs(20))
         .await;
+    step("scheduler ready");
 
     let mut cmd = Binary::Worker.command();
     cmd.env("CHIME_NATS_URL", nats.url())
@@ -1406,6 +1409,7 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
     worker
         .wait_for_log_line("chime-worker ready", Duration::from_secs(20))
         .await;
+    step("worker ready");
 
     // Traffic for every panel: successes, failures with a retry, overlap
     // refusals while a run is executing, a backlog in a group without
@@ -1430,6 +1434,7 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
         client.get_job("no-such-job").await.is_err(),
         "get of a missing job is an error"
     );
+    step("jobs put");
 
     // The consumers the KEDA ScaledObject watches exist once a worker runs.
     let objects = kubernetes_objects("autoscaling/keda");
@@ -1461,6 +1466,7 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
     let wanted: BTreeSet<String> = wanted.difference(&own).cloned().collect();
     let scheduler_metrics = format!("http://{scheduler_addr}/metrics");
     let worker_metrics = format!("http://{worker_addr}/metrics");
+    step("waiting for every metric to be exported");
     eventually(
         Duration::from_secs(30),
         "every metric of the dashboard and the rules",
@@ -1504,6 +1510,7 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
     let _prometheus = ChimeProcess::spawn(cmd);
     let base = format!("http://{prometheus_addr}");
     let start = chrono::Utc::now().timestamp() - 5;
+    step("starting Prometheus; waiting for its scrapes");
     eventually(
         Duration::from_secs(20),
         "Prometheus to scrape both targets",
@@ -1527,6 +1534,7 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
 
     // Every dashboard query returns data (rate windows need a few scrapes).
     let queries = dashboard_queries();
+    step("waiting for every dashboard query to return data");
     eventually(
         Duration::from_secs(40),
         "every dashboard query to return data",
@@ -1568,6 +1576,7 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
 
     // The rules evaluate without error, and "no worker in a group" picks the
     // group without workers and only that one.
+    step("waiting for every rule to evaluate");
     eventually(
         Duration::from_secs(10),
         "every rule to evaluate",
@@ -1599,6 +1608,7 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
         .into_iter()
         .find(|(name, _)| name == "ChimeNoWorkerInGroup")
         .expect("rule ChimeNoWorkerInGroup");
+    step("checking ChimeNoWorkerInGroup");
     let groups = eventually(
         Duration::from_secs(10),
         "ChimeNoWorkerInGroup to select group orphans",
@@ -1630,6 +1640,7 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
         "only the group without workers lacks one"
     );
 
+    step("stopping");
     worker.terminate(Duration::from_secs(40)).await;
     scheduler.terminate(Duration::from_secs(20)).await;
 }

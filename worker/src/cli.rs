@@ -76,9 +76,8 @@ pub enum LogFormat {
 impl Args {
     /// Checks every flag; the message names the flag to fix.
     pub fn validate(&self) -> Result<(), String> {
-        if self.nats_url.trim().is_empty() {
-            return Err("--nats-url must not be empty".into());
-        }
+        self.nats_servers()
+            .map_err(|e| format!("--nats-url: {e}"))?;
         Subjects::validate_prefix(&self.subject_prefix)
             .map_err(|e| format!("--subject-prefix: {e}"))?;
         validate_group(&self.group).map_err(|e| format!("--group: {e}"))?;
@@ -112,6 +111,24 @@ impl Args {
             return Err("--poll-interval must be at least 1ms".into());
         }
         Ok(())
+    }
+
+    /// The NATS server addresses of `--nats-url` (comma-separated).
+    pub fn nats_servers(&self) -> Result<Vec<async_nats::ServerAddr>, String> {
+        let servers: Vec<_> = self
+            .nats_url
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse::<async_nats::ServerAddr>()
+                    .map_err(|e| format!("{s:?} is not a NATS URL ({e})"))
+            })
+            .collect::<Result<_, _>>()?;
+        if servers.is_empty() {
+            return Err("at least one URL is needed, e.g. nats://127.0.0.1:4222".into());
+        }
+        Ok(servers)
     }
 
     /// The metrics address, `None` when `off`.

@@ -51,8 +51,9 @@ async fn connect(args: &Args, worker_id: &str) -> Result<async_nats::Client> {
     if let Some(ca) = &args.nats_tls_ca {
         options = options.add_root_certificates(ca.clone()).require_tls(true);
     }
+    let servers = args.nats_servers().map_err(anyhow::Error::msg)?;
     options
-        .connect(args.nats_url.as_str())
+        .connect(servers)
         .await
         .with_context(|| format!("cannot connect to NATS at {} (--nats-url)", args.nats_url))
 }

@@ -74,7 +74,7 @@ pub(crate) fn next_after(expr: &CronExpr, tz: Tz, after: DateTime<Utc>) -> Optio
             LocalResult::None => {
                 let end = GapInfo::new(&n, &tz).and_then(|g| g.end);
                 match end {
-                    Some(_end) if expr.fixed_hours => None,
+                    Some(end) if expr.fixed_hours => Some(end),
                     Some(end) => {
                         // Real time: skip the rest of the gap in one step.
                         cursor = cursor.max(end.naive_local() - TimeDelta::seconds(1));

@@ -1,0 +1,69 @@
+//! The nets under slice takeover: housekeeping publishes firings that were
+//! staged and never published; the expiry lease has one holder at a time.
+
+use chime_common::{JobSpec, Limits};
+use chime_scheduler::housekeeping::{Housekeeping, HousekeepingConfig};
+use chime_scheduler::lease::Lease;
+use chime_scheduler::metrics::Metrics;
+use chime_scheduler::store::{StageRequest, Store, StoreOptions};
+use chime_scheduler::wheel::Wheel;
+use chime_tests::{backend_tests, init_tracing, NatsServer, TestDatabase};
+use chrono::{Duration as Span, Utc};
+use serde_json::json;
+use std::time::Duration;
+
+backend_tests! {
+    async fn staged_firings_nobody_published_are_rescued_once(db: TestDatabase) {
+        init_tracing();
+        let store = Store::connect(&db.url(), StoreOptions::default()).await.expect("store");
+        let t0 = Utc::now() - Span::seconds(30);
+        for i in 0..3 {
+            let spec = JobSpec::from_json(&json!({"id": format!("orphan-{i}"), "schedule": {"every": "1s"}, "handler": "noop"}), &Limits::default())
+                .expect("spec");
+            store.put_job(&spec, t0).await.expect("put");
+        }
+        // A replica claimed and staged a slice 30 s ago, then died before publishing.
+        let staged = store
+            .stage_slice(&StageRequest::new("slice.dead.0", 0, t0 + Span::milliseconds(1_500), t0))
+            .await
+            .expect("stage");
+        assert_eq!(staged.firings.len(), 3);
+
+        let metrics = Metrics::new();
+        let wheel = Wheel::new(metrics.clone());
+        let housekeeping = Housekeeping::new(HousekeepingConfig::default(), store.clone(), wheel.clone(), metrics);
+        let outcome = housekeeping.run_once(Utc::now()).await.expect("pass");
+        assert_eq!(outcome.rescued, 3);
+        assert_eq!(wheel.len(), 3);
+        let again = housekeeping.run_once(Utc::now()).await.expect("second pass");
+        assert_eq!(again.rescued, 0, "a firing handed to the wheel is not handed over again");
+        assert_eq!(wheel.len(), 3);
+
+        let ids: Vec<_> = wheel.pop_due(Utc::now().timestamp_millis()).into_iter().map(|e| e.firing.id).collect();
+        store.mark_published(&ids, Utc::now()).await.expect("mark");
+        let later = Utc::now() + Span::seconds(60);
+        assert_eq!(housekeeping.run_once(later).await.expect("pass").rescued, 0, "published firings are left alone");
+    }
+}
+
+#[tokio::test]
+async fn a_lease_has_one_holder_until_it_expires_or_is_released() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let js = async_nats::jetstream::new(nats.connect().await);
+    let kv = js
+        .create_key_value(async_nats::jetstream::kv::Config { bucket: "leases".into(), ..Default::default() })
+        .await
+        .expect("bucket");
+    let a = Lease::new(kv.clone(), "expiry", "a", Duration::from_secs(5));
+    let b = Lease::new(kv.clone(), "expiry", "b", Duration::from_secs(5));
+    let now = Utc::now();
+    assert!(a.acquire_or_renew(now).await);
+    assert!(!b.acquire_or_renew(now).await, "held by a");
+    assert!(a.acquire_or_renew(now + Span::seconds(3)).await, "a renews");
+    assert!(!b.acquire_or_renew(now + Span::seconds(6)).await, "renewed until now + 8 s");
+    assert!(b.acquire_or_renew(now + Span::seconds(9)).await, "expired: b takes it");
+    assert!(!a.acquire_or_renew(now + Span::seconds(9)).await);
+    b.release().await;
+    assert!(a.acquire_or_renew(now + Span::seconds(9)).await, "released: a takes it at once");
+}
