@@ -4,7 +4,9 @@
 //! lives in its own file. Bad input exits with status 2 and one line on
 //! stderr that names the flag at fault.
 
+mod api;
 mod preview;
+mod table;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -23,9 +25,19 @@ struct Cli {
         env = "CHIME_NATS_URL",
         default_value = "nats://127.0.0.1:4222"
     )]
-    // Read by the API subcommands; `preview` needs no server.
-    #[allow(dead_code)]
     nats_url: String,
+
+    /// Subject prefix of the installation.
+    #[arg(long, global = true, env = "CHIME_SUBJECT_PREFIX", default_value = "chime")]
+    subject_prefix: String,
+
+    /// NATS credentials file.
+    #[arg(long, global = true, env = "CHIME_NATS_CREDS")]
+    nats_creds: Option<std::path::PathBuf>,
+
+    /// How long to wait for a reply.
+    #[arg(long, global = true, default_value = "5s", value_parser = timeout)]
+    timeout: std::time::Duration,
 
     #[command(subcommand)]
     command: Command,
@@ -35,6 +47,31 @@ struct Cli {
 enum Command {
     /// Print the next firing times of a schedule (offline, needs no server).
     Preview(preview::PreviewArgs),
+    #[command(flatten)]
+    Api(api::ApiCommand),
+}
+
+fn timeout(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// Connects to NATS and builds the API client.
+async fn client(cli: &Cli) -> Result<chime_common::client::Client, Failure> {
+    chime_common::Subjects::validate_prefix(&cli.subject_prefix).map_err(|e| Failure::Usage(format!("--subject-prefix: {e}")))?;
+    let mut options = async_nats::ConnectOptions::new().name("chimectl");
+    if let Some(creds) = &cli.nats_creds {
+        options = options
+            .credentials_file(creds)
+            .await
+            .map_err(|e| Failure::Other(anyhow::anyhow!("cannot read {}: {e}", creds.display())))?;
+    }
+    let nats = tokio::time::timeout(cli.timeout, options.connect(&cli.nats_url))
+        .await
+        .map_err(|_| Failure::Other(anyhow::anyhow!("cannot connect to NATS at {} within {:?}", cli.nats_url, cli.timeout)))?
+        .map_err(|e| Failure::Other(anyhow::anyhow!("cannot connect to NATS at {}: {e}", cli.nats_url)))?;
+    Ok(chime_common::client::Client::new(nats)
+        .with_subjects(chime_common::Subjects::new(cli.subject_prefix.clone()))
+        .with_timeout(cli.timeout))
 }
 
 /// Exit status for input the user must fix (the same as clap's usage errors).
@@ -48,6 +85,10 @@ async fn main() -> ExitCode {
     };
     let result = match &cli.command {
         Command::Preview(args) => preview::run(args, cli.json),
+        Command::Api(command) => match client(&cli).await {
+            Ok(client) => api::run(command, &client, cli.json).await,
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -19,12 +19,14 @@ say() { printf '\033[1m[chime]\033[0m %s\n' "$*"; }
 cleanup() {
     trap - EXIT INT TERM
     say "stopping"
-    # Workers and schedulers drain on SIGTERM; NATS goes last.
+    # One at a time, newest first: the worker drains and reports, the
+    # scheduler publishes what it holds, and NATS, which both need, goes last.
     for pid in "${pids[@]:-}"; do
-        [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${pids[@]:-}"; do
-        [ -n "$pid" ] && wait "$pid" 2>/dev/null || true
+        [ -n "$pid" ] || continue
+        kill -TERM "$pid" 2>/dev/null || continue
+        for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
     done
     rm -rf "$work"
     say "stopped; nothing left running"

@@ -231,11 +231,15 @@ impl Collector {
                 break;
             }
         }
-        while !acked.ids.is_empty() || !acked.unrung.is_empty() {
+        // The store may be down: try for a while, then leave the rest
+        // `staged`; housekeeping republishes them inside the dedup window,
+        // where JetStream drops the copy.
+        for _ in 0..50 {
             self.flush(&mut acked).await;
-            if !acked.ids.is_empty() {
-                tokio::time::sleep(self.config.flush_interval).await;
+            if acked.ids.is_empty() {
+                break;
             }
+            tokio::time::sleep(self.config.flush_interval).await;
         }
     }
 

@@ -148,7 +148,11 @@ pub struct Replica {
     pub metrics_addr: Option<SocketAddr>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    drain: Duration,
 }
+
+/// How long shutdown waits beyond the drain for services to finish their last pass.
+const SHUTDOWN_SLACK: Duration = Duration::from_secs(5);
 
 impl Replica {
     /// Connects to NATS and the store, creates streams and buckets, and starts every service.
@@ -262,14 +266,28 @@ impl Replica {
         tracker.close();
 
         tracing::info!(replica = %config.replica_id, ?metrics_addr, "chime-scheduler ready");
-        Ok(Replica { id: config.replica_id, metrics, store, nats, metrics_addr, shutdown, tracker })
+        Ok(Replica {
+            id: config.replica_id,
+            metrics,
+            store,
+            nats,
+            metrics_addr,
+            shutdown,
+            tracker,
+            drain: config.shutdown_drain,
+        })
     }
 
     /// Stops claiming and serving, publishes what the wheel holds, releases the rest, and waits.
+    ///
+    /// Every step is bounded, so a replica whose NATS or database is gone
+    /// still exits: after the drain plus `SHUTDOWN_SLACK` it stops waiting.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
-        self.tracker.wait().await;
-        let _ = self.nats.flush().await;
+        if tokio::time::timeout(self.drain + SHUTDOWN_SLACK, self.tracker.wait()).await.is_err() {
+            tracing::warn!("services did not stop in time; exiting anyway");
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.nats.flush()).await;
     }
 
     /// A token that stops this replica when cancelled (for signal handlers).

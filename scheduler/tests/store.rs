@@ -401,6 +401,49 @@ async fn concurrent_connects_all_succeed(db: &TestDb) {
     assert_eq!(migrations, 1);
 }
 
+#[tokio::test]
+async fn in_memory_sqlite_works() {
+    let store = Store::connect("sqlite::memory:", StoreOptions::default())
+        .await
+        .expect("connect");
+    assert_eq!(store.backend(), Backend::Sqlite);
+    store
+        .put_job(&every("a", "1s", json!({})), t(0))
+        .await
+        .expect("put");
+    let outcome = store
+        .stage_slice(&stage("s", t(3), t(0)))
+        .await
+        .expect("stage");
+    assert_eq!(outcome.firings.len(), 2);
+    assert!(store.get_job("a").await.expect("get").is_some());
+}
+
+#[tokio::test]
+async fn unsupported_urls_are_invalid() {
+    let err = Store::connect("mysql://localhost/chime", StoreOptions::default())
+        .await
+        .expect_err("not supported");
+    assert!(
+        matches!(err, StoreError::Invalid(ref f) if f.field == "database_url"),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn unreachable_postgres_is_unavailable() {
+    // Port 1 on loopback: nothing listens there.
+    let err = Store::connect(
+        "postgres://postgres@127.0.0.1:1/chime",
+        StoreOptions::default(),
+    )
+    .await
+    .expect_err("nothing listens");
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+    let api = chime_common::ApiError::from(err);
+    assert_eq!(api.code, chime_common::ErrorCode::Unavailable);
+}
+
 // ---------------------------------------------------------------------------
 // Jobs
 

@@ -45,7 +45,7 @@ impl Round {
 pub(crate) struct Puller {
     shared: Arc<Shared>,
     topology: Topology,
-    /// One consumer per band; `None` after a failure, looked up again next round.
+    /// One consumer per band, in [`Band::ALL`] order; `None` after a failure, looked up again next round.
     consumers: [Option<PullConsumer>; 3],
     /// Whether a band may hold messages (see the module docs).
     maybe_work: [bool; 3],

@@ -77,13 +77,12 @@ impl Worker {
         let jetstream = jetstream::new(client.clone());
         let topology = Topology::new(jetstream.clone(), subjects.clone(), topology_config);
         topology.ensure().await?;
-        let mut consumers = Vec::with_capacity(3);
-        for band in Band::ALL {
-            consumers.push(topology.fire_consumer(&config.group, band).await?);
-        }
-        let consumers: [_; 3] = consumers
-            .try_into()
-            .unwrap_or_else(|_| unreachable!("one consumer per band"));
+        let group = config.group.as_str();
+        let consumers = [
+            topology.fire_consumer(group, Band::High).await?,
+            topology.fire_consumer(group, Band::Normal).await?,
+            topology.fire_consumer(group, Band::Low).await?,
+        ];
         let workers = topology.workers().await?;
 
         let doorbell = client

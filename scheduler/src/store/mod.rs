@@ -123,16 +123,23 @@ impl Store {
                 (pool.clone(), pool)
             }
             Backend::Sqlite => {
-                let url = sqlite_url(url);
-                // An in-memory database exists once per connection: share one.
                 let memory = url.contains(":memory:") || url.contains("mode=memory");
-                let write = sqlite_pool(1).connect(&url).await?;
-                let read = if memory {
-                    write.clone()
+                if memory {
+                    // An in-memory database lives as long as its one
+                    // connection: keep exactly one, for reads and writes.
+                    let pool = sqlite_pool(1)
+                        .min_connections(1)
+                        .idle_timeout(None)
+                        .max_lifetime(None)
+                        .connect(url)
+                        .await?;
+                    (pool.clone(), pool)
                 } else {
-                    sqlite_pool(max_connections).connect(&url).await?
-                };
-                (read, write)
+                    let url = sqlite_url(url);
+                    let write = sqlite_pool(1).connect(&url).await?;
+                    let read = sqlite_pool(max_connections).connect(&url).await?;
+                    (read, write)
+                }
             }
         };
         let migrator = match backend {

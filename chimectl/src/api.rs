@@ -1,0 +1,153 @@
+//! The subcommands that talk to a scheduler through the request/reply API.
+//!
+//! Each sends one request with the typed client and prints the reply: the
+//! server's JSON as is with `--json`, a short table otherwise.
+
+use crate::table::{print_firings, print_jobs, print_workers};
+use crate::Failure;
+use anyhow::Context as _;
+use chime_common::client::Client;
+use chime_common::{ApiError, ErrorCode, FiringState, JobState};
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use std::io::Read;
+
+/// The API subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ApiCommand {
+    /// Create or replace a job from a JSON spec file (`-` reads stdin).
+    Put { file: String },
+    /// Show one job.
+    Get { id: String },
+    /// List jobs, newest first.
+    List(ListArgs),
+    /// Delete a job (running firings are cancelled).
+    Delete { id: String },
+    /// Pause a job.
+    Pause { id: String },
+    /// Resume a paused job (missed instants follow its misfire policy).
+    Resume { id: String },
+    /// Run a job now, once, outside its schedule.
+    Trigger {
+        id: String,
+        /// A JSON payload for this run only.
+        #[arg(long)]
+        payload: Option<String>,
+    },
+    /// Show firings (attempts with times, worker, outcome and error), newest first.
+    History(HistoryArgs),
+    /// List live workers.
+    Workers {
+        #[arg(long)]
+        group: Option<String>,
+    },
+}
+
+/// `list` filters.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[arg(long)]
+    group: Option<String>,
+    /// active, paused or completed.
+    #[arg(long)]
+    state: Option<String>,
+    #[arg(long, default_value_t = 100)]
+    limit: u32,
+    /// The `next` cursor printed by the previous page.
+    #[arg(long)]
+    after: Option<String>,
+}
+
+/// `history` filters.
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// Only this job's firings.
+    job_id: Option<String>,
+    /// staged, published, executing, succeeded, failed, lost, skipped or cancelled.
+    #[arg(long)]
+    state: Option<String>,
+    #[arg(long, default_value_t = 20)]
+    limit: u32,
+    #[arg(long)]
+    after: Option<String>,
+}
+
+fn usage(e: impl std::fmt::Display) -> Failure {
+    Failure::Usage(e.to_string())
+}
+
+fn api_failure(e: ApiError) -> Failure {
+    let field = e.field.as_deref().filter(|f| !f.is_empty()).map(|f| format!(" [{f}]")).unwrap_or_default();
+    let mut text = format!("{}: {}{field}", e.code, e.message);
+    for detail in e.details.iter().skip(1) {
+        text.push_str(&format!("\n  {detail}"));
+    }
+    match e.code {
+        ErrorCode::InvalidArgument => Failure::Usage(text),
+        _ => Failure::Other(anyhow::anyhow!(text)),
+    }
+}
+
+fn read_spec(file: &str) -> Result<Value, Failure> {
+    let text = if file == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).context("cannot read the spec from stdin")?;
+        s
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?
+    };
+    serde_json::from_str(&text).map_err(|e| usage(format!("{file} is not valid JSON: {e}")))
+}
+
+/// Runs one API subcommand.
+pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result<(), Failure> {
+    let (verb, body) = match command {
+        ApiCommand::Put { file } => ("jobs.put", read_spec(file)?),
+        ApiCommand::Get { id } => ("jobs.get", json!({ "id": id })),
+        ApiCommand::Delete { id } => ("jobs.delete", json!({ "id": id })),
+        ApiCommand::Pause { id } => ("jobs.pause", json!({ "id": id })),
+        ApiCommand::Resume { id } => ("jobs.resume", json!({ "id": id })),
+        ApiCommand::Trigger { id, payload } => {
+            let mut body = json!({ "id": id });
+            if let Some(p) = payload {
+                body["payload"] = serde_json::from_str(p).map_err(|e| usage(format!("--payload is not valid JSON: {e}")))?;
+            }
+            ("jobs.trigger", body)
+        }
+        ApiCommand::List(args) => {
+            if let Some(state) = &args.state {
+                state.parse::<JobState>().map_err(|e| usage(format!("--state: {e}")))?;
+            }
+            ("jobs.list", json!({ "group": args.group, "state": args.state, "limit": args.limit, "after": args.after }))
+        }
+        ApiCommand::History(args) => {
+            if let Some(state) = &args.state {
+                state.parse::<FiringState>().map_err(|e| usage(format!("--state: {e}")))?;
+            }
+            ("firings.list", json!({ "job_id": args.job_id, "state": args.state, "limit": args.limit, "after": args.after }))
+        }
+        ApiCommand::Workers { group } => ("workers.list", json!({ "group": group })),
+    };
+    let body = strip_nulls(body);
+    let reply = client.call_json(verb, &body).await.map_err(api_failure)?;
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&reply).unwrap_or_default());
+        return Ok(());
+    }
+    match command {
+        ApiCommand::Trigger { .. } => println!("{}", reply["firing_id"].as_str().unwrap_or("")),
+        ApiCommand::List(_) => print_jobs(reply["jobs"].as_array().map(Vec::as_slice).unwrap_or(&[]), reply.get("next")),
+        ApiCommand::History(_) => print_firings(reply["firings"].as_array().map(Vec::as_slice).unwrap_or(&[]), reply.get("next")),
+        ApiCommand::Workers { .. } => print_workers(reply["workers"].as_array().map(Vec::as_slice).unwrap_or(&[])),
+        _ => print_jobs(std::slice::from_ref(&reply["job"]), None),
+    }
+    Ok(())
+}
+
+/// Drops absent optional fields, which the API refuses as null-typed values in some places.
+fn strip_nulls(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).collect()),
+        other => other,
+    }
+}

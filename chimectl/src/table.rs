@@ -1,0 +1,110 @@
+//! Plain-text tables for people; `--json` is for programs.
+
+use serde_json::Value;
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn schedule(v: &Value) -> String {
+    if let Some(cron) = v.get("cron") {
+        format!("cron {} {}", text(cron), text(&v["tz"]))
+    } else if let Some(every) = v.get("every") {
+        format!("every {}", text(every))
+    } else if let Some(at) = v.get("at") {
+        format!("at {}", text(at))
+    } else {
+        text(v)
+    }
+}
+
+fn print_rows(header: &[&str], rows: Vec<Vec<String>>) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells.iter().enumerate().map(|(i, c)| format!("{c:<w$}", w = widths[i])).collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(header.iter().map(|h| h.to_string()).collect());
+    for row in rows {
+        line(row);
+    }
+}
+
+fn print_next(next: Option<&Value>) {
+    if let Some(Value::String(cursor)) = next {
+        println!("(more: --after {cursor})");
+    }
+}
+
+/// Jobs, one per line.
+pub fn print_jobs(jobs: &[Value], next: Option<&Value>) {
+    let rows = jobs
+        .iter()
+        .map(|j| {
+            vec![
+                text(&j["id"]),
+                text(&j["group"]),
+                text(&j["state"]),
+                schedule(&j["schedule"]),
+                text(&j["handler"]),
+                text(&j["next_fire_at"]),
+                text(&j["version"]),
+            ]
+        })
+        .collect();
+    print_rows(&["ID", "GROUP", "STATE", "SCHEDULE", "HANDLER", "NEXT FIRE", "VERSION"], rows);
+    print_next(next);
+}
+
+/// Firings, one attempt per line.
+pub fn print_firings(firings: &[Value], next: Option<&Value>) {
+    let rows = firings
+        .iter()
+        .map(|f| {
+            let mut detail = text(&f["error"]);
+            if detail == "-" {
+                detail = f["output"].as_str().map(|o| o.trim().lines().last().unwrap_or("").to_string()).unwrap_or_default();
+            }
+            let detail: String = detail.chars().take(60).collect();
+            vec![
+                text(&f["job_id"]),
+                text(&f["scheduled_at"]),
+                text(&f["attempt"]),
+                text(&f["state"]),
+                text(&f["worker"]),
+                text(&f["started_at"]),
+                text(&f["finished_at"]),
+                detail,
+            ]
+        })
+        .collect();
+    print_rows(&["JOB", "SCHEDULED", "ATTEMPT", "STATE", "WORKER", "STARTED", "FINISHED", "ERROR / OUTPUT"], rows);
+    print_next(next);
+}
+
+/// Workers, one per line.
+pub fn print_workers(workers: &[Value]) {
+    let rows = workers
+        .iter()
+        .map(|w| {
+            vec![
+                text(&w["id"]),
+                text(&w["group"]),
+                text(&w["threads"]),
+                text(&w["in_flight"]),
+                text(&w["version"]),
+                text(&w["started_at"]),
+            ]
+        })
+        .collect();
+    print_rows(&["ID", "GROUP", "THREADS", "IN FLIGHT", "VERSION", "STARTED"], rows);
+}
