@@ -218,6 +218,7 @@ both_backends!(
     stage_slice_adopts_retries_and_triggers,
     adoption_is_per_partition,
     at_job_completes_after_its_instant,
+    a_job_with_many_instants_is_staged_whole,
     concurrent_slicers_stage_every_instant_exactly_once,
     repartitions_when_the_partition_count_changes,
     trigger_takes_a_free_millisecond,
@@ -941,6 +942,22 @@ async fn at_job_completes_after_its_instant(db: &TestDb) {
         .await
         .expect("stage");
     assert!(later.firings.is_empty());
+}
+
+async fn a_job_with_many_instants_is_staged_whole(db: &TestDb) {
+    let store = db.store().await;
+    store
+        .put_job(&every("fast", "1ms", json!({})), t(0))
+        .await
+        .expect("put");
+    // 14,999 instants: more than one transaction stages per job.
+    let outcome = store
+        .stage_slice(&stage("s", t(15), t(0)))
+        .await
+        .expect("stage");
+    assert_eq!(outcome.firings.len(), 14_999);
+    let job = store.get_job("fast").await.expect("get").expect("job");
+    assert_eq!(job.next_fire_at, Some(t(15)));
 }
 
 async fn concurrent_slicers_stage_every_instant_exactly_once(db: &TestDb) {

@@ -4,10 +4,13 @@
 //! tests, so `cargo test --workspace` does not build `chime-scheduler`,
 //! `chime-worker` or `chimectl` for the suites in `chime-tests`, and
 //! binaries built earlier are stale after an edit. So before the first
-//! binary is used, the harness runs `cargo build --workspace --bins
-//! --examples` once per test process, with the profile of the running test;
-//! cargo writes them next to the test executable's `deps/` directory. When
-//! nothing changed this takes a fraction of a second.
+//! binary is used, the harness runs `cargo build --workspace --examples
+//! --bin chime-scheduler --bin chime-worker --bin chimectl` once per test
+//! process, with the profile of the running test; cargo writes them next to
+//! the test executable's `deps/` directory. When nothing changed this takes a
+//! fraction of a second. Only these three are built, so that another binary
+//! of the workspace (a benchmark tool, say) that does not compile right now
+//! does not fail every end-to-end test.
 //!
 //! `--examples` is there for its side effect on feature resolution: like a
 //! test build, it activates dev-dependencies' features, so the libraries
@@ -111,23 +114,24 @@ fn candidate_dirs(exe: &Path, cargo_target_dir: Option<&Path>) -> Vec<PathBuf> {
     dirs
 }
 
-/// Runs `cargo build --workspace --bins --examples` for the profile whose
-/// output directory is `profile_dir`. Cargo's output is shown only if it
-/// fails.
+/// Runs `cargo build` of [`Binary::ALL`] for the profile whose output
+/// directory is `profile_dir`. Cargo's output is shown only if it fails.
 fn build_workspace_binaries(profile_dir: &Path) {
     // Set by cargo for the processes it runs; a test run by hand uses PATH.
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let mut args: Vec<String> = ["build", "--workspace", "--examples"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    for binary in Binary::ALL {
+        args.extend(["--bin".to_owned(), binary.name().to_owned()]);
+    }
+    args.extend(profile_args(profile_dir));
     let output = Command::new(&cargo)
-        .args([
-            "build",
-            "--workspace",
-            "--bins",
-            "--examples",
-            "--manifest-path",
-        ])
+        .args(&args)
+        .arg("--manifest-path")
         .arg(&manifest)
-        .args(profile_args(profile_dir))
         .stdin(Stdio::null())
         .output();
     match output {
@@ -137,8 +141,8 @@ fn build_workspace_binaries(profile_dir: &Path) {
             let lines: Vec<&str> = stderr.lines().collect();
             let tail = lines[lines.len().saturating_sub(60)..].join("\n");
             panic!(
-                "`cargo build --workspace --bins --examples` failed ({}), so the binaries \
-                 under test cannot be built:\n{tail}",
+                "`cargo {}` failed ({}), so the binaries under test cannot be built:\n{tail}",
+                args.join(" "),
                 output.status
             );
         }

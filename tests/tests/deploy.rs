@@ -1384,6 +1384,9 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
     let step = |what: &str| eprintln!("[{:5.1}s] {what}", began.elapsed().as_secs_f64());
     let prometheus_bin = tool("prometheus");
     let nats = NatsServer::start().await;
+    step("NATS started");
+    let _ = Binary::Scheduler.path();
+    step("binaries built");
     let db = SqliteDatabase::create();
     let scheduler_addr = format!("127.0.0.1:{}", free_port());
     let worker_addr = format!("127.0.0.1:{}", free_port());

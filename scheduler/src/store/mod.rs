@@ -39,7 +39,13 @@
 //!
 //! A row that cannot be read back (a spec that does not parse, an unknown state)
 //! is reported as [`StoreError::Corrupt`] naming its id; nothing panics on
-//! stored data.
+//! stored data. Reads that answer a request (`get_job`, the lists, `delete_job`,
+//! `set_paused`, `trigger`) fail with it. Scans that drive the scheduler must
+//! not stall on one bad row: `stage_slice` reports corrupt due jobs in
+//! [`StageOutcome::corrupt`] and stages the others; `slice_firings`,
+//! `overdue_staged`, `executing` and `unstarted` log and leave corrupt rows
+//! out; `start`, `finish` and `requeue` treat an unreadable firing as unknown
+//! and an unreadable job as deleted (logged).
 
 mod dialect;
 mod error;

@@ -80,6 +80,8 @@ struct Batch {
     selected: usize,
     /// Jobs planned and advanced.
     advanced: usize,
+    /// Some job still has instants due in the slice (bounded per transaction).
+    unfinished: bool,
     corrupt: Vec<(String, String)>,
 }
 
@@ -112,9 +114,11 @@ impl Store {
                     outcome.corrupt.push((id, message));
                 }
             }
-            // A full batch may have left due jobs behind; stop when nothing
-            // moved (only corrupt jobs left) or the partition is drained.
-            if batch.selected < max_jobs || batch.advanced == 0 {
+            // A full batch may have left due jobs behind, and a job with very
+            // many instants is continued; stop when the partition is drained
+            // or nothing moved (only corrupt jobs left).
+            let more = batch.selected == max_jobs || batch.unfinished;
+            if !more || batch.advanced == 0 {
                 break;
             }
         }
@@ -217,6 +221,7 @@ impl Store {
                     JobState::Completed.as_str()
                 },
             });
+            batch.unfinished |= job.plan.next.is_some_and(|next| next < end);
             batch.skipped += job.plan.skipped_total;
             batch.misfired += job.plan.misfired;
         }

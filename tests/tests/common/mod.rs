@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use async_nats::jetstream;
 use std::collections::HashMap;
 use std::future::Future;

@@ -1,0 +1,424 @@
+//! The real parts a scenario runs on: nats-server, PostgreSQL, scheduler
+//! child processes, in-process workers, and /proc sampling of the schedulers.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context};
+use chime_common::job::JobSpec;
+use chime_common::Limits;
+use chime_scheduler::store::{Store, StoreOptions};
+use chime_tests::{free_port, Binary, ChimeProcess, NatsServer, PgDatabase};
+use chime_worker::{FiringContext, Worker, WorkerHandle};
+use chrono::{TimeZone, Utc};
+use futures::StreamExt;
+use serde_json::Value;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::record::Recorder;
+use crate::Args;
+
+pub const GROUP: &str = "bench";
+
+/// One scheduler child process.
+pub struct Sched {
+    pub replica_id: String,
+    pub metrics_addr: String,
+    pub process: ChimeProcess,
+}
+
+pub struct Env {
+    pub nats: NatsServer,
+    pub pg: PgDatabase,
+    pub nc: async_nats::Client,
+    pub store: Store,
+    pub sql: PgPool,
+    pub schedulers: Vec<Sched>,
+    pub workers: Vec<WorkerHandle>,
+    pub recorder: Recorder,
+    pub sampler: Sampler,
+    scheduler_args: Vec<String>,
+}
+
+impl Env {
+    /// NATS, a fresh database, `replicas` schedulers, workers.
+    pub async fn start(args: &Args, replicas: usize) -> anyhow::Result<Env> {
+        let nats = NatsServer::start().await;
+        let pg = PgDatabase::create().await;
+        let nc = async_nats::connect(nats.url()).await?;
+        let store = Store::connect(
+            pg.url(),
+            StoreOptions {
+                max_connections: args.seed_concurrency.max(1) as u32,
+                ..StoreOptions::default()
+            },
+        )
+        .await
+        .context("connecting the store")?;
+        let sql = PgPoolOptions::new()
+            .max_connections(4)
+            .connect(pg.url())
+            .await?;
+        let mut env = Env {
+            nats,
+            pg,
+            nc,
+            store,
+            sql,
+            schedulers: Vec::new(),
+            workers: Vec::new(),
+            recorder: Recorder::new(),
+            sampler: Sampler::start(),
+            scheduler_args: args
+                .scheduler_args
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect(),
+        };
+        for i in 0..replicas {
+            env.spawn_scheduler(&format!("r{i}")).await;
+        }
+        for _ in 0..args.workers {
+            env.start_worker(args.threads).await?;
+        }
+        Ok(env)
+    }
+
+    /// Starts a scheduler with this replica id and waits until it is ready.
+    pub async fn spawn_scheduler(&mut self, replica_id: &str) -> usize {
+        let metrics_addr = format!("127.0.0.1:{}", free_port());
+        let mut cmd = Binary::Scheduler.command();
+        cmd.arg("--nats-url")
+            .arg(self.nats.url())
+            .arg("--database-url")
+            .arg(self.pg.url())
+            .arg("--metrics-addr")
+            .arg(&metrics_addr)
+            .arg("--replica-id")
+            .arg(replica_id)
+            .args(&self.scheduler_args)
+            .env("RUST_LOG", "info");
+        let mut process = ChimeProcess::spawn(cmd);
+        process
+            .wait_for_log_line("chime-scheduler ready", Duration::from_secs(30))
+            .await;
+        if let Some(pid) = process.id() {
+            self.sampler.watch(pid);
+        }
+        self.schedulers.push(Sched {
+            replica_id: replica_id.to_owned(),
+            metrics_addr,
+            process,
+        });
+        self.schedulers.len() - 1
+    }
+
+    async fn start_worker(&mut self, threads: usize) -> anyhow::Result<()> {
+        let client = async_nats::connect(self.nats.url()).await?;
+        let recorder = self.recorder.clone();
+        let worker = Worker::builder()
+            .nats(client)
+            .group(GROUP)
+            .threads(threads)
+            .handler_fn("noop", move |ctx: FiringContext| {
+                recorder.record(&ctx, Utc::now());
+                async move { Ok(None) }
+            })
+            .build()?;
+        self.workers.push(worker.start().await?);
+        Ok(())
+    }
+
+    /// Puts jobs through the store with `--seed-concurrency` tasks.
+    /// Returns puts per second.
+    pub async fn seed(
+        &self,
+        concurrency: usize,
+        count: u64,
+        spec: impl Fn(u64) -> Value,
+    ) -> anyhow::Result<f64> {
+        let started = Instant::now();
+        let limits = Limits::default();
+        let specs = (0..count).map(|i| {
+            JobSpec::from_json(&spec(i), &limits)
+                .map_err(|e| anyhow!("invalid bench job spec: {e:?}"))
+        });
+        let mut puts = futures::stream::iter(specs)
+            .map(|spec| {
+                let store = self.store.clone();
+                async move {
+                    let spec = spec?;
+                    store.put_job(&spec, Utc::now()).await?;
+                    anyhow::Ok(())
+                }
+            })
+            .buffer_unordered(concurrency.max(1));
+        let mut done = 0u64;
+        while let Some(result) = puts.next().await {
+            result?;
+            done += 1;
+            if done % 100_000 == 0 {
+                eprintln!(
+                    "  seeded {done}/{count} ({:.0}/s)",
+                    done as f64 / started.elapsed().as_secs_f64()
+                );
+            }
+        }
+        Ok(count as f64 / started.elapsed().as_secs_f64().max(1e-9))
+    }
+
+    /// Firings by state with `scheduled_at` in `[start_ms, end_ms)` and
+    /// job id starting with `prefix`.
+    pub async fn firing_states(
+        &self,
+        prefix: &str,
+        start_ms: i64,
+        end_ms: i64,
+    ) -> anyhow::Result<HashMap<String, i64>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT state, count(*) FROM firings \
+             WHERE scheduled_at >= $1 AND scheduled_at < $2 AND job_id LIKE $3 GROUP BY state",
+        )
+        .bind(start_ms)
+        .bind(end_ms)
+        .bind(format!("{prefix}%"))
+        .fetch_all(&self.sql)
+        .await?;
+        Ok(rows.into_iter().collect())
+    }
+
+    /// Distinct (job, instant) pairs with a succeeded firing in the window.
+    pub async fn succeeded_instants(
+        &self,
+        prefix: &str,
+        start_ms: i64,
+        end_ms: i64,
+    ) -> anyhow::Result<i64> {
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT count(DISTINCT (job_id, scheduled_at)) FROM firings \
+             WHERE state = 'succeeded' AND scheduled_at >= $1 AND scheduled_at < $2 AND job_id LIKE $3",
+        )
+        .bind(start_ms)
+        .bind(end_ms)
+        .bind(format!("{prefix}%"))
+        .fetch_one(&self.sql)
+        .await?;
+        Ok(n)
+    }
+
+    /// Waits (at most `timeout`) until no firing of the window is still
+    /// staged, published or executing; returns the final counts by state.
+    pub async fn drain(
+        &self,
+        prefix: &str,
+        start_ms: i64,
+        end_ms: i64,
+        timeout: Duration,
+    ) -> anyhow::Result<HashMap<String, i64>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let states = self.firing_states(prefix, start_ms, end_ms).await?;
+            let open: i64 = ["staged", "published", "executing"]
+                .iter()
+                .filter_map(|s| states.get(*s))
+                .sum();
+            if open == 0 || Instant::now() >= deadline {
+                return Ok(states);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Sum of `chime_firings_published_total` over the running schedulers.
+    pub async fn published_total(&self) -> f64 {
+        let mut total = 0.0;
+        for s in &self.schedulers {
+            if let Ok(text) = http_get(&s.metrics_addr, "/metrics").await {
+                total += metric_sum(&text, "chime_firings_published_total");
+            }
+        }
+        total
+    }
+
+    /// Stops the workers and schedulers; the database and NATS go with `self`.
+    pub async fn stop(mut self) {
+        for w in self.workers.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(15), w.shutdown()).await;
+        }
+        for s in self.schedulers.iter_mut() {
+            s.process.kill9();
+        }
+        self.sampler.stop();
+        self.store.close().await;
+        self.sql.close().await;
+    }
+}
+
+/// The instant `ms` as RFC 3339 with milliseconds.
+pub fn rfc3339(ms: i64) -> String {
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .expect("valid instant")
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+pub fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+/// The next whole second at least `ahead` from now, in ms.
+pub fn second_after(ahead: Duration) -> i64 {
+    let t = now_ms() + ahead.as_millis() as i64;
+    (t / 1000 + 1) * 1000
+}
+
+/// Sleeps until wall-clock `ms`.
+pub async fn sleep_until_ms(ms: i64) {
+    let wait = ms - now_ms();
+    if wait > 0 {
+        tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+    }
+}
+
+/// A minimal HTTP/1.0 GET (the scheduler's /metrics).
+pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
+    let mut stream =
+        tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
+            .await??;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await?;
+    let mut body = Vec::new();
+    tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut body)).await??;
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Sums every sample of a Prometheus metric family.
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Samples RSS and CPU of the scheduler processes every 200 ms.
+#[derive(Clone)]
+pub struct Sampler {
+    inner: Arc<Mutex<SamplerState>>,
+    stop: Arc<AtomicBool>,
+}
+
+#[derive(Default)]
+struct SamplerState {
+    /// pid → last utime+stime ticks seen.
+    pids: HashMap<u32, u64>,
+    /// CPU ticks of every watched process so far.
+    ticks: u64,
+    /// Largest VmRSS of one process since the last `reset_rss`, KiB.
+    max_rss_kib: u64,
+}
+
+impl Sampler {
+    fn start() -> Sampler {
+        let sampler = Sampler {
+            inner: Arc::default(),
+            stop: Arc::default(),
+        };
+        let s = sampler.clone();
+        tokio::spawn(async move {
+            while !s.stop.load(Ordering::Relaxed) {
+                s.sample();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        sampler
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    pub fn watch(&self, pid: u32) {
+        let ticks = proc_ticks(pid).unwrap_or(0);
+        let mut st = self.inner.lock().unwrap();
+        st.ticks += ticks;
+        st.pids.insert(pid, ticks);
+    }
+
+    pub fn sample(&self) {
+        let mut st = self.inner.lock().unwrap();
+        let pids: Vec<u32> = st.pids.keys().copied().collect();
+        for pid in pids {
+            match (proc_ticks(pid), proc_rss_kib(pid)) {
+                (Some(ticks), Some(rss)) => {
+                    let last = st.pids.insert(pid, ticks).unwrap_or(ticks);
+                    st.ticks += ticks.saturating_sub(last);
+                    st.max_rss_kib = st.max_rss_kib.max(rss);
+                }
+                _ => {
+                    st.pids.remove(&pid);
+                }
+            }
+        }
+    }
+
+    /// CPU seconds of the schedulers so far.
+    pub fn cpu_seconds(&self) -> f64 {
+        self.sample();
+        self.inner.lock().unwrap().ticks as f64 / clock_ticks()
+    }
+
+    /// Largest scheduler RSS (MiB) since the last reset.
+    pub fn max_rss_mib(&self) -> f64 {
+        self.sample();
+        self.inner.lock().unwrap().max_rss_kib as f64 / 1024.0
+    }
+
+    pub fn reset_rss(&self) {
+        self.inner.lock().unwrap().max_rss_kib = 0;
+    }
+}
+
+fn proc_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // fields[0] is field 3 (state); utime is field 14, stime 15.
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn proc_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn clock_ticks() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}

@@ -1,0 +1,154 @@
+//! `chime-bench`: Chime's benchmark program (issue 8).
+//!
+//! Starts a real nats-server (JetStream, file storage), a fresh PostgreSQL
+//! database and the built `chime-scheduler` binary as child processes, runs
+//! in-process `chime_worker` workers with a `noop` handler that records start
+//! lateness (handler start − scheduled instant) in an HDR histogram, drives
+//! an open-loop load and prints one result table per scenario.
+//!
+//! ```text
+//! cargo build --release --bins -p chime-scheduler -p chime-worker -p chimectl -p chime-tests
+//! target/release/chime-bench steady            # or saturation, burst, scale, failover, all
+//! target/release/chime-bench all --json out.json
+//! ```
+//!
+//! Set `CHIME_BIN_DIR=target/release` to skip the harness's own
+//! `cargo build` of the workspace binaries.
+
+mod burst;
+mod env;
+mod failover;
+mod record;
+mod report;
+mod saturation;
+mod scale;
+mod steady;
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+use crate::report::Row;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    Steady,
+    Saturation,
+    Burst,
+    Scale,
+    Failover,
+    All,
+}
+
+#[derive(Parser, Debug, Clone)]
+#[command(name = "chime-bench", about = "Chime's benchmark scenarios (issue 8)")]
+pub struct Args {
+    /// Which scenario to run.
+    #[arg(value_enum)]
+    scenario: Scenario,
+    /// Also write every result row as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Firings per second for steady, scale and failover.
+    #[arg(long, default_value_t = 1000)]
+    rate: u32,
+    /// Measured seconds for steady and failover.
+    #[arg(long, default_value_t = 60)]
+    duration: u64,
+    /// Seconds of load before each measurement window starts.
+    #[arg(long, default_value_t = 5)]
+    warmup: u64,
+    /// In-process workers.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Threads (concurrent firings) per worker.
+    #[arg(long, default_value_t = 512)]
+    threads: usize,
+    /// Saturation: the rates (firings/s) to step through, in order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1000,2000,4000,6000,8000,10000,12000,14000,16000"
+    )]
+    rates: Vec<u32>,
+    /// Saturation: measured seconds per step (after `--warmup`).
+    #[arg(long, default_value_t = 20)]
+    step: u64,
+    /// Saturation: a step fails when lateness p99 exceeds this many ms.
+    #[arg(long, default_value_t = 100)]
+    p99_limit_ms: u64,
+    /// Burst: jobs due at the same second.
+    #[arg(long, default_value_t = 100_000)]
+    burst_jobs: u32,
+    /// Scale: active job counts to measure at (including the `--rate` firing jobs).
+    #[arg(long, value_delimiter = ',', default_value = "1000,100000,1000000")]
+    sizes: Vec<u64>,
+    /// Scale: measured seconds at each size.
+    #[arg(long, default_value_t = 30)]
+    scale_window: u64,
+    /// Failover: scheduler replicas.
+    #[arg(long, default_value_t = 3)]
+    replicas: usize,
+    /// Failover: seconds between kills.
+    #[arg(long, default_value_t = 10)]
+    kill_every: u64,
+    /// Concurrent `Store::put_job` tasks when seeding jobs.
+    #[arg(long, default_value_t = 32)]
+    seed_concurrency: usize,
+    /// Extra arguments for every chime-scheduler (e.g. `--partitions=4`), space separated.
+    #[arg(long, default_value = "")]
+    scheduler_args: String,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let scenarios: Vec<Scenario> = match args.scenario {
+        Scenario::All => vec![
+            Scenario::Steady,
+            Scenario::Failover,
+            Scenario::Burst,
+            Scenario::Saturation,
+            Scenario::Scale,
+        ],
+        one => vec![one],
+    };
+    report::print_machine();
+    let mut all: Vec<Row> = Vec::new();
+    for scenario in scenarios {
+        let name = format!("{scenario:?}").to_lowercase();
+        eprintln!("== {name} ==");
+        let result = match scenario {
+            Scenario::Steady => steady::run(&args).await,
+            Scenario::Saturation => saturation::run(&args).await,
+            Scenario::Burst => burst::run(&args).await,
+            Scenario::Scale => scale::run(&args).await,
+            Scenario::Failover => failover::run(&args).await,
+            Scenario::All => unreachable!("expanded above"),
+        };
+        match result {
+            Ok(rows) => {
+                report::print_table(&name, &rows);
+                all.extend(rows);
+            }
+            Err(e) => eprintln!("{name} failed: {e:#}"),
+        }
+        if let Some(path) = &args.json {
+            std::fs::write(path, serde_json::to_string_pretty(&all)?)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,107 @@
+//! What the workers' `noop` handler records: start lateness per measurement
+//! window, duplicate runs, start instants.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use chime_worker::FiringContext;
+use chrono::{DateTime, Utc};
+use hdrhistogram::Histogram;
+
+/// One measurement window: the firings whose scheduled instant lies in
+/// `[start_ms, end_ms)`.
+pub struct Window {
+    pub start_ms: i64,
+    pub end_ms: i64,
+    /// Start lateness of first attempts, µs.
+    pub lateness: Histogram<u64>,
+    /// Handler runs of first attempts.
+    pub started: u64,
+    /// Handler runs of later attempts (retries, re-queued lost attempts).
+    pub retries: u64,
+    /// Firing ids that ran more than once.
+    pub duplicates: u64,
+    /// Wall-clock ms of every handler start, in arrival order.
+    pub start_times: Vec<i64>,
+    seen: HashSet<String>,
+}
+
+impl Window {
+    fn new(start_ms: i64, end_ms: i64) -> Self {
+        Window {
+            start_ms,
+            end_ms,
+            lateness: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
+            started: 0,
+            retries: 0,
+            duplicates: 0,
+            start_times: Vec::new(),
+            seen: HashSet::new(),
+        }
+    }
+
+    /// The longest stretch (ms) without a handler start, between the first
+    /// and last start of the window.
+    pub fn longest_silence_ms(&self) -> i64 {
+        let mut times = self.start_times.clone();
+        times.sort_unstable();
+        times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0)
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    windows: Vec<Window>,
+    total: u64,
+}
+
+/// Shared by the handler and the scenario.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl Recorder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a window; returns its index.
+    pub fn add_window(&self, start_ms: i64, end_ms: i64) -> usize {
+        let mut inner = self.inner.lock().unwrap();
+        inner.windows.push(Window::new(start_ms, end_ms));
+        inner.windows.len() - 1
+    }
+
+    /// Called first thing in the handler.
+    pub fn record(&self, ctx: &FiringContext, now: DateTime<Utc>) {
+        let scheduled_ms = ctx.scheduled_at.timestamp_millis();
+        let now_ms = now.timestamp_millis();
+        let late_us = (now - ctx.scheduled_at)
+            .num_microseconds()
+            .unwrap_or(i64::MAX)
+            .max(1) as u64;
+        let mut inner = self.inner.lock().unwrap();
+        inner.total += 1;
+        for w in inner.windows.iter_mut() {
+            if scheduled_ms < w.start_ms || scheduled_ms >= w.end_ms {
+                continue;
+            }
+            if !w.seen.insert(ctx.firing_id.to_string()) {
+                w.duplicates += 1;
+            }
+            if ctx.attempt == 1 {
+                w.started += 1;
+                w.lateness.saturating_record(late_us);
+            } else {
+                w.retries += 1;
+            }
+            w.start_times.push(now_ms);
+        }
+    }
+
+    /// Runs `f` on window `index`.
+    pub fn with<T>(&self, index: usize, f: impl FnOnce(&Window) -> T) -> T {
+        f(&self.inner.lock().unwrap().windows[index])
+    }
+}

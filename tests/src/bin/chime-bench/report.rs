@@ -1,0 +1,141 @@
+//! Result rows, the printed table and the machine description.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::record::Window;
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Row {
+    pub scenario: String,
+    pub label: String,
+    /// Offered firings/s.
+    pub offered_per_s: f64,
+    pub window_s: f64,
+    /// Instants due in the window.
+    pub expected: u64,
+    /// Instants with a succeeded firing (SQL).
+    pub succeeded: u64,
+    /// `succeeded / window_s`.
+    pub firings_per_s: f64,
+    pub started: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+    pub rss_max_mib: f64,
+    pub cpu_s_per_1k: f64,
+    pub lost: i64,
+    pub duplicates: u64,
+    pub retries: u64,
+    pub states: BTreeMap<String, i64>,
+    pub notes: BTreeMap<String, String>,
+}
+
+impl Row {
+    pub fn from_window(scenario: &str, label: &str, w: &Window) -> Row {
+        let ms = |us: u64| us as f64 / 1000.0;
+        let h = &w.lateness;
+        let (p50, p99, p999, max) = if h.is_empty() {
+            (0.0, 0.0, 0.0, 0.0)
+        } else {
+            (
+                ms(h.value_at_quantile(0.50)),
+                ms(h.value_at_quantile(0.99)),
+                ms(h.value_at_quantile(0.999)),
+                ms(h.max()),
+            )
+        };
+        Row {
+            scenario: scenario.to_owned(),
+            label: label.to_owned(),
+            window_s: (w.end_ms - w.start_ms) as f64 / 1000.0,
+            started: w.started,
+            p50_ms: p50,
+            p99_ms: p99,
+            p999_ms: p999,
+            max_ms: max,
+            duplicates: w.duplicates,
+            retries: w.retries,
+            ..Row::default()
+        }
+    }
+
+    /// Fills the SQL side: counts by state, succeeded instants, lost.
+    pub fn set_counts(
+        &mut self,
+        expected: u64,
+        succeeded: i64,
+        states: impl IntoIterator<Item = (String, i64)>,
+    ) {
+        self.expected = expected;
+        self.succeeded = succeeded.max(0) as u64;
+        self.firings_per_s = self.succeeded as f64 / self.window_s.max(1e-9);
+        self.lost = expected as i64 - succeeded;
+        self.states = states.into_iter().collect();
+    }
+
+    pub fn set_cpu(&mut self, cpu_seconds: f64) {
+        self.cpu_s_per_1k = if self.succeeded > 0 {
+            cpu_seconds / (self.succeeded as f64 / 1000.0)
+        } else {
+            0.0
+        };
+    }
+
+    pub fn note(&mut self, key: &str, value: impl ToString) {
+        self.notes.insert(key.to_owned(), value.to_string());
+    }
+}
+
+pub fn print_table(scenario: &str, rows: &[Row]) {
+    println!();
+    println!("### {scenario}");
+    println!(
+        "| {:<14} | {:>8} | {:>7} | {:>9} | {:>8} | {:>8} | {:>8} | {:>8} | {:>9} | {:>8} | {:>10} | {:>5} | {:>5} |",
+        "run", "offered/s", "window", "succeeded", "fired/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms",
+        "RSS MiB", "CPU s/1k", "lost", "dup"
+    );
+    println!("|{}|", ["---"; 13].join("|"));
+    for r in rows {
+        println!(
+            "| {:<14} | {:>8.0} | {:>6.0}s | {:>9} | {:>8.1} | {:>8.2} | {:>8.2} | {:>8.2} | {:>9.1} | {:>8.1} | {:>10.3} | {:>5} | {:>5} |",
+            r.label, r.offered_per_s, r.window_s, r.succeeded, r.firings_per_s, r.p50_ms, r.p99_ms,
+            r.p999_ms, r.max_ms, r.rss_max_mib, r.cpu_s_per_1k, r.lost, r.duplicates
+        );
+    }
+    for r in rows {
+        let states: Vec<String> = r.states.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let notes: Vec<String> = r.notes.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!(
+            "- {}: states [{}] started={} retries={} {}",
+            r.label,
+            states.join(" "),
+            r.started,
+            r.retries,
+            notes.join(" ")
+        );
+    }
+}
+
+pub fn print_machine() {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().next().map(str::to_owned))
+        .unwrap_or_default();
+    println!("machine: {cpus} cpus, {mem}, loadavg {}", load.trim());
+}
+
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}

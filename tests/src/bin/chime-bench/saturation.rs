@@ -1,0 +1,67 @@
+//! Saturation: steps through `--rates`; each step's jobs fire only inside
+//! their own `--warmup` + `--step` seconds (`start_at`/`end_at`), so the
+//! steps follow each other open-loop. Stops after the first step whose p99
+//! lateness passes `--p99-limit-ms` or that fell behind.
+
+use std::time::Duration;
+
+use crate::env::{now_ms, second_after, Env};
+use crate::report::Row;
+use crate::steady::{every_second, finish, observe_registered};
+use crate::Args;
+
+pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
+    let env = Env::start(args, 1).await?;
+    let total: u64 = args.rates.iter().map(|r| u64::from(*r)).sum();
+    let step_ms = ((args.warmup + args.step) * 1000) as i64;
+    let t0 = second_after(Duration::from_secs(15 + total / 1500));
+    for (k, rate) in args.rates.iter().enumerate() {
+        let start = t0 + k as i64 * step_ms;
+        let prefix = format!("sat{k:02}-");
+        env.seed(
+            args.seed_concurrency,
+            u64::from(*rate),
+            every_second(&prefix, *rate, start, Some(start + step_ms)),
+        )
+        .await?;
+    }
+    anyhow::ensure!(now_ms() < t0 - 4000, "seeding took too long; lower --rates");
+    let bounds = |k: usize| {
+        let start = t0 + k as i64 * step_ms;
+        (start + args.warmup as i64 * 1000, start + step_ms)
+    };
+    let windows: Vec<usize> = (0..args.rates.len())
+        .map(|k| {
+            let (w0, w1) = bounds(k);
+            env.recorder.add_window(w0, w1)
+        })
+        .collect();
+    let mut rows = Vec::new();
+    for (k, rate) in args.rates.iter().enumerate() {
+        let (w0, w1) = bounds(k);
+        let prefix = format!("sat{k:02}-");
+        let span = observe_registered(windows[k], &env.sampler, w0, w1).await;
+        let mut row = finish(
+            &env,
+            span,
+            "saturation",
+            &format!("{rate}/s"),
+            &prefix,
+            *rate,
+        )
+        .await?;
+        let behind = row.lost > 0;
+        let late = row.p99_ms > args.p99_limit_ms as f64;
+        row.note("sustained", !(behind || late));
+        eprintln!(
+            "  {rate}/s: {:.0} fired/s, p99 {:.1} ms, lost {}",
+            row.firings_per_s, row.p99_ms, row.lost
+        );
+        rows.push(row);
+        if behind || late {
+            break;
+        }
+    }
+    env.stop().await;
+    Ok(rows)
+}

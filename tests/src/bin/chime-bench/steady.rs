@@ -1,0 +1,130 @@
+//! Steady: `--rate` firings/s spread evenly over each second, for `--duration` s.
+//! Also the building blocks the other scenarios share.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::env::{now_ms, rfc3339, second_after, sleep_until_ms, Env, Sampler, GROUP};
+use crate::record::Recorder;
+use crate::report::{loadavg, Row};
+use crate::Args;
+
+/// Job `i` of `rate` firing every second at `t0 + i*1000/rate` ms.
+pub fn every_second(
+    prefix: &str,
+    rate: u32,
+    t0: i64,
+    end_ms: Option<i64>,
+) -> impl Fn(u64) -> Value + '_ {
+    move |i| {
+        let offset = (i as i64 * 1000) / i64::from(rate.max(1));
+        let mut schedule = json!({"every": "1s", "start_at": rfc3339(t0 + offset)});
+        if let Some(end) = end_ms {
+            schedule["end_at"] = json!(rfc3339(end));
+        }
+        json!({
+            "id": format!("{prefix}{i:07}"),
+            "group": GROUP,
+            "schedule": schedule,
+            "handler": "noop",
+        })
+    }
+}
+
+/// What was sampled over one window.
+pub struct Span {
+    pub window: usize,
+    pub w0: i64,
+    pub w1: i64,
+    pub cpu: f64,
+    pub rss: f64,
+    pub load0: String,
+    pub load1: String,
+}
+
+/// Registers the window `[w0, w1)` at once, then samples the schedulers'
+/// CPU and RSS over it.
+pub async fn observe(recorder: &Recorder, sampler: &Sampler, w0: i64, w1: i64) -> Span {
+    let window = recorder.add_window(w0, w1);
+    observe_registered(window, sampler, w0, w1).await
+}
+
+/// [`observe`] for a window already registered as `window`.
+pub async fn observe_registered(window: usize, sampler: &Sampler, w0: i64, w1: i64) -> Span {
+    sleep_until_ms(w0).await;
+    sampler.reset_rss();
+    let cpu0 = sampler.cpu_seconds();
+    let load0 = loadavg();
+    sleep_until_ms(w1).await;
+    Span {
+        window,
+        w0,
+        w1,
+        cpu: sampler.cpu_seconds() - cpu0,
+        rss: sampler.max_rss_mib(),
+        load0,
+        load1: loadavg(),
+    }
+}
+
+/// Drains the window's firings and builds its row.
+pub async fn finish(
+    env: &Env,
+    span: Span,
+    scenario: &str,
+    label: &str,
+    prefix: &str,
+    rate: u32,
+) -> anyhow::Result<Row> {
+    let (w0, w1) = (span.w0, span.w1);
+    let states = env.drain(prefix, w0, w1, Duration::from_secs(60)).await?;
+    let succeeded = env.succeeded_instants(prefix, w0, w1).await?;
+    let expected = u64::from(rate) * ((w1 - w0) as u64 / 1000);
+    let mut row = env.recorder.with(span.window, |w| {
+        let mut row = Row::from_window(scenario, label, w);
+        row.note("longest_silence_ms", w.longest_silence_ms());
+        row
+    });
+    row.offered_per_s = f64::from(rate);
+    row.set_counts(expected, succeeded, states);
+    row.set_cpu(span.cpu);
+    row.rss_max_mib = span.rss;
+    row.note("load_before", format!("[{}]", span.load0));
+    row.note("load_after", format!("[{}]", span.load1));
+    Ok(row)
+}
+
+/// Measures the window `[w0, w1)` of the `prefix` jobs firing at `rate`/s.
+pub async fn measure(
+    env: &Env,
+    scenario: &str,
+    label: &str,
+    prefix: &str,
+    rate: u32,
+    w0: i64,
+    w1: i64,
+) -> anyhow::Result<Row> {
+    let span = observe(&env.recorder, &env.sampler, w0, w1).await;
+    finish(env, span, scenario, label, prefix, rate).await
+}
+
+pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
+    let env = Env::start(args, 1).await?;
+    let t0 = second_after(Duration::from_secs(5));
+    let prefix = "steady-";
+    let put_rate = env
+        .seed(
+            args.seed_concurrency,
+            u64::from(args.rate),
+            every_second(prefix, args.rate, t0, None),
+        )
+        .await?;
+    anyhow::ensure!(now_ms() < t0, "seeding took past the first instant");
+    let w0 = t0 + args.warmup as i64 * 1000;
+    let w1 = w0 + args.duration as i64 * 1000;
+    let mut row = measure(&env, "steady", "steady", prefix, args.rate, w0, w1).await?;
+    row.note("seed_puts_per_s", format!("{put_rate:.0}"));
+    env.stop().await;
+    Ok(vec![row])
+}
