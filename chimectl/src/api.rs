@@ -77,7 +77,12 @@ fn usage(e: impl std::fmt::Display) -> Failure {
 }
 
 fn api_failure(e: ApiError) -> Failure {
-    let field = e.field.as_deref().filter(|f| !f.is_empty()).map(|f| format!(" [{f}]")).unwrap_or_default();
+    let field = e
+        .field
+        .as_deref()
+        .filter(|f| !f.is_empty())
+        .map(|f| format!(" [{f}]"))
+        .unwrap_or_default();
     let mut text = format!("{}: {}{field}", e.code, e.message);
     for detail in e.details.iter().skip(1) {
         text.push_str(&format!("\n  {detail}"));
@@ -91,7 +96,9 @@ fn api_failure(e: ApiError) -> Failure {
 fn read_spec(file: &str) -> Result<Value, Failure> {
     let text = if file == "-" {
         let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).context("cannot read the spec from stdin")?;
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("cannot read the spec from stdin")?;
         s
     } else {
         std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?
@@ -110,35 +117,63 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
         ApiCommand::Trigger { id, payload } => {
             let mut body = json!({ "id": id });
             if let Some(p) = payload {
-                body["payload"] = serde_json::from_str(p).map_err(|e| usage(format!("--payload is not valid JSON: {e}")))?;
+                body["payload"] = serde_json::from_str(p)
+                    .map_err(|e| usage(format!("--payload is not valid JSON: {e}")))?;
             }
             ("jobs.trigger", body)
         }
         ApiCommand::List(args) => {
             if let Some(state) = &args.state {
-                state.parse::<JobState>().map_err(|e| usage(format!("--state: {e}")))?;
+                state
+                    .parse::<JobState>()
+                    .map_err(|e| usage(format!("--state: {e}")))?;
             }
-            ("jobs.list", json!({ "group": args.group, "state": args.state, "limit": args.limit, "after": args.after }))
+            (
+                "jobs.list",
+                json!({ "group": args.group, "state": args.state, "limit": args.limit, "after": args.after }),
+            )
         }
         ApiCommand::History(args) => {
             if let Some(state) = &args.state {
-                state.parse::<FiringState>().map_err(|e| usage(format!("--state: {e}")))?;
+                state
+                    .parse::<FiringState>()
+                    .map_err(|e| usage(format!("--state: {e}")))?;
             }
-            ("firings.list", json!({ "job_id": args.job_id, "state": args.state, "limit": args.limit, "after": args.after }))
+            (
+                "firings.list",
+                json!({ "job_id": args.job_id, "state": args.state, "limit": args.limit, "after": args.after }),
+            )
         }
         ApiCommand::Workers { group } => ("workers.list", json!({ "group": group })),
     };
     let body = strip_nulls(body);
     let reply = client.call_json(verb, &body).await.map_err(api_failure)?;
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&reply).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&reply).unwrap_or_default()
+        );
         return Ok(());
     }
     match command {
         ApiCommand::Trigger { .. } => println!("{}", reply["firing_id"].as_str().unwrap_or("")),
-        ApiCommand::List(_) => print_jobs(reply["jobs"].as_array().map(Vec::as_slice).unwrap_or(&[]), reply.get("next")),
-        ApiCommand::History(_) => print_firings(reply["firings"].as_array().map(Vec::as_slice).unwrap_or(&[]), reply.get("next")),
-        ApiCommand::Workers { .. } => print_workers(reply["workers"].as_array().map(Vec::as_slice).unwrap_or(&[])),
+        ApiCommand::List(_) => print_jobs(
+            reply["jobs"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+            reply.get("next"),
+        ),
+        ApiCommand::History(_) => print_firings(
+            reply["firings"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or(&[]),
+            reply.get("next"),
+        ),
+        ApiCommand::Workers { .. } => print_workers(
+            reply["workers"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or(&[]),
+        ),
         _ => print_jobs(std::slice::from_ref(&reply["job"]), None),
     }
     Ok(())
@@ -147,7 +182,9 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
 /// Drops absent optional fields, which the API refuses as null-typed values in some places.
 fn strip_nulls(value: Value) -> Value {
     match value {
-        Value::Object(map) => Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).collect())
+        }
         other => other,
     }
 }

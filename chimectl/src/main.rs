@@ -28,7 +28,12 @@ struct Cli {
     nats_url: String,
 
     /// Subject prefix of the installation.
-    #[arg(long, global = true, env = "CHIME_SUBJECT_PREFIX", default_value = "chime")]
+    #[arg(
+        long,
+        global = true,
+        env = "CHIME_SUBJECT_PREFIX",
+        default_value = "chime"
+    )]
     subject_prefix: String,
 
     /// NATS credentials file.
@@ -57,7 +62,8 @@ fn timeout(s: &str) -> Result<std::time::Duration, String> {
 
 /// Connects to NATS and builds the API client.
 async fn client(cli: &Cli) -> Result<chime_common::client::Client, Failure> {
-    chime_common::Subjects::validate_prefix(&cli.subject_prefix).map_err(|e| Failure::Usage(format!("--subject-prefix: {e}")))?;
+    chime_common::Subjects::validate_prefix(&cli.subject_prefix)
+        .map_err(|e| Failure::Usage(format!("--subject-prefix: {e}")))?;
     let mut options = async_nats::ConnectOptions::new().name("chimectl");
     if let Some(creds) = &cli.nats_creds {
         options = options
@@ -67,8 +73,19 @@ async fn client(cli: &Cli) -> Result<chime_common::client::Client, Failure> {
     }
     let nats = tokio::time::timeout(cli.timeout, options.connect(&cli.nats_url))
         .await
-        .map_err(|_| Failure::Other(anyhow::anyhow!("cannot connect to NATS at {} within {:?}", cli.nats_url, cli.timeout)))?
-        .map_err(|e| Failure::Other(anyhow::anyhow!("cannot connect to NATS at {}: {e}", cli.nats_url)))?;
+        .map_err(|_| {
+            Failure::Other(anyhow::anyhow!(
+                "cannot connect to NATS at {} within {:?}",
+                cli.nats_url,
+                cli.timeout
+            ))
+        })?
+        .map_err(|e| {
+            Failure::Other(anyhow::anyhow!(
+                "cannot connect to NATS at {}: {e}",
+                cli.nats_url
+            ))
+        })?;
     Ok(chime_common::client::Client::new(nats)
         .with_subjects(chime_common::Subjects::new(cli.subject_prefix.clone()))
         .with_timeout(cli.timeout))

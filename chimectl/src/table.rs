@@ -30,7 +30,11 @@ fn print_rows(header: &[&str], rows: Vec<Vec<String>>) {
         }
     }
     let line = |cells: Vec<String>| {
-        let padded: Vec<String> = cells.iter().enumerate().map(|(i, c)| format!("{c:<w$}", w = widths[i])).collect();
+        let padded: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect();
         println!("{}", padded.join("  ").trim_end());
     };
     line(header.iter().map(|h| h.to_string()).collect());
@@ -61,7 +65,18 @@ pub fn print_jobs(jobs: &[Value], next: Option<&Value>) {
             ]
         })
         .collect();
-    print_rows(&["ID", "GROUP", "STATE", "SCHEDULE", "HANDLER", "NEXT FIRE", "VERSION"], rows);
+    print_rows(
+        &[
+            "ID",
+            "GROUP",
+            "STATE",
+            "SCHEDULE",
+            "HANDLER",
+            "NEXT FIRE",
+            "VERSION",
+        ],
+        rows,
+    );
     print_next(next);
 }
 
@@ -72,7 +87,10 @@ pub fn print_firings(firings: &[Value], next: Option<&Value>) {
         .map(|f| {
             let mut detail = text(&f["error"]);
             if detail == "-" {
-                detail = f["output"].as_str().map(|o| o.trim().lines().last().unwrap_or("").to_string()).unwrap_or_default();
+                detail = f["output"]
+                    .as_str()
+                    .map(|o| o.trim().lines().last().unwrap_or("").to_string())
+                    .unwrap_or_default();
             }
             let detail: String = detail.chars().take(60).collect();
             vec![
@@ -87,7 +105,19 @@ pub fn print_firings(firings: &[Value], next: Option<&Value>) {
             ]
         })
         .collect();
-    print_rows(&["JOB", "SCHEDULED", "ATTEMPT", "STATE", "WORKER", "STARTED", "FINISHED", "ERROR / OUTPUT"], rows);
+    print_rows(
+        &[
+            "JOB",
+            "SCHEDULED",
+            "ATTEMPT",
+            "STATE",
+            "WORKER",
+            "STARTED",
+            "FINISHED",
+            "ERROR / OUTPUT",
+        ],
+        rows,
+    );
     print_next(next);
 }
 
@@ -106,5 +136,8 @@ pub fn print_workers(workers: &[Value]) {
             ]
         })
         .collect();
-    print_rows(&["ID", "GROUP", "THREADS", "IN FLIGHT", "VERSION", "STARTED"], rows);
+    print_rows(
+        &["ID", "GROUP", "THREADS", "IN FLIGHT", "VERSION", "STARTED"],
+        rows,
+    );
 }

@@ -72,7 +72,11 @@ pub struct TriggerReply {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PreviewRequest {
     pub schedule: Value,
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_ms_opt")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "rfc3339_ms_opt"
+    )]
     pub from: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
@@ -153,13 +157,15 @@ impl Client {
     /// Sends raw JSON to `verb` and returns the raw reply, errors decoded.
     pub async fn call_json(&self, verb: &str, body: &Value) -> Result<Value, ApiError> {
         let payload = serde_json::to_vec(body).map_err(|e| ApiError::internal(e.to_string()))?;
-        let request = self
-            .nats
-            .request(self.subjects.api(verb), payload.into());
+        let request = self.nats.request(self.subjects.api(verb), payload.into());
         let message = tokio::time::timeout(self.timeout, request)
             .await
-            .map_err(|_| ApiError::unavailable(format!("no reply to {verb} within {:?}", self.timeout)))?
-            .map_err(|e| ApiError::unavailable(format!("{verb}: {e} (is a chime-scheduler running?)")))?;
+            .map_err(|_| {
+                ApiError::unavailable(format!("no reply to {verb} within {:?}", self.timeout))
+            })?
+            .map_err(|e| {
+                ApiError::unavailable(format!("{verb}: {e} (is a chime-scheduler running?)"))
+            })?;
         let value: Value = serde_json::from_slice(&message.payload)
             .map_err(|e| ApiError::internal(format!("{verb}: reply is not JSON: {e}")))?;
         if value.get("error").is_some() {
@@ -170,7 +176,11 @@ impl Client {
         Ok(value)
     }
 
-    async fn call<R: DeserializeOwned>(&self, verb: &str, body: &impl Serialize) -> Result<R, ApiError> {
+    async fn call<R: DeserializeOwned>(
+        &self,
+        verb: &str,
+        body: &impl Serialize,
+    ) -> Result<R, ApiError> {
         let body = serde_json::to_value(body).map_err(|e| ApiError::internal(e.to_string()))?;
         let value = self.call_json(verb, &body).await?;
         serde_json::from_value(value)
@@ -184,7 +194,10 @@ impl Client {
 
     /// `jobs.get`.
     pub async fn get_job(&self, id: &str) -> Result<Job, ApiError> {
-        Ok(self.call::<JobReply>("jobs.get", &IdRequest { id: id.into() }).await?.job)
+        Ok(self
+            .call::<JobReply>("jobs.get", &IdRequest { id: id.into() })
+            .await?
+            .job)
     }
 
     /// `jobs.list`.
@@ -194,34 +207,65 @@ impl Client {
 
     /// `jobs.delete`: returns the job's last state.
     pub async fn delete_job(&self, id: &str) -> Result<Job, ApiError> {
-        Ok(self.call::<JobReply>("jobs.delete", &IdRequest { id: id.into() }).await?.job)
+        Ok(self
+            .call::<JobReply>("jobs.delete", &IdRequest { id: id.into() })
+            .await?
+            .job)
     }
 
     /// `jobs.pause`.
     pub async fn pause_job(&self, id: &str) -> Result<Job, ApiError> {
-        Ok(self.call::<JobReply>("jobs.pause", &IdRequest { id: id.into() }).await?.job)
+        Ok(self
+            .call::<JobReply>("jobs.pause", &IdRequest { id: id.into() })
+            .await?
+            .job)
     }
 
     /// `jobs.resume`.
     pub async fn resume_job(&self, id: &str) -> Result<Job, ApiError> {
-        Ok(self.call::<JobReply>("jobs.resume", &IdRequest { id: id.into() }).await?.job)
+        Ok(self
+            .call::<JobReply>("jobs.resume", &IdRequest { id: id.into() })
+            .await?
+            .job)
     }
 
     /// `jobs.trigger`: run now, once; returns the firing id.
     pub async fn trigger_job(&self, id: &str, payload: Option<Value>) -> Result<String, ApiError> {
-        let request = TriggerRequest { id: id.into(), payload };
-        Ok(self.call::<TriggerReply>("jobs.trigger", &request).await?.firing_id)
+        let request = TriggerRequest {
+            id: id.into(),
+            payload,
+        };
+        Ok(self
+            .call::<TriggerReply>("jobs.trigger", &request)
+            .await?
+            .firing_id)
     }
 
     /// `jobs.preview`.
-    pub async fn preview(&self, schedule: &ScheduleSpec, from: Option<DateTime<Utc>>, count: Option<u32>) -> Result<Vec<String>, ApiError> {
-        let schedule = serde_json::to_value(schedule).map_err(|e| ApiError::internal(e.to_string()))?;
-        let request = PreviewRequest { schedule, from, count };
-        Ok(self.call::<PreviewReply>("jobs.preview", &request).await?.times)
+    pub async fn preview(
+        &self,
+        schedule: &ScheduleSpec,
+        from: Option<DateTime<Utc>>,
+        count: Option<u32>,
+    ) -> Result<Vec<String>, ApiError> {
+        let schedule =
+            serde_json::to_value(schedule).map_err(|e| ApiError::internal(e.to_string()))?;
+        let request = PreviewRequest {
+            schedule,
+            from,
+            count,
+        };
+        Ok(self
+            .call::<PreviewReply>("jobs.preview", &request)
+            .await?
+            .times)
     }
 
     /// `firings.list`.
-    pub async fn list_firings(&self, request: &ListFiringsRequest) -> Result<ListFiringsReply, ApiError> {
+    pub async fn list_firings(
+        &self,
+        request: &ListFiringsRequest,
+    ) -> Result<ListFiringsReply, ApiError> {
         self.call("firings.list", request).await
     }
 

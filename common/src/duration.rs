@@ -48,7 +48,9 @@ pub fn parse_time(value: &Value) -> Result<DateTime<Utc>, String> {
 pub fn parse_time_str(s: &str) -> Result<DateTime<Utc>, String> {
     DateTime::parse_from_rfc3339(s.trim())
         .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| format!("{s:?} is not an RFC 3339 time ({e}); write e.g. \"2026-03-28T02:30:00Z\""))
+        .map_err(|e| {
+            format!("{s:?} is not an RFC 3339 time ({e}); write e.g. \"2026-03-28T02:30:00Z\"")
+        })
 }
 
 /// Formats an instant as RFC 3339, UTC, with milliseconds and `Z`.
@@ -126,9 +128,18 @@ mod tests {
 
     #[test]
     fn durations_parse_from_strings_and_integers() {
-        assert_eq!(parse_duration(&json!("250ms")), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration(&json!("1h 30m")), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_duration(&json!(1500)), Ok(Duration::from_millis(1500)));
+        assert_eq!(
+            parse_duration(&json!("250ms")),
+            Ok(Duration::from_millis(250))
+        );
+        assert_eq!(
+            parse_duration(&json!("1h 30m")),
+            Ok(Duration::from_secs(5400))
+        );
+        assert_eq!(
+            parse_duration(&json!(1500)),
+            Ok(Duration::from_millis(1500))
+        );
         assert!(parse_duration(&json!(-1)).is_err());
         assert!(parse_duration(&json!(1.5)).is_err());
         assert!(parse_duration(&json!("soon")).is_err());

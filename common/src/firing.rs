@@ -158,11 +158,23 @@ pub struct Firing {
     pub due_at: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_ms_opt")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "rfc3339_ms_opt"
+    )]
     pub published_at: Option<DateTime<Utc>>,
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_ms_opt")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "rfc3339_ms_opt"
+    )]
     pub started_at: Option<DateTime<Utc>>,
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_ms_opt")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "rfc3339_ms_opt"
+    )]
     pub finished_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -183,7 +195,9 @@ mod tests {
 
     #[test]
     fn malformed_firing_ids_are_rejected() {
-        for bad in ["", "job", "job@", "@1#1", "job@x#1", "job@1#", "job@1#-1", "job@1"] {
+        for bad in [
+            "", "job", "job@", "@1#1", "job@x#1", "job@1#", "job@1#-1", "job@1",
+        ] {
             assert!(bad.parse::<FiringId>().is_err(), "{bad:?} parsed");
         }
     }

@@ -144,7 +144,13 @@ impl<'de> Deserialize<'de> for JobSpec {
 
 /// Fields of a [`Job`] that are not part of the spec; accepted and ignored on put,
 /// so a client can get a job, edit it and put it back.
-const READ_ONLY_FIELDS: [&str; 5] = ["state", "next_fire_at", "version", "created_at", "updated_at"];
+const READ_ONLY_FIELDS: [&str; 5] = [
+    "state",
+    "next_fire_at",
+    "version",
+    "created_at",
+    "updated_at",
+];
 
 /// The longest id and handler name.
 pub const MAX_ID_LEN: usize = 128;
@@ -155,10 +161,26 @@ pub const MAX_ON_SUCCESS: usize = 16;
 /// The most attempts a retry policy may ask for.
 pub const MAX_ATTEMPTS: u32 = 100;
 
+/// Checks a group name: a name that is also a valid subject token sequence
+/// (`chime.fire.<group>.<band>`), so no dot at either end and no two in a row.
+pub fn check_group(name: &str) -> Result<(), String> {
+    check_name(name, MAX_GROUP_LEN)?;
+    if name.starts_with('.') || name.ends_with('.') || name.contains("..") {
+        return Err(
+            "must not start or end with '.' or hold '..' (groups are parts of NATS subjects)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
 /// Checks an id or group name: `len` 1..=max of `A-Z a-z 0-9 . _ -`.
 pub fn check_name(name: &str, max: usize) -> Result<(), String> {
     if name.is_empty() || name.len() > max {
-        return Err(format!("must be 1 to {max} characters, found {}", name.len()));
+        return Err(format!(
+            "must be 1 to {max} characters, found {}",
+            name.len()
+        ));
     }
     if let Some(c) = name
         .chars()
@@ -320,7 +342,10 @@ impl JobSpec {
         let Value::Object(obj) = value else {
             return Err(vec![FieldError::new(
                 "",
-                format!("a job spec must be a JSON object, found {}", json_kind(value)),
+                format!(
+                    "a job spec must be a JSON object, found {}",
+                    json_kind(value)
+                ),
             )]);
         };
         let mut w = Walk {
@@ -329,15 +354,30 @@ impl JobSpec {
             errors: &mut errors,
         };
         let mut known: Vec<&str> = vec![
-            "id", "group", "schedule", "handler", "payload", "priority", "timeout", "retry",
-            "overlap", "misfire", "misfire_threshold", "paused", "on_success",
-            "alert_after_failures", "pause_after_alert",
+            "id",
+            "group",
+            "schedule",
+            "handler",
+            "payload",
+            "priority",
+            "timeout",
+            "retry",
+            "overlap",
+            "misfire",
+            "misfire_threshold",
+            "paused",
+            "on_success",
+            "alert_after_failures",
+            "pause_after_alert",
         ];
         known.extend(READ_ONLY_FIELDS);
         w.unknown_fields(&known);
 
         let id = w.name("id", MAX_ID_LEN, None);
         let group = w.name("group", MAX_GROUP_LEN, Some("default"));
+        if let Some(Err(e)) = group.as_deref().map(check_group) {
+            w.fail("group", e);
+        }
         let handler = w.string("handler", MAX_ID_LEN);
         let priority = w.integer("priority", 0, 9, Some(5));
         let timeout = w.duration("timeout", Duration::from_secs(3600), true);
@@ -354,7 +394,9 @@ impl JobSpec {
         };
 
         let payload = w.present("payload").cloned().unwrap_or(Value::Null);
-        let encoded = serde_json::to_vec(&payload).map(|v| v.len()).unwrap_or(usize::MAX);
+        let encoded = serde_json::to_vec(&payload)
+            .map(|v| v.len())
+            .unwrap_or(usize::MAX);
         if encoded > limits.max_payload_bytes {
             w.fail(
                 "payload",
@@ -379,7 +421,10 @@ impl JobSpec {
                 Some(ids)
             }
             Some(Value::Array(_)) => {
-                w.fail("on_success", format!("may name at most {MAX_ON_SUCCESS} jobs"));
+                w.fail(
+                    "on_success",
+                    format!("may name at most {MAX_ON_SUCCESS} jobs"),
+                );
                 None
             }
             Some(other) => {
@@ -408,7 +453,10 @@ impl JobSpec {
                     Some(v) => match v.as_f64() {
                         Some(m) if (1.0..=100.0).contains(&m) => Some(m),
                         _ => {
-                            rw.fail("multiplier", format!("must be a number from 1 to 100, found {v}"));
+                            rw.fail(
+                                "multiplier",
+                                format!("must be a number from 1 to 100, found {v}"),
+                            );
                             None
                         }
                     },
@@ -419,12 +467,14 @@ impl JobSpec {
                     }
                 }
                 match (max_attempts, initial, max, multiplier) {
-                    (Some(a), Some(i), Some(m), Some(x)) if w.errors.len() == before => Some(RetryPolicy {
-                        max_attempts: a as u32,
-                        initial: i,
-                        max: m,
-                        multiplier: x,
-                    }),
+                    (Some(a), Some(i), Some(m), Some(x)) if w.errors.len() == before => {
+                        Some(RetryPolicy {
+                            max_attempts: a as u32,
+                            initial: i,
+                            max: m,
+                            multiplier: x,
+                        })
+                    }
                     _ => None,
                 }
             }
@@ -450,13 +500,36 @@ impl JobSpec {
         };
 
         match (
-            id, group, schedule, handler, priority, timeout, retry, overlap, misfire,
-            misfire_threshold, paused, on_success, alert_after_failures, pause_after_alert,
+            id,
+            group,
+            schedule,
+            handler,
+            priority,
+            timeout,
+            retry,
+            overlap,
+            misfire,
+            misfire_threshold,
+            paused,
+            on_success,
+            alert_after_failures,
+            pause_after_alert,
         ) {
             (
-                Some(id), Some(group), Some(schedule), Some(handler), Some(priority), Some(timeout),
-                Some(retry), Some(overlap), Some(misfire), Some(misfire_threshold), Some(paused),
-                Some(on_success), Some(alert_after_failures), Some(pause_after_alert),
+                Some(id),
+                Some(group),
+                Some(schedule),
+                Some(handler),
+                Some(priority),
+                Some(timeout),
+                Some(retry),
+                Some(overlap),
+                Some(misfire),
+                Some(misfire_threshold),
+                Some(paused),
+                Some(on_success),
+                Some(alert_after_failures),
+                Some(pause_after_alert),
             ) if errors.is_empty() => Ok(JobSpec {
                 id,
                 group,
@@ -569,7 +642,16 @@ mod tests {
         });
         let errors = JobSpec::from_json(&v, &Limits::default()).unwrap_err();
         let f = fields(&errors);
-        for expected in ["id", "schedule.cron", "handler", "priority", "retry.max_attempts", "retry.bogus", "overlap", "colour"] {
+        for expected in [
+            "id",
+            "schedule.cron",
+            "handler",
+            "priority",
+            "retry.max_attempts",
+            "retry.bogus",
+            "overlap",
+            "colour",
+        ] {
             assert!(f.contains(&expected), "missing {expected} in {f:?}");
         }
     }
@@ -589,7 +671,9 @@ mod tests {
         v["payload"] = json!("x".repeat(70 * 1024));
         let errors = JobSpec::from_json(&v, &Limits::default()).unwrap_err();
         assert_eq!(fields(&errors), vec!["payload"]);
-        let small = Limits { max_payload_bytes: 10 * 1024 * 1024 };
+        let small = Limits {
+            max_payload_bytes: 10 * 1024 * 1024,
+        };
         assert!(JobSpec::from_json(&v, &small).is_ok());
     }
 
@@ -607,6 +691,10 @@ mod tests {
         assert!(check_name("", 128).is_err());
         assert!(check_name("a b", 128).is_err());
         assert!(check_name(&"x".repeat(65), 64).is_err());
+        assert!(check_group("eu.reports").is_ok());
+        for bad in [".a", "a.", "a..b"] {
+            assert!(check_group(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

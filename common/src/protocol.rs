@@ -45,7 +45,11 @@ pub struct StartReply {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refusal: Option<StartRefusal>,
     /// When the run must be cut off (start + the job's timeout).
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_ms_opt")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "rfc3339_ms_opt"
+    )]
     pub deadline: Option<DateTime<Utc>>,
 }
 

@@ -63,7 +63,9 @@ pub struct TopologyError {
     source: Box<dyn std::error::Error + Send + Sync>,
 }
 
-fn fail<E: std::error::Error + Send + Sync + 'static>(what: impl Into<String>) -> impl FnOnce(E) -> TopologyError {
+fn fail<E: std::error::Error + Send + Sync + 'static>(
+    what: impl Into<String>,
+) -> impl FnOnce(E) -> TopologyError {
     let what = what.into();
     move |e| TopologyError {
         what,
@@ -135,7 +137,12 @@ impl Topology {
         Ok(())
     }
 
-    async fn bucket(&self, name: String, max_age: Duration, history: i64) -> Result<kv::Store, TopologyError> {
+    async fn bucket(
+        &self,
+        name: String,
+        max_age: Duration,
+        history: i64,
+    ) -> Result<kv::Store, TopologyError> {
         if let Ok(store) = self.jetstream.get_key_value(&name).await {
             return Ok(store);
         }
@@ -153,21 +160,28 @@ impl Topology {
 
     /// The time-slice claims bucket.
     pub async fn slices(&self) -> Result<kv::Store, TopologyError> {
-        self.bucket(self.subjects.slices_bucket(), self.config.slice_ttl, 1).await
+        self.bucket(self.subjects.slices_bucket(), self.config.slice_ttl, 1)
+            .await
     }
 
     /// The worker heartbeat bucket; a key vanishes `worker_ttl` after its last beat.
     pub async fn workers(&self) -> Result<kv::Store, TopologyError> {
-        self.bucket(self.subjects.workers_bucket(), self.config.worker_ttl, 1).await
+        self.bucket(self.subjects.workers_bucket(), self.config.worker_ttl, 1)
+            .await
     }
 
     /// The leases bucket (single-active services such as the expiry monitor).
     pub async fn leases(&self) -> Result<kv::Store, TopologyError> {
-        self.bucket(self.subjects.leases_bucket(), Duration::ZERO, 1).await
+        self.bucket(self.subjects.leases_bucket(), Duration::ZERO, 1)
+            .await
     }
 
     /// The durable pull consumer of one group and band, created if missing.
-    pub async fn fire_consumer(&self, group: &str, band: Band) -> Result<consumer::PullConsumer, TopologyError> {
+    pub async fn fire_consumer(
+        &self,
+        group: &str,
+        band: Band,
+    ) -> Result<consumer::PullConsumer, TopologyError> {
         let name = self.subjects.fire_consumer(group, band);
         let stream = self
             .jetstream
@@ -192,7 +206,13 @@ impl Topology {
     }
 
     /// A durable pull consumer on the events or submit stream (scheduler side).
-    pub async fn durable(&self, stream: &str, name: &str, filter: String, ack_wait: Duration) -> Result<consumer::PullConsumer, TopologyError> {
+    pub async fn durable(
+        &self,
+        stream: &str,
+        name: &str,
+        filter: String,
+        ack_wait: Duration,
+    ) -> Result<consumer::PullConsumer, TopologyError> {
         let stream_handle = self
             .jetstream
             .get_stream(stream)

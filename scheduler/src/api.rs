@@ -48,8 +48,17 @@ impl Default for ApiConfig {
 
 /// The verbs of CONTRACT.md.
 pub const VERBS: [&str; 11] = [
-    "jobs.put", "jobs.get", "jobs.list", "jobs.delete", "jobs.pause", "jobs.resume",
-    "jobs.trigger", "jobs.preview", "firings.list", "workers.list", "unknown",
+    "jobs.put",
+    "jobs.get",
+    "jobs.list",
+    "jobs.delete",
+    "jobs.pause",
+    "jobs.resume",
+    "jobs.trigger",
+    "jobs.preview",
+    "firings.list",
+    "workers.list",
+    "unknown",
 ];
 
 /// The API service of one replica.
@@ -65,7 +74,11 @@ pub struct Api {
 
 /// Parses a request body into `T`, naming the offending field on failure.
 pub fn parse_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    let body = if body.iter().all(u8::is_ascii_whitespace) { b"{}".as_slice() } else { body };
+    let body = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}".as_slice()
+    } else {
+        body
+    };
     let de = &mut serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -103,18 +116,28 @@ fn check_id(id: &str) -> Result<(), ApiError> {
 
 impl Api {
     /// Answers one request: the reply body for `verb` given `body`.
-    pub async fn handle(&self, verb: &str, body: &[u8], now: DateTime<Utc>) -> Result<Value, ApiError> {
+    pub async fn handle(
+        &self,
+        verb: &str,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<Value, ApiError> {
         match verb {
             "jobs.put" => {
                 let value = parse_value(body)?;
-                let spec = JobSpec::from_json(&value, &self.config.limits).map_err(ApiError::from_field_errors)?;
+                let spec = JobSpec::from_json(&value, &self.config.limits)
+                    .map_err(ApiError::from_field_errors)?;
                 let job = self.store.put_job(&spec, now).await?;
                 Ok(json!({ "job": job }))
             }
             "jobs.get" => {
                 let req: IdRequest = parse_request(body)?;
                 check_id(&req.id)?;
-                let job = self.store.get_job(&req.id).await?.ok_or_else(|| not_found(&req.id))?;
+                let job = self
+                    .store
+                    .get_job(&req.id)
+                    .await?
+                    .ok_or_else(|| not_found(&req.id))?;
                 Ok(json!({ "job": job }))
             }
             "jobs.list" => {
@@ -122,16 +145,26 @@ impl Api {
                 let limit = check_limit(req.limit)?;
                 let page = self
                     .store
-                    .list_jobs(&JobFilter { group: req.group, state: req.state, limit, after: req.after })
+                    .list_jobs(&JobFilter {
+                        group: req.group,
+                        state: req.state,
+                        limit,
+                        after: req.after,
+                    })
                     .await?;
                 Ok(json!({ "jobs": page.items, "next": page.next }))
             }
             "jobs.delete" => {
                 let req: IdRequest = parse_request(body)?;
                 check_id(&req.id)?;
-                let deleted = self.store.delete_job(&req.id, now).await?.ok_or_else(|| not_found(&req.id))?;
+                let deleted = self
+                    .store
+                    .delete_job(&req.id, now)
+                    .await?
+                    .ok_or_else(|| not_found(&req.id))?;
                 for running in &deleted.cancel {
-                    self.cancel(&running.worker_id, &running.firing_id, "job deleted").await;
+                    self.cancel(&running.worker_id, &running.firing_id, "job deleted")
+                        .await;
                 }
                 Ok(json!({ "job": deleted.job }))
             }
@@ -139,34 +172,56 @@ impl Api {
                 let req: IdRequest = parse_request(body)?;
                 check_id(&req.id)?;
                 let paused = verb == "jobs.pause";
-                let job = self.store.set_paused(&req.id, paused, now).await?.ok_or_else(|| not_found(&req.id))?;
+                let job = self
+                    .store
+                    .set_paused(&req.id, paused, now)
+                    .await?
+                    .ok_or_else(|| not_found(&req.id))?;
                 Ok(json!({ "job": job }))
             }
             "jobs.trigger" => {
                 let req: TriggerRequest = parse_request(body)?;
                 check_id(&req.id)?;
                 if let Some(payload) = &req.payload {
-                    let size = serde_json::to_vec(payload).map(|v| v.len()).unwrap_or(usize::MAX);
+                    let size = serde_json::to_vec(payload)
+                        .map(|v| v.len())
+                        .unwrap_or(usize::MAX);
                     if size > self.config.limits.max_payload_bytes {
                         return Err(ApiError::invalid(
                             "payload",
-                            format!("is {size} bytes encoded; the limit is {} bytes", self.config.limits.max_payload_bytes),
+                            format!(
+                                "is {size} bytes encoded; the limit is {} bytes",
+                                self.config.limits.max_payload_bytes
+                            ),
                         ));
                     }
                 }
-                let id = self.store.trigger(&req.id, req.payload, now).await?.ok_or_else(|| not_found(&req.id))?;
+                let id = self
+                    .store
+                    .trigger(&req.id, req.payload, now)
+                    .await?
+                    .ok_or_else(|| not_found(&req.id))?;
                 Ok(json!({ "firing_id": id.to_string() }))
             }
             "jobs.preview" => {
                 let req: PreviewRequest = parse_request(body)?;
                 let count = req.count.unwrap_or(10);
                 if count == 0 || count > self.config.max_preview {
-                    return Err(ApiError::invalid("count", format!("must be from 1 to {}", self.config.max_preview)));
+                    return Err(ApiError::invalid(
+                        "count",
+                        format!("must be from 1 to {}", self.config.max_preview),
+                    ));
                 }
-                let spec = ScheduleSpec::from_json(&req.schedule, "schedule").map_err(ApiError::from_field_errors)?;
+                let spec = ScheduleSpec::from_json(&req.schedule, "schedule")
+                    .map_err(ApiError::from_field_errors)?;
                 let from = req.from.unwrap_or(now);
-                let schedule = Schedule::compile(&spec, from).map_err(|e| ApiError::from_field_errors(vec![e]))?;
-                let times: Vec<String> = schedule.iter_after(from).take(count as usize).map(format_time).collect();
+                let schedule = Schedule::compile(&spec, from)
+                    .map_err(|e| ApiError::from_field_errors(vec![e]))?;
+                let times: Vec<String> = schedule
+                    .iter_after(from)
+                    .take(count as usize)
+                    .map(format_time)
+                    .collect();
                 Ok(json!({ "times": times }))
             }
             "firings.list" => {
@@ -174,7 +229,12 @@ impl Api {
                 let limit = check_limit(req.limit)?;
                 let page = self
                     .store
-                    .list_firings(&FiringFilter { job_id: req.job_id, state: req.state, limit, after: req.after })
+                    .list_firings(&FiringFilter {
+                        job_id: req.job_id,
+                        state: req.state,
+                        limit,
+                        after: req.after,
+                    })
                     .await?;
                 Ok(json!({ "firings": page.items, "next": page.next }))
             }
@@ -192,7 +252,9 @@ impl Api {
 
     /// Live workers from the heartbeat bucket, optionally of one group.
     pub async fn workers(&self, group: Option<&str>) -> Result<Vec<WorkerInfo>, ApiError> {
-        let unavailable = |e: &dyn std::fmt::Display| ApiError::unavailable(format!("cannot read the worker registry: {e}"));
+        let unavailable = |e: &dyn std::fmt::Display| {
+            ApiError::unavailable(format!("cannot read the worker registry: {e}"))
+        };
         let mut keys = self.workers.keys().await.map_err(|e| unavailable(&e))?;
         let mut workers = Vec::new();
         while let Some(key) = keys.next().await {
@@ -211,9 +273,16 @@ impl Api {
 
     /// Asks a worker to cancel a running firing.
     pub async fn cancel(&self, worker_id: &str, firing_id: &chime_common::FiringId, reason: &str) {
-        let request = CancelRequest { firing_id: firing_id.clone(), reason: reason.to_string() };
+        let request = CancelRequest {
+            firing_id: firing_id.clone(),
+            reason: reason.to_string(),
+        };
         if let Ok(body) = serde_json::to_vec(&request) {
-            if let Err(e) = self.nats.publish(self.subjects.cancel(worker_id), body.into()).await {
+            if let Err(e) = self
+                .nats
+                .publish(self.subjects.cancel(worker_id), body.into())
+                .await
+            {
                 tracing::warn!(worker_id, %firing_id, error = %e, "cannot send cancel request");
             }
         }
@@ -232,18 +301,34 @@ impl Api {
                 m = requests.next() => match m { Some(m) => m, None => break },
                 _ = shutdown.cancelled() => break,
             };
-            let Some(reply) = message.reply.clone() else { continue };
-            let Ok(permit) = permits.clone().acquire_owned().await else { break };
+            let Some(reply) = message.reply.clone() else {
+                continue;
+            };
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                break;
+            };
             let api = self.clone();
-            let verb = message.subject.as_str().strip_prefix(&prefix).unwrap_or("").to_string();
+            let verb = message
+                .subject
+                .as_str()
+                .strip_prefix(&prefix)
+                .unwrap_or("")
+                .to_string();
             tokio::spawn(async move {
                 let result = api.handle(&verb, &message.payload, Utc::now()).await;
-                let label = if VERBS.contains(&verb.as_str()) { verb.as_str() } else { "unknown" };
+                let label = if VERBS.contains(&verb.as_str()) {
+                    verb.as_str()
+                } else {
+                    "unknown"
+                };
                 let outcome = match &result {
                     Ok(_) => "ok",
                     Err(e) => e.code.as_str(),
                 };
-                api.metrics.api_requests.with_label_values(&[label, outcome]).inc();
+                api.metrics
+                    .api_requests
+                    .with_label_values(&[label, outcome])
+                    .inc();
                 let body = match result {
                     Ok(value) => serde_json::to_vec(&value),
                     Err(error) => {
@@ -272,7 +357,10 @@ fn not_found(id: &str) -> ApiError {
 fn check_limit(limit: Option<u32>) -> Result<u32, ApiError> {
     match limit.unwrap_or(100) {
         n @ 1..=1000 => Ok(n),
-        n => Err(ApiError::invalid("limit", format!("must be from 1 to 1000, found {n}"))),
+        n => Err(ApiError::invalid(
+            "limit",
+            format!("must be from 1 to 1000, found {n}"),
+        )),
     }
 }
 

@@ -121,7 +121,11 @@ mod tests {
 
     #[test]
     fn only_stale_or_released_claims_of_others_are_takeable() {
-        let claim = |owner: &str, state, until_ms| ClaimValue { owner: owner.into(), state, until_ms };
+        let claim = |owner: &str, state, until_ms| ClaimValue {
+            owner: owner.into(),
+            state,
+            until_ms,
+        };
         assert!(claim("a", ClaimState::Claimed, 100).takeable_by("b", 101));
         assert!(!claim("a", ClaimState::Claimed, 100).takeable_by("b", 100));
         assert!(!claim("a", ClaimState::Claimed, 100).takeable_by("a", 500));

@@ -88,8 +88,21 @@ pub struct ExpiryMonitor {
 
 impl ExpiryMonitor {
     /// A monitor over `store`, judging workers by the `workers` bucket.
-    pub fn new(config: ExpiryConfig, store: Store, workers: kv::Store, lifecycle: Lifecycle, metrics: Metrics) -> Self {
-        ExpiryMonitor { config, store, workers, lifecycle, metrics, reported: Default::default() }
+    pub fn new(
+        config: ExpiryConfig,
+        store: Store,
+        workers: kv::Store,
+        lifecycle: Lifecycle,
+        metrics: Metrics,
+    ) -> Self {
+        ExpiryMonitor {
+            config,
+            store,
+            workers,
+            lifecycle,
+            metrics,
+            reported: Default::default(),
+        }
     }
 
     async fn live_workers(&self) -> Result<HashSet<String>, String> {
@@ -104,11 +117,16 @@ impl ExpiryMonitor {
     /// One scan. Returns what it did, for logs, metrics and tests.
     pub async fn run_once(&self, now: DateTime<Utc>) -> Result<ExpiryOutcome, String> {
         let mut outcome = ExpiryOutcome::default();
-        let rows = self.store.executing(self.config.batch).await.map_err(|e| e.to_string())?;
+        let rows = self
+            .store
+            .executing(self.config.batch)
+            .await
+            .map_err(|e| e.to_string())?;
         if !rows.is_empty() {
             let live = self.live_workers().await?;
             let grace = chrono::Duration::from_std(self.config.start_grace).unwrap_or_default();
-            let deadline_grace = chrono::Duration::from_std(self.config.deadline_grace).unwrap_or_default();
+            let deadline_grace =
+                chrono::Duration::from_std(self.config.deadline_grace).unwrap_or_default();
             for row in rows {
                 let reason = if row.deadline_at + deadline_grace < now {
                     format!("worker {} did not report by the deadline", row.worker_id)
@@ -135,16 +153,28 @@ impl ExpiryMonitor {
                     }
                     Ok(None) => {}
                     Err(e) => {
-                        self.metrics.store_errors.with_label_values(&["requeue"]).inc();
+                        self.metrics
+                            .store_errors
+                            .with_label_values(&["requeue"])
+                            .inc();
                         return Err(e.to_string());
                     }
                 }
             }
         }
-        let before = now - chrono::Duration::from_std(self.config.not_started_after).unwrap_or_default();
-        let waiting = self.store.unstarted(before, self.config.batch).await.map_err(|e| e.to_string())?;
+        let before =
+            now - chrono::Duration::from_std(self.config.not_started_after).unwrap_or_default();
+        let waiting = self
+            .store
+            .unstarted(before, self.config.batch)
+            .await
+            .map_err(|e| e.to_string())?;
         for firing in waiting {
-            let fresh = self.reported.lock().unwrap_or_else(|p| p.into_inner()).insert(firing.id.clone());
+            let fresh = self
+                .reported
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(firing.id.clone());
             if !fresh {
                 continue;
             }

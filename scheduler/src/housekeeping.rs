@@ -73,13 +73,21 @@ pub struct Housekeeping {
 impl Housekeeping {
     /// A housekeeper that hands rescued firings to `wheel`.
     pub fn new(config: HousekeepingConfig, store: Store, wheel: Wheel, metrics: Metrics) -> Self {
-        Housekeeping { config, store, wheel, metrics, last_prune: Default::default(), rescued: Default::default() }
+        Housekeeping {
+            config,
+            store,
+            wheel,
+            metrics,
+            last_prune: Default::default(),
+            rescued: Default::default(),
+        }
     }
 
     /// One pass.
     pub async fn run_once(&self, now: DateTime<Utc>) -> Result<HousekeepingOutcome, String> {
         let mut outcome = HousekeepingOutcome::default();
-        let due_before = now - chrono::Duration::from_std(self.config.rescue_after).unwrap_or_default();
+        let due_before =
+            now - chrono::Duration::from_std(self.config.rescue_after).unwrap_or_default();
         let orphans = self
             .store
             .overdue_staged(due_before, self.config.rescue_batch)
@@ -87,22 +95,33 @@ impl Housekeeping {
             .map_err(|e| e.to_string())?;
         let orphans: Vec<_> = {
             let mut rescued = self.rescued.lock().unwrap_or_else(|p| p.into_inner());
-            let again_after = chrono::Duration::from_std(self.config.rescue_after).unwrap_or_default();
+            let again_after =
+                chrono::Duration::from_std(self.config.rescue_after).unwrap_or_default();
             rescued.retain(|_, at| now - *at < again_after);
-            orphans.into_iter().filter(|f| rescued.insert(f.id.clone(), now).is_none()).collect()
+            orphans
+                .into_iter()
+                .filter(|f| rescued.insert(f.id.clone(), now).is_none())
+                .collect()
         };
         if !orphans.is_empty() {
-            tracing::warn!(count = orphans.len(), "rescuing staged firings nobody published");
+            tracing::warn!(
+                count = orphans.len(),
+                "rescuing staged firings nobody published"
+            );
             outcome.rescued = orphans.len();
             self.metrics.rescued.inc_by(orphans.len() as u64);
             self.wheel.insert(orphans, None);
         }
         let prune_due = {
             let last = self.last_prune.lock().unwrap_or_else(|p| p.into_inner());
-            last.is_none_or(|t| now - t >= chrono::Duration::from_std(self.config.prune_interval).unwrap_or_default())
+            last.is_none_or(|t| {
+                now - t
+                    >= chrono::Duration::from_std(self.config.prune_interval).unwrap_or_default()
+            })
         };
         if prune_due {
-            let before = now - chrono::Duration::from_std(self.config.retention).unwrap_or_default();
+            let before =
+                now - chrono::Duration::from_std(self.config.retention).unwrap_or_default();
             outcome.pruned = self
                 .store
                 .prune_history(before, self.config.keep_per_job)
@@ -111,10 +130,17 @@ impl Housekeeping {
             self.metrics.pruned.inc_by(outcome.pruned);
             *self.last_prune.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
         }
-        let counts = self.store.counts_by_state().await.map_err(|e| e.to_string())?;
+        let counts = self
+            .store
+            .counts_by_state()
+            .await
+            .map_err(|e| e.to_string())?;
         self.metrics.firings_by_state.reset();
         for (group, state, count) in counts {
-            self.metrics.firings_by_state.with_label_values(&[group.as_str(), state.as_str()]).set(count);
+            self.metrics
+                .firings_by_state
+                .with_label_values(&[group.as_str(), state.as_str()])
+                .set(count);
         }
         Ok(outcome)
     }
@@ -134,7 +160,10 @@ impl Housekeeping {
                 continue;
             }
             if let Err(e) = self.run_once(Utc::now()).await {
-                self.metrics.store_errors.with_label_values(&["housekeeping"]).inc();
+                self.metrics
+                    .store_errors
+                    .with_label_values(&["housekeeping"])
+                    .inc();
                 tracing::warn!(error = %e, "housekeeping pass failed");
             }
         }

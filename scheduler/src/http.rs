@@ -35,7 +35,10 @@ async fn readyz(State(probe): State<Probe>) -> (StatusCode, String) {
     }
     match probe.store.ping().await {
         Ok(()) => (StatusCode::OK, "ready".into()),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("store unavailable: {e}")),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("store unavailable: {e}"),
+        ),
     }
 }
 
@@ -51,7 +54,11 @@ pub async fn serve(
         .route("/metrics", get(render_metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(Probe { metrics, store, nats });
+        .with_state(Probe {
+            metrics,
+            store,
+            nats,
+        });
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let task = tokio::spawn(async move {

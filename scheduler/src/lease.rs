@@ -26,7 +26,12 @@ pub struct Lease {
 
 impl Lease {
     /// The lease `key`, to be held by `holder` for `ttl` per renewal.
-    pub fn new(kv: kv::Store, key: impl Into<String>, holder: impl Into<String>, ttl: Duration) -> Self {
+    pub fn new(
+        kv: kv::Store,
+        key: impl Into<String>,
+        holder: impl Into<String>,
+        ttl: Duration,
+    ) -> Self {
         Lease {
             kv,
             key: key.into(),
@@ -74,7 +79,10 @@ impl Lease {
                 .map(|v| v.holder == self.holder)
                 .unwrap_or(false);
             if mine {
-                let _ = self.kv.delete_expect_revision(&self.key, Some(entry.revision)).await;
+                let _ = self
+                    .kv
+                    .delete_expect_revision(&self.key, Some(entry.revision))
+                    .await;
             }
         }
     }

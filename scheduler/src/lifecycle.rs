@@ -63,7 +63,10 @@ impl Lifecycle {
     /// Decides a batch of start requests and sends the cancels `replace` asks for.
     pub async fn decide(&self, requests: &[StartRequest]) -> Result<Vec<StartDecision>, ApiError> {
         let decisions = self.store.start(requests, Utc::now()).await.map_err(|e| {
-            self.metrics.store_errors.with_label_values(&["start"]).inc();
+            self.metrics
+                .store_errors
+                .with_label_values(&["start"])
+                .inc();
             ApiError::from(e)
         })?;
         for decision in &decisions {
@@ -76,9 +79,15 @@ impl Lifecycle {
                 self.metrics.overlap_skipped.inc();
             }
             for running in &decision.cancel {
-                let request = CancelRequest { firing_id: running.firing_id.clone(), reason: "replaced by a newer firing".into() };
+                let request = CancelRequest {
+                    firing_id: running.firing_id.clone(),
+                    reason: "replaced by a newer firing".into(),
+                };
                 if let Ok(body) = serde_json::to_vec(&request) {
-                    let _ = self.nats.publish(self.subjects.cancel(&running.worker_id), body.into()).await;
+                    let _ = self
+                        .nats
+                        .publish(self.subjects.cancel(&running.worker_id), body.into())
+                        .await;
                 }
             }
         }
@@ -86,7 +95,10 @@ impl Lifecycle {
     }
 
     /// Answers start requests until `shutdown`.
-    pub async fn serve_starts(self, shutdown: CancellationToken) -> Result<(), async_nats::SubscribeError> {
+    pub async fn serve_starts(
+        self,
+        shutdown: CancellationToken,
+    ) -> Result<(), async_nats::SubscribeError> {
         let mut requests = self
             .nats
             .queue_subscribe(self.subjects.worker_start(), "chime-lifecycle".to_string())
@@ -105,7 +117,9 @@ impl Lifecycle {
                     _ => break,
                 }
             }
-            let Ok(permit) = permits.clone().acquire_owned().await else { break };
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                break;
+            };
             let this = self.clone();
             tokio::spawn(async move {
                 this.answer(batch).await;
@@ -119,7 +133,9 @@ impl Lifecycle {
         let mut valid = Vec::new();
         let mut replies = Vec::new();
         for message in batch {
-            let Some(reply) = message.reply.clone() else { continue };
+            let Some(reply) = message.reply.clone() else {
+                continue;
+            };
             match serde_json::from_slice::<StartRequest>(&message.payload) {
                 Ok(request) => {
                     valid.push(request);
@@ -143,7 +159,13 @@ impl Lifecycle {
             Err(error) => {
                 tracing::warn!(error = %error, "cannot decide starts; workers will retry");
                 for reply in replies {
-                    self.reply(reply, &ErrorReply { error: error.clone() }).await;
+                    self.reply(
+                        reply,
+                        &ErrorReply {
+                            error: error.clone(),
+                        },
+                    )
+                    .await;
                 }
             }
         }
@@ -164,7 +186,10 @@ impl Lifecycle {
             .finish(events, Utc::now(), &retry_delay)
             .await
             .map_err(|e| {
-                self.metrics.store_errors.with_label_values(&["finish"]).inc();
+                self.metrics
+                    .store_errors
+                    .with_label_values(&["finish"])
+                    .inc();
                 ApiError::from(e)
             })?;
         let mut applied = 0;
@@ -174,7 +199,10 @@ impl Lifecycle {
             }
             applied += 1;
             if let Some(state) = outcome.state {
-                self.metrics.firings_finished.with_label_values(&[state.as_str()]).inc();
+                self.metrics
+                    .firings_finished
+                    .with_label_values(&[state.as_str()])
+                    .inc();
             }
             if outcome.retry.is_some() {
                 self.metrics.retries.inc();
@@ -191,10 +219,17 @@ impl Lifecycle {
 
     /// Publishes an alert on `chime.alerts` (best effort: it is also in the firing's history).
     pub async fn alert(&self, alert: &Alert) {
-        self.metrics.alerts.with_label_values(&[alert.kind.as_str()]).inc();
+        self.metrics
+            .alerts
+            .with_label_values(&[alert.kind.as_str()])
+            .inc();
         tracing::warn!(kind = alert.kind.as_str(), job_id = %alert.job_id, message = %alert.message, "alert");
         if let Ok(body) = serde_json::to_vec(alert) {
-            match self.jetstream.publish(self.subjects.alerts(), body.into()).await {
+            match self
+                .jetstream
+                .publish(self.subjects.alerts(), body.into())
+                .await
+            {
                 Ok(ack) => {
                     let _ = ack.await;
                 }
@@ -249,7 +284,9 @@ impl Lifecycle {
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot apply finished events; they will be redelivered");
                     for message in messages {
-                        let _ = message.ack_with(AckKind::Nak(Some(self.config.retry_after))).await;
+                        let _ = message
+                            .ack_with(AckKind::Nak(Some(self.config.retry_after)))
+                            .await;
                     }
                 }
             }

@@ -97,14 +97,20 @@ impl Args {
             tls_key: self.nats_tls_key,
             ..config.nats
         };
-        Subjects::validate_prefix(&self.subject_prefix).map_err(|e| anyhow::anyhow!("--subject-prefix: {e}"))?;
+        Subjects::validate_prefix(&self.subject_prefix)
+            .map_err(|e| anyhow::anyhow!("--subject-prefix: {e}"))?;
         config.subjects = Subjects::new(self.subject_prefix);
         config.metrics_addr = Some(self.metrics_addr);
         config.replica_id = self.replica_id.unwrap_or_else(default_replica_id);
-        if chime_common::job::check_name(&config.replica_id, 64).is_err() || config.replica_id.contains('.') {
+        if chime_common::job::check_name(&config.replica_id, 64).is_err()
+            || config.replica_id.contains('.')
+        {
             anyhow::bail!("--replica-id: use 1 to 64 of A-Z a-z 0-9 _ -");
         }
-        anyhow::ensure!((1..=5).contains(&self.stream_replicas), "--stream-replicas must be from 1 to 5");
+        anyhow::ensure!(
+            (1..=5).contains(&self.stream_replicas),
+            "--stream-replicas must be from 1 to 5"
+        );
         config.topology.replicas = self.stream_replicas;
         config.topology.duplicate_window = self.duplicate_window;
         config.slicer.slice = self.slice;
@@ -112,7 +118,10 @@ impl Args {
         config.slicer.partitions = self.partitions;
         config.slicer.max_catch_up = self.max_catch_up;
         config.store.partitions = self.partitions;
-        anyhow::ensure!(self.max_payload >= 1024, "--max-payload must be at least 1024 bytes");
+        anyhow::ensure!(
+            self.max_payload >= 1024,
+            "--max-payload must be at least 1024 bytes"
+        );
         config.api.limits.max_payload_bytes = self.max_payload;
         config.submit.limits.max_payload_bytes = self.max_payload;
         config.store.limits.max_payload_bytes = self.max_payload;
@@ -156,7 +165,9 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     init_tracing(&args.log_format);
     let config = args.into_config()?;
-    let replica = Replica::start(config).await.context("chime-scheduler could not start")?;
+    let replica = Replica::start(config)
+        .await
+        .context("chime-scheduler could not start")?;
     tokio::select! {
         _ = terminated() => {
             tracing::info!("shutting down: publishing what the wheel holds");

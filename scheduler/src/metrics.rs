@@ -74,20 +74,26 @@ pub struct Metrics {
 
 fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
     let c = IntCounter::new(name, help).expect("valid metric name");
-    registry.register(Box::new(c.clone())).expect("metric registered once");
+    registry
+        .register(Box::new(c.clone()))
+        .expect("metric registered once");
     c
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric name");
-    registry.register(Box::new(c.clone())).expect("metric registered once");
+    registry
+        .register(Box::new(c.clone()))
+        .expect("metric registered once");
     c
 }
 
 fn histogram(registry: &Registry, name: &str, help: &str, buckets: &[f64]) -> Histogram {
     let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
         .expect("valid metric name");
-    registry.register(Box::new(h.clone())).expect("metric registered once");
+    registry
+        .register(Box::new(h.clone()))
+        .expect("metric registered once");
     h
 }
 
@@ -96,44 +102,189 @@ impl Metrics {
     pub fn new() -> Self {
         let r = Registry::new();
         let firings_by_state = IntGaugeVec::new(
-            Opts::new("chime_firings", "Firings by group and live state (staged, published, executing)."),
+            Opts::new(
+                "chime_firings",
+                "Firings by group and live state (staged, published, executing).",
+            ),
             &["group", "state"],
         )
         .expect("valid metric name");
-        r.register(Box::new(firings_by_state.clone())).expect("metric registered once");
-        let wheel_staged = IntGauge::new("chime_wheel_staged_firings", "Firings held in this replica's time wheel.")
-            .expect("valid metric name");
-        r.register(Box::new(wheel_staged.clone())).expect("metric registered once");
-        let leader = IntGauge::new("chime_leader", "1 while this replica runs the expiry monitor and housekeeping.")
-            .expect("valid metric name");
-        r.register(Box::new(leader.clone())).expect("metric registered once");
-        Metrics {
-            firings_published: counter_vec(&r, "chime_firings_published_total", "Firings published to JetStream.", &["group"]),
-            publish_lateness: histogram(&r, "chime_publish_lateness_seconds", "Publish time minus due time.", LATENESS_BUCKETS),
-            publish_duplicates: counter(&r, "chime_publish_duplicates_total", "Publishes acknowledged as duplicates and dropped by JetStream dedup."),
-            publish_errors: counter(&r, "chime_publish_errors_total", "Firing publishes that failed and were retried."),
-            slices_claimed: counter(&r, "chime_slices_claimed_total", "Time slices this replica claimed."),
-            slices_taken_over: counter(&r, "chime_slices_taken_over_total", "Time slices taken over from a replica that did not publish them."),
+        r.register(Box::new(firings_by_state.clone()))
+            .expect("metric registered once");
+        let wheel_staged = IntGauge::new(
+            "chime_wheel_staged_firings",
+            "Firings held in this replica's time wheel.",
+        )
+        .expect("valid metric name");
+        r.register(Box::new(wheel_staged.clone()))
+            .expect("metric registered once");
+        let leader = IntGauge::new(
+            "chime_leader",
+            "1 while this replica runs the expiry monitor and housekeeping.",
+        )
+        .expect("valid metric name");
+        r.register(Box::new(leader.clone()))
+            .expect("metric registered once");
+        let metrics = Metrics {
+            firings_published: counter_vec(
+                &r,
+                "chime_firings_published_total",
+                "Firings published to JetStream.",
+                &["group"],
+            ),
+            publish_lateness: histogram(
+                &r,
+                "chime_publish_lateness_seconds",
+                "Publish time minus due time.",
+                LATENESS_BUCKETS,
+            ),
+            publish_duplicates: counter(
+                &r,
+                "chime_publish_duplicates_total",
+                "Publishes acknowledged as duplicates and dropped by JetStream dedup.",
+            ),
+            publish_errors: counter(
+                &r,
+                "chime_publish_errors_total",
+                "Firing publishes that failed and were retried.",
+            ),
+            slices_claimed: counter(
+                &r,
+                "chime_slices_claimed_total",
+                "Time slices this replica claimed.",
+            ),
+            slices_taken_over: counter(
+                &r,
+                "chime_slices_taken_over_total",
+                "Time slices taken over from a replica that did not publish them.",
+            ),
             wheel_staged,
-            stage_duration: histogram(&r, "chime_stage_duration_seconds", "Time to stage one slice in the store.", LATENESS_BUCKETS),
-            misfires: counter(&r, "chime_misfires_total", "Instants found later than their misfire threshold."),
-            misfire_skipped: counter(&r, "chime_misfire_skipped_total", "Late instants recorded skipped by the misfire policy."),
-            api_requests: counter_vec(&r, "chime_api_requests_total", "API requests by verb and outcome.", &["verb", "outcome"]),
-            submit_applied: counter(&r, "chime_submit_applied_total", "Durable submissions applied."),
-            submit_rejected: counter(&r, "chime_submit_rejected_total", "Durable submissions rejected."),
-            starts: counter_vec(&r, "chime_starts_total", "Start requests by decision.", &["decision"]),
-            firings_finished: counter_vec(&r, "chime_firings_finished_total", "Finished firings by outcome.", &["outcome"]),
-            retries: counter(&r, "chime_retries_total", "Retries scheduled after a failed attempt."),
-            overlap_skipped: counter(&r, "chime_overlap_skipped_total", "Firings skipped by the overlap policy."),
-            requeued: counter(&r, "chime_firings_requeued_total", "Executing firings re-queued after their worker vanished or their deadline passed."),
+            stage_duration: histogram(
+                &r,
+                "chime_stage_duration_seconds",
+                "Time to stage one slice in the store.",
+                LATENESS_BUCKETS,
+            ),
+            misfires: counter(
+                &r,
+                "chime_misfires_total",
+                "Instants found later than their misfire threshold.",
+            ),
+            misfire_skipped: counter(
+                &r,
+                "chime_misfire_skipped_total",
+                "Late instants recorded skipped by the misfire policy.",
+            ),
+            api_requests: counter_vec(
+                &r,
+                "chime_api_requests_total",
+                "API requests by verb and outcome.",
+                &["verb", "outcome"],
+            ),
+            submit_applied: counter(
+                &r,
+                "chime_submit_applied_total",
+                "Durable submissions applied.",
+            ),
+            submit_rejected: counter(
+                &r,
+                "chime_submit_rejected_total",
+                "Durable submissions rejected.",
+            ),
+            starts: counter_vec(
+                &r,
+                "chime_starts_total",
+                "Start requests by decision.",
+                &["decision"],
+            ),
+            firings_finished: counter_vec(
+                &r,
+                "chime_firings_finished_total",
+                "Finished firings by outcome.",
+                &["outcome"],
+            ),
+            retries: counter(
+                &r,
+                "chime_retries_total",
+                "Retries scheduled after a failed attempt.",
+            ),
+            overlap_skipped: counter(
+                &r,
+                "chime_overlap_skipped_total",
+                "Firings skipped by the overlap policy.",
+            ),
+            requeued: counter(
+                &r,
+                "chime_firings_requeued_total",
+                "Executing firings re-queued after their worker vanished or their deadline passed.",
+            ),
             lost: counter(&r, "chime_firings_lost_total", "Firings that ended lost."),
-            alerts: counter_vec(&r, "chime_alerts_total", "Alerts published, by kind.", &["kind"]),
+            alerts: counter_vec(
+                &r,
+                "chime_alerts_total",
+                "Alerts published, by kind.",
+                &["kind"],
+            ),
             firings_by_state,
             leader,
-            store_errors: counter_vec(&r, "chime_store_errors_total", "Store operations that failed.", &["op"]),
-            rescued: counter(&r, "chime_firings_rescued_total", "Staged firings published by housekeeping after their slice owner failed."),
-            pruned: counter(&r, "chime_history_pruned_total", "History rows removed by retention."),
+            store_errors: counter_vec(
+                &r,
+                "chime_store_errors_total",
+                "Store operations that failed.",
+                &["op"],
+            ),
+            rescued: counter(
+                &r,
+                "chime_firings_rescued_total",
+                "Staged firings published by housekeeping after their slice owner failed.",
+            ),
+            pruned: counter(
+                &r,
+                "chime_history_pruned_total",
+                "History rows removed by retention.",
+            ),
             registry: r,
+        };
+        metrics.initialise_series();
+        metrics
+    }
+
+    /// Creates the series of every known label value at zero, so dashboards
+    /// and alerts see 0 rather than "no data" before the first event.
+    fn initialise_series(&self) {
+        for op in [
+            "stage_slice",
+            "slice_firings",
+            "mark_published",
+            "start",
+            "finish",
+            "requeue",
+            "submit",
+            "housekeeping",
+        ] {
+            self.store_errors.with_label_values(&[op]);
+        }
+        for outcome in ["succeeded", "failed", "cancelled", "lost"] {
+            self.firings_finished.with_label_values(&[outcome]);
+        }
+        for kind in [
+            "firing_failed",
+            "firing_lost",
+            "repeated_failures",
+            "not_started",
+        ] {
+            self.alerts.with_label_values(&[kind]);
+        }
+        for decision in [
+            "accepted",
+            "already_started",
+            "already_finished",
+            "unknown_firing",
+            "skipped",
+            "queued",
+            "cancelled",
+        ] {
+            self.starts.with_label_values(&[decision]);
         }
     }
 
@@ -156,9 +307,14 @@ impl Default for Metrics {
 
 /// Registers a histogram vec (used where a histogram needs labels).
 pub fn histogram_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
-    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(LATENESS_BUCKETS.to_vec()), labels)
-        .expect("valid metric name");
-    registry.register(Box::new(h.clone())).expect("metric registered once");
+    let h = HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(LATENESS_BUCKETS.to_vec()),
+        labels,
+    )
+    .expect("valid metric name");
+    registry
+        .register(Box::new(h.clone()))
+        .expect("metric registered once");
     h
 }
 

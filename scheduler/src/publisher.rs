@@ -89,12 +89,18 @@ pub fn firing_headers(firing: &StagedFiring, now: chrono::DateTime<Utc>) -> Head
     h.insert(headers::FIRING_ID, firing.id.to_string().as_str());
     h.insert(headers::JOB_ID, firing.job_id.as_str());
     h.insert(headers::HANDLER, firing.handler.as_str());
-    h.insert(headers::SCHEDULED_AT, format_time(firing.scheduled_at).as_str());
+    h.insert(
+        headers::SCHEDULED_AT,
+        format_time(firing.scheduled_at).as_str(),
+    );
     h.insert(headers::DUE_AT, format_time(firing.due_at).as_str());
     h.insert(headers::ATTEMPT, firing.attempt.to_string().as_str());
     h.insert(headers::PRIORITY, firing.priority.to_string().as_str());
     h.insert(headers::DEADLINE, format_time(deadline).as_str());
-    h.insert(headers::TIMEOUT_MS, firing.timeout.as_millis().to_string().as_str());
+    h.insert(
+        headers::TIMEOUT_MS,
+        firing.timeout.as_millis().to_string().as_str(),
+    );
     h
 }
 
@@ -114,7 +120,9 @@ impl Publisher {
             let now = Utc::now();
             let firing = &entry.firing;
             let lateness = (now - firing.due_at).num_microseconds().unwrap_or(0).max(0);
-            let subject = self.subjects.fire(&firing.group, Band::of_priority(firing.priority));
+            let subject = self
+                .subjects
+                .fire(&firing.group, Band::of_priority(firing.priority));
             let body = serde_json::to_vec(&firing.payload).unwrap_or_else(|_| b"null".to_vec());
             let message = PublishMessage::build()
                 .payload(body.into())
@@ -134,7 +142,8 @@ impl Publisher {
             }
         }
         if !failed.is_empty() {
-            let retry_ms = Utc::now().timestamp_millis() + self.config.retry_after.as_millis() as i64;
+            let retry_ms =
+                Utc::now().timestamp_millis() + self.config.retry_after.as_millis() as i64;
             self.wheel.reinsert(failed, retry_ms);
         }
         count
@@ -143,7 +152,12 @@ impl Publisher {
     /// Runs until `shutdown`, then publishes what the wheel still holds
     /// (at most `drain` long) so no claimed firing is left behind, and
     /// cancels `drained` when done.
-    pub async fn run(self, shutdown: CancellationToken, drain: Duration, drained: CancellationToken) {
+    pub async fn run(
+        self,
+        shutdown: CancellationToken,
+        drain: Duration,
+        drained: CancellationToken,
+    ) {
         let (tx, rx) = mpsc::channel::<Sent>(8_192);
         let collector = Collector {
             config: self.config.clone(),
@@ -181,7 +195,10 @@ impl Publisher {
         drop(tx);
         let _ = collecting.await;
         if !self.wheel.is_empty() {
-            tracing::warn!(left = self.wheel.len(), "publisher stopped with firings in the wheel; their slices will be taken over");
+            tracing::warn!(
+                left = self.wheel.len(),
+                "publisher stopped with firings in the wheel; their slices will be taken over"
+            );
         }
         drained.cancel();
     }
@@ -256,7 +273,10 @@ impl Collector {
                 if ack.duplicate {
                     self.metrics.publish_duplicates.inc();
                 }
-                self.metrics.firings_published.with_label_values(&[firing.group.as_str()]).inc();
+                self.metrics
+                    .firings_published
+                    .with_label_values(&[firing.group.as_str()])
+                    .inc();
                 acked.ids.push(firing.id.clone());
                 if let Some(slice) = &entry.slice {
                     acked.slices.push(slice.clone());
@@ -275,14 +295,19 @@ impl Collector {
             Err(e) => {
                 tracing::warn!(firing_id = %firing.id, error = %e, "publish not acknowledged; will retry");
                 self.metrics.publish_errors.inc();
-                let retry_ms = Utc::now().timestamp_millis() + self.config.retry_after.as_millis() as i64;
+                let retry_ms =
+                    Utc::now().timestamp_millis() + self.config.retry_after.as_millis() as i64;
                 self.wheel.reinsert(vec![entry], retry_ms);
             }
         }
     }
 
     async fn ring(&self, group: &str) {
-        if let Err(e) = self.nats.publish(self.subjects.ready(group), bytes::Bytes::new()).await {
+        if let Err(e) = self
+            .nats
+            .publish(self.subjects.ready(group), bytes::Bytes::new())
+            .await
+        {
             tracing::debug!(group, error = %e, "doorbell not sent");
         }
     }
@@ -303,7 +328,10 @@ impl Collector {
                 }
             }
             Err(e) => {
-                self.metrics.store_errors.with_label_values(&["mark_published"]).inc();
+                self.metrics
+                    .store_errors
+                    .with_label_values(&["mark_published"])
+                    .inc();
                 tracing::warn!(error = %e, pending = acked.ids.len(), "cannot mark firings published; will retry");
             }
         }

@@ -40,7 +40,13 @@ pub struct NatsConfig {
 impl NatsConfig {
     /// Plain connection to `url`.
     pub fn new(url: impl Into<String>) -> Self {
-        NatsConfig { url: url.into(), creds: None, tls_ca: None, tls_cert: None, tls_key: None }
+        NatsConfig {
+            url: url.into(),
+            creds: None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+        }
     }
 
     /// Connects, naming the connection `name`.
@@ -131,7 +137,12 @@ pub fn default_replica_id() -> String {
     let host = std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').collect::<String>())
+        .map(|h| {
+            h.trim()
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect::<String>()
+        })
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "scheduler".into());
     let suffix: u32 = rand::random();
@@ -158,22 +169,44 @@ impl Replica {
     /// Connects to NATS and the store, creates streams and buckets, and starts every service.
     pub async fn start(config: SchedulerConfig) -> anyhow::Result<Replica> {
         config.validate().map_err(anyhow::Error::msg)?;
-        let nats = config.nats.connect(&format!("chime-scheduler {}", config.replica_id)).await?;
+        let nats = config
+            .nats
+            .connect(&format!("chime-scheduler {}", config.replica_id))
+            .await?;
         let store = Store::connect(&config.database_url, config.store.clone())
             .await
-            .with_context(|| format!("cannot open the store at {}", redact(&config.database_url)))?;
+            .with_context(|| {
+                format!("cannot open the store at {}", redact(&config.database_url))
+            })?;
         let jetstream = async_nats::jetstream::new(nats.clone());
-        let topology = Topology::new(jetstream.clone(), config.subjects.clone(), config.topology.clone());
-        topology.ensure().await.context("cannot set up JetStream streams and buckets")?;
+        let topology = Topology::new(
+            jetstream.clone(),
+            config.subjects.clone(),
+            config.topology.clone(),
+        );
+        topology
+            .ensure()
+            .await
+            .context("cannot set up JetStream streams and buckets")?;
         let slices = topology.slices().await?;
         let workers = topology.workers().await?;
         let leases = topology.leases().await?;
         let subjects = config.subjects.clone();
         let submit_consumer = topology
-            .durable(&subjects.submit_stream(), "chime-submit", subjects.submit(), Duration::from_secs(30))
+            .durable(
+                &subjects.submit_stream(),
+                "chime-submit",
+                subjects.submit(),
+                Duration::from_secs(30),
+            )
             .await?;
         let finished_consumer = topology
-            .durable(&subjects.events_stream(), "chime-lifecycle", subjects.finished(), Duration::from_secs(30))
+            .durable(
+                &subjects.events_stream(),
+                "chime-lifecycle",
+                subjects.finished(),
+                Duration::from_secs(30),
+            )
             .await?;
 
         let metrics = Metrics::new();
@@ -185,9 +218,15 @@ impl Replica {
 
         let metrics_addr = match config.metrics_addr {
             Some(addr) => {
-                let (bound, task) = crate::http::serve(addr, metrics.clone(), store.clone(), nats.clone(), drained.clone())
-                    .await
-                    .with_context(|| format!("cannot serve metrics on {addr}"))?;
+                let (bound, task) = crate::http::serve(
+                    addr,
+                    metrics.clone(),
+                    store.clone(),
+                    nats.clone(),
+                    drained.clone(),
+                )
+                .await
+                .with_context(|| format!("cannot serve metrics on {addr}"))?;
                 tracker.spawn(async move {
                     let _ = task.await;
                 });
@@ -238,10 +277,31 @@ impl Replica {
             progress,
             metrics: metrics.clone(),
         };
-        let expiry = ExpiryMonitor::new(config.expiry.clone(), store.clone(), workers, lifecycle.clone(), metrics.clone());
-        let housekeeping = Housekeeping::new(config.housekeeping.clone(), store.clone(), wheel, metrics.clone());
-        let expiry_lease = Lease::new(leases.clone(), "expiry", config.replica_id.clone(), config.expiry.lease_ttl);
-        let housekeeping_lease = Lease::new(leases, "housekeeping", config.replica_id.clone(), config.housekeeping.lease_ttl);
+        let expiry = ExpiryMonitor::new(
+            config.expiry.clone(),
+            store.clone(),
+            workers,
+            lifecycle.clone(),
+            metrics.clone(),
+        );
+        let housekeeping = Housekeeping::new(
+            config.housekeeping.clone(),
+            store.clone(),
+            wheel,
+            metrics.clone(),
+        );
+        let expiry_lease = Lease::new(
+            leases.clone(),
+            "expiry",
+            config.replica_id.clone(),
+            config.expiry.lease_ttl,
+        );
+        let housekeeping_lease = Lease::new(
+            leases,
+            "housekeeping",
+            config.replica_id.clone(),
+            config.housekeeping.lease_ttl,
+        );
 
         // Lifecycle keeps serving until the wheel has drained: workers still start what we publish.
         let starts = lifecycle.clone();
@@ -284,7 +344,10 @@ impl Replica {
     /// still exits: after the drain plus `SHUTDOWN_SLACK` it stops waiting.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
-        if tokio::time::timeout(self.drain + SHUTDOWN_SLACK, self.tracker.wait()).await.is_err() {
+        if tokio::time::timeout(self.drain + SHUTDOWN_SLACK, self.tracker.wait())
+            .await
+            .is_err()
+        {
             tracing::warn!("services did not stop in time; exiting anyway");
         }
         let _ = tokio::time::timeout(Duration::from_secs(2), self.nats.flush()).await;

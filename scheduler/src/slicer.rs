@@ -64,7 +64,9 @@ impl Default for SlicerConfig {
 impl SlicerConfig {
     /// Checks the settings; the message names the setting.
     pub fn validate(&self) -> Result<(), String> {
-        if self.slice < Duration::from_millis(100) || self.slice.subsec_nanos() % 1_000_000 != 0 {
+        if self.slice < Duration::from_millis(100)
+            || !self.slice.subsec_nanos().is_multiple_of(1_000_000)
+        {
             return Err("--slice must be a whole number of milliseconds, at least 100ms".into());
         }
         if self.lookahead < self.slice {
@@ -184,14 +186,27 @@ impl Slicer {
         let bytes = serde_json::to_vec(&value).map_err(|_| ())?;
         match self.kv.create(key, bytes.into()).await {
             Ok(revision) => {
-                self.claims().insert(key.to_string(), Known { value: Some(value), revision });
+                self.claims().insert(
+                    key.to_string(),
+                    Known {
+                        value: Some(value),
+                        revision,
+                    },
+                );
                 self.metrics.slices_claimed.inc();
-                let partition = key.rsplit('.').next().and_then(|p| p.parse().ok()).unwrap_or(0);
+                let partition = key
+                    .rsplit('.')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(0);
                 Ok(Some(self.stage(key, partition, end_ms, now).await))
             }
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
                 // The watch fills in the owner and revision.
-                self.claims().entry(key.to_string()).or_insert(Known { value: None, revision: 0 });
+                self.claims().entry(key.to_string()).or_insert(Known {
+                    value: None,
+                    revision: 0,
+                });
                 Ok(None)
             }
             Err(e) => {
@@ -226,7 +241,10 @@ impl Slicer {
             }
             Err(e) => {
                 // The jobs' next_fire_at did not advance: the next slice stages them, late.
-                self.metrics.store_errors.with_label_values(&["stage_slice"]).inc();
+                self.metrics
+                    .store_errors
+                    .with_label_values(&["stage_slice"])
+                    .inc();
                 tracing::error!(key, error = %e, "cannot stage slice; its jobs move to the next slice");
                 self.progress.register(Arc::from(key), 0);
                 0
@@ -239,7 +257,11 @@ impl Slicer {
         let stale: Vec<(String, u64)> = self
             .claims()
             .iter()
-            .filter(|(_, k)| k.value.as_ref().is_some_and(|v| v.takeable_by(&self.replica, now_ms)))
+            .filter(|(_, k)| {
+                k.value
+                    .as_ref()
+                    .is_some_and(|v| v.takeable_by(&self.replica, now_ms))
+            })
             .map(|(key, k)| (key.clone(), k.revision))
             .collect();
         for (key, revision) in stale {
@@ -248,10 +270,18 @@ impl Slicer {
                 state: ClaimState::Claimed,
                 until_ms: now_ms + self.config.takeover_after.as_millis() as i64 + self.slice_ms(),
             };
-            let Ok(bytes) = serde_json::to_vec(&value) else { continue };
+            let Ok(bytes) = serde_json::to_vec(&value) else {
+                continue;
+            };
             match self.kv.update(&key, bytes.into(), revision).await {
                 Ok(new_revision) => {
-                    self.claims().insert(key.clone(), Known { value: Some(value), revision: new_revision });
+                    self.claims().insert(
+                        key.clone(),
+                        Known {
+                            value: Some(value),
+                            revision: new_revision,
+                        },
+                    );
                     self.metrics.slices_taken_over.inc();
                     match self.store.slice_firings(&key).await {
                         Ok(firings) => {
@@ -262,7 +292,10 @@ impl Slicer {
                             self.wheel.insert(firings, Some(slice));
                         }
                         Err(e) => {
-                            self.metrics.store_errors.with_label_values(&["slice_firings"]).inc();
+                            self.metrics
+                                .store_errors
+                                .with_label_values(&["slice_firings"])
+                                .inc();
                             tracing::error!(key, error = %e, "took over a slice but cannot read its firings; housekeeping will rescue them");
                         }
                     }
@@ -276,21 +309,36 @@ impl Slicer {
 
     fn forget_old(&self, now_ms: i64) {
         let horizon = now_ms - self.config.takeover_window.as_millis() as i64;
-        self.claims().retain(|key, _| slice_start(key).is_some_and(|s| s >= horizon));
+        self.claims()
+            .retain(|key, _| slice_start(key).is_some_and(|s| s >= horizon));
     }
 
     /// Marks an owned slice published once all its firings are acknowledged.
     pub async fn mark_published(&self, key: &str) {
         let known = self.claims().get(key).cloned();
-        let Some(Known { value: Some(mut value), revision }) = known else { return };
+        let Some(Known {
+            value: Some(mut value),
+            revision,
+        }) = known
+        else {
+            return;
+        };
         if value.owner != self.replica {
             return;
         }
         value.state = ClaimState::Published;
-        let Ok(bytes) = serde_json::to_vec(&value) else { return };
+        let Ok(bytes) = serde_json::to_vec(&value) else {
+            return;
+        };
         match self.kv.update(key, bytes.into(), revision).await {
             Ok(new_revision) => {
-                self.claims().insert(key.to_string(), Known { value: Some(value), revision: new_revision });
+                self.claims().insert(
+                    key.to_string(),
+                    Known {
+                        value: Some(value),
+                        revision: new_revision,
+                    },
+                );
             }
             Err(e) => tracing::debug!(key, error = %e, "cannot mark slice published (taken over?)"),
         }
@@ -300,7 +348,11 @@ impl Slicer {
     pub async fn release_unfinished(&self) {
         for key in self.progress.unfinished() {
             let known = self.claims().get(key.as_ref()).cloned();
-            if let Some(Known { value: Some(mut value), revision }) = known {
+            if let Some(Known {
+                value: Some(mut value),
+                revision,
+            }) = known
+            {
                 if value.owner == self.replica {
                     value.state = ClaimState::Released;
                     if let Ok(bytes) = serde_json::to_vec(&value) {
@@ -312,7 +364,11 @@ impl Slicer {
     }
 
     /// Follows the bucket so every replica knows every claim's owner and revision.
-    async fn watch(claims: Arc<Mutex<HashMap<String, Known>>>, kv: kv::Store, shutdown: CancellationToken) {
+    async fn watch(
+        claims: Arc<Mutex<HashMap<String, Known>>>,
+        kv: kv::Store,
+        shutdown: CancellationToken,
+    ) {
         loop {
             let mut watch = match kv.watch_all().await {
                 Ok(w) => w,
@@ -335,9 +391,17 @@ impl Slicer {
                         match entry.operation {
                             Operation::Put => {
                                 let value = serde_json::from_slice(&entry.value).ok();
-                                let newer = claims.get(&entry.key).is_none_or(|k| k.revision <= entry.revision);
+                                let newer = claims
+                                    .get(&entry.key)
+                                    .is_none_or(|k| k.revision <= entry.revision);
                                 if newer {
-                                    claims.insert(entry.key, Known { value, revision: entry.revision });
+                                    claims.insert(
+                                        entry.key,
+                                        Known {
+                                            value,
+                                            revision: entry.revision,
+                                        },
+                                    );
                                 }
                             }
                             Operation::Delete | Operation::Purge => {
@@ -365,7 +429,11 @@ impl Slicer {
         shutdown: CancellationToken,
         drained: CancellationToken,
     ) {
-        let watching = tokio::spawn(Self::watch(self.claims.clone(), self.kv.clone(), drained.clone()));
+        let watching = tokio::spawn(Self::watch(
+            self.claims.clone(),
+            self.kv.clone(),
+            drained.clone(),
+        ));
         let mut tick = tokio::time::interval(self.config.tick);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -64,7 +64,12 @@ impl Submit {
     pub async fn apply(&self, body: &[u8]) -> Applied {
         let value: serde_json::Value = match serde_json::from_slice(body) {
             Ok(v) => v,
-            Err(e) => return Applied::Rejected(ApiError::invalid("", format!("the submission is not valid JSON: {e}"))),
+            Err(e) => {
+                return Applied::Rejected(ApiError::invalid(
+                    "",
+                    format!("the submission is not valid JSON: {e}"),
+                ))
+            }
         };
         let spec = match JobSpec::from_json(&value, &self.config.limits) {
             Ok(spec) => spec,
@@ -85,17 +90,28 @@ impl Submit {
                 let _ = message.ack().await;
             }
             Applied::Retry => {
-                self.metrics.store_errors.with_label_values(&["submit"]).inc();
-                let _ = message.ack_with(AckKind::Nak(Some(self.config.retry_after))).await;
+                self.metrics
+                    .store_errors
+                    .with_label_values(&["submit"])
+                    .inc();
+                let _ = message
+                    .ack_with(AckKind::Nak(Some(self.config.retry_after)))
+                    .await;
             }
             Applied::Rejected(error) => {
-                let error_json = serde_json::to_string(&chime_common::error::ErrorReply { error: error.clone() })
-                    .unwrap_or_else(|_| "{}".to_string());
+                let error_json = serde_json::to_string(&chime_common::error::ErrorReply {
+                    error: error.clone(),
+                })
+                .unwrap_or_else(|_| "{}".to_string());
                 let mut h = HeaderMap::new();
                 h.insert(headers::ERROR, error_json.as_str());
                 let published = match self
                     .jetstream
-                    .publish_with_headers(self.subjects.submit_rejected(), h, message.payload.clone())
+                    .publish_with_headers(
+                        self.subjects.submit_rejected(),
+                        h,
+                        message.payload.clone(),
+                    )
                     .await
                 {
                     Ok(ack) => ack.await.is_ok(),
@@ -107,7 +123,9 @@ impl Submit {
                     let _ = message.ack().await;
                 } else {
                     // Not acked: the submission comes back and is rejected again.
-                    let _ = message.ack_with(AckKind::Nak(Some(self.config.retry_after))).await;
+                    let _ = message
+                        .ack_with(AckKind::Nak(Some(self.config.retry_after)))
+                        .await;
                 }
             }
         }

@@ -156,7 +156,11 @@ mod tests {
         );
         assert_eq!(wheel.next_due_ms(), Some(1_000));
         assert!(wheel.pop_due(999).is_empty());
-        let due: Vec<String> = wheel.pop_due(1_000).into_iter().map(|e| e.firing.job_id).collect();
+        let due: Vec<String> = wheel
+            .pop_due(1_000)
+            .into_iter()
+            .map(|e| e.firing.job_id)
+            .collect();
         assert_eq!(due, vec!["high", "mid", "low"]);
         assert_eq!(wheel.len(), 1);
         assert_eq!(wheel.pop_due(5_000).len(), 1);

@@ -128,12 +128,24 @@ fn build_workspace_binaries(profile_dir: &Path) {
         args.extend(["--bin".to_owned(), binary.name().to_owned()]);
     }
     args.extend(profile_args(profile_dir));
-    let output = Command::new(&cargo)
+    let mut command = Command::new(&cargo);
+    command
         .args(&args)
         .arg("--manifest-path")
         .arg(&manifest)
-        .stdin(Stdio::null())
-        .output();
+        .stdin(Stdio::null());
+    // Cargo gives the test process variables describing the test's package
+    // (CARGO_MANIFEST_DIR, CARGO_PKG_NAME, …). Passed on, they make build
+    // scripts that watch them (ring's does) look changed, so this build and
+    // the next one from a shell would rebuild ring and all above it in turn.
+    for (key, _) in std::env::vars_os() {
+        if let Some(key) = key.to_str() {
+            if is_package_variable(key) {
+                command.env_remove(key);
+            }
+        }
+    }
+    let output = command.output();
     match output {
         Ok(output) if output.status.success() => {}
         Ok(output) => {
@@ -156,6 +168,20 @@ fn build_workspace_binaries(profile_dir: &Path) {
     }
 }
 
+/// Variables cargo sets for the process it runs, describing its package;
+/// not the user's settings (`CARGO_HOME`, `CARGO_TARGET_DIR`, …).
+fn is_package_variable(key: &str) -> bool {
+    const SET_BY_CARGO: [&str; 6] = [
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_CRATE_NAME",
+        "CARGO_BIN_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+    ];
+    SET_BY_CARGO.contains(&key) || key.starts_with("CARGO_PKG_")
+}
+
 /// Cargo's flags for the profile that writes to `profile_dir`.
 fn profile_args(profile_dir: &Path) -> Vec<String> {
     match profile_dir.file_name().and_then(OsStr::to_str) {
@@ -169,7 +195,7 @@ fn profile_args(profile_dir: &Path) -> Vec<String> {
 mod tests {
     use std::path::{Path, PathBuf};
 
-    use super::{candidate_dirs, profile_args};
+    use super::{candidate_dirs, is_package_variable, profile_args};
 
     #[test]
     fn binaries_are_looked_for_above_the_deps_dir() {
@@ -190,6 +216,15 @@ mod tests {
                 PathBuf::from("/elsewhere/release")
             ]
         );
+    }
+
+    #[test]
+    fn nested_build_drops_package_variables_but_keeps_user_settings() {
+        assert!(is_package_variable("CARGO_MANIFEST_DIR"));
+        assert!(is_package_variable("CARGO_PKG_NAME"));
+        assert!(!is_package_variable("CARGO_TARGET_DIR"));
+        assert!(!is_package_variable("CARGO_HOME"));
+        assert!(!is_package_variable("CARGO"));
     }
 
     #[test]

@@ -116,7 +116,7 @@ fn str_of<'a>(value: &'a Yaml, what: &str) -> &'a str {
         .unwrap_or_else(|| panic!("{what} should be a string, found {value:?}"))
 }
 
-fn seq<'a>(value: &'a Yaml) -> &'a [Yaml] {
+fn seq(value: &Yaml) -> &[Yaml] {
     value.as_sequence().map(Vec::as_slice).unwrap_or(&[])
 }
 

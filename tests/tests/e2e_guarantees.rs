@@ -38,10 +38,20 @@ impl Cast {
         self.started += 1;
         let id = format!("scheduler-{}", self.started);
         let mut command = Binary::Scheduler.command();
-        command.args(["--nats-url", &self.nats_url, "--database-url", &self.database_url,
-                      "--metrics-addr", "127.0.0.1:0", "--replica-id", &id]);
+        command.args([
+            "--nats-url",
+            &self.nats_url,
+            "--database-url",
+            &self.database_url,
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--replica-id",
+            &id,
+        ]);
         let mut process = ChimeProcess::spawn(command);
-        process.wait_for_log_line("chime-scheduler ready", Duration::from_secs(30)).await;
+        process
+            .wait_for_log_line("chime-scheduler ready", Duration::from_secs(30))
+            .await;
         process
     }
 
@@ -49,10 +59,25 @@ impl Cast {
         self.started += 1;
         let id = format!("worker-{}", self.started);
         let mut command = Binary::Worker.command();
-        command.args(["--nats-url", &self.nats_url, "--group", group, "--threads", "8", "--allow-shell",
-                      "--metrics-addr", "127.0.0.1:0", "--worker-id", &id, "--drain-grace", "2s"]);
+        command.args([
+            "--nats-url",
+            &self.nats_url,
+            "--group",
+            group,
+            "--threads",
+            "8",
+            "--allow-shell",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--worker-id",
+            &id,
+            "--drain-grace",
+            "2s",
+        ]);
         let mut process = ChimeProcess::spawn(command);
-        process.wait_for_log_line("chime-worker ready", Duration::from_secs(30)).await;
+        process
+            .wait_for_log_line("chime-worker ready", Duration::from_secs(30))
+            .await;
         process
     }
 }
@@ -84,7 +109,12 @@ fn load(runs: &Path, start_ms: i64, seconds: i64) -> Vec<Value> {
 }
 
 /// Every instant each job is due in [from, until).
-fn due_instants(jobs: &[Value], put_at: chrono::DateTime<chrono::Utc>, from_ms: i64, until_ms: i64) -> Vec<(String, i64)> {
+fn due_instants(
+    jobs: &[Value],
+    put_at: chrono::DateTime<chrono::Utc>,
+    from_ms: i64,
+    until_ms: i64,
+) -> Vec<(String, i64)> {
     let mut due = Vec::new();
     for job in jobs {
         let spec = ScheduleSpec::from_json(&job["schedule"], "schedule").expect("valid schedule");
@@ -93,19 +123,30 @@ fn due_instants(jobs: &[Value], put_at: chrono::DateTime<chrono::Utc>, from_ms: 
             if t.timestamp_millis() >= until_ms {
                 break;
             }
-            due.push((job["id"].as_str().expect("id").to_string(), t.timestamp_millis()));
+            due.push((
+                job["id"].as_str().expect("id").to_string(),
+                t.timestamp_millis(),
+            ));
         }
     }
     due
 }
 
-async fn all_firings(client: &Client, jobs: &[Value]) -> Result<Vec<Firing>, chime_common::ApiError> {
+async fn all_firings(
+    client: &Client,
+    jobs: &[Value],
+) -> Result<Vec<Firing>, chime_common::ApiError> {
     let mut out = Vec::new();
     for job in jobs {
         let mut after = None;
         loop {
             let page = client
-                .list_firings(&ListFiringsRequest { job_id: job["id"].as_str().map(String::from), limit: Some(1000), after: after.clone(), ..Default::default() })
+                .list_firings(&ListFiringsRequest {
+                    job_id: job["id"].as_str().map(String::from),
+                    limit: Some(1000),
+                    after: after.clone(),
+                    ..Default::default()
+                })
                 .await?;
             out.extend(page.firings);
             match page.next {
@@ -123,7 +164,9 @@ fn watch_publishes(nats: async_nats::Client) -> Arc<Mutex<HashMap<String, usize>
     let seen: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
     let sink = seen.clone();
     tokio::spawn(async move {
-        let Ok(mut sub) = nats.subscribe("chime.fire.>").await else { return };
+        let Ok(mut sub) = nats.subscribe("chime.fire.>").await else {
+            return;
+        };
         while let Some(message) = sub.next().await {
             if let Some(id) = message.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")) {
                 *sink.lock().unwrap().entry(id.to_string()).or_insert(0) += 1;
@@ -140,7 +183,14 @@ struct Verdict {
 }
 
 /// Waits until every due instant's last attempt is final, then checks the guarantees.
-async fn verify(client: &Client, jobs: &[Value], due: &[(String, i64)], runs_file: &Path, seen: &Arc<Mutex<HashMap<String, usize>>>, settle: Duration) -> Verdict {
+async fn verify(
+    client: &Client,
+    jobs: &[Value],
+    due: &[(String, i64)],
+    runs_file: &Path,
+    seen: &Arc<Mutex<HashMap<String, usize>>>,
+    settle: Duration,
+) -> Verdict {
     let wanted: HashSet<(String, i64)> = due.iter().cloned().collect();
     let deadline = tokio::time::Instant::now() + settle;
     let firings = loop {
@@ -148,7 +198,10 @@ async fn verify(client: &Client, jobs: &[Value], due: &[(String, i64)], runs_fil
         let firings = match all_firings(client, jobs).await {
             Ok(f) => f,
             Err(e) => {
-                assert!(tokio::time::Instant::now() < deadline, "the API never answered: {e}");
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the API never answered: {e}"
+                );
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             }
@@ -160,16 +213,36 @@ async fn verify(client: &Client, jobs: &[Value], due: &[(String, i64)], runs_fil
                 last.insert(key, f);
             }
         }
-        let pending: Vec<_> = wanted.iter().filter(|k| last.get(*k).is_none_or(|f| !f.state.is_final())).collect();
+        let pending: Vec<_> = wanted
+            .iter()
+            .filter(|k| last.get(*k).is_none_or(|f| !f.state.is_final()))
+            .collect();
         if pending.is_empty() {
             break firings;
         }
-        assert!(tokio::time::Instant::now() < deadline, "{} instants not final, e.g. {:?}", pending.len(), pending.iter().take(5).map(|k| last.get(*k).map(|f| (f.id.to_string(), f.state))).collect::<Vec<_>>());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} instants not final, e.g. {:?}",
+            pending.len(),
+            pending
+                .iter()
+                .take(5)
+                .map(|k| last.get(*k).map(|f| (f.id.to_string(), f.state)))
+                .collect::<Vec<_>>()
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     // Every instant of the load, in history, exactly as many instants as due.
-    let instants: HashSet<(String, i64)> = firings.iter().map(|f| (f.job_id.clone(), f.scheduled_at.timestamp_millis())).filter(|k| wanted.contains(k)).collect();
-    assert_eq!(instants.len(), wanted.len(), "every due instant has a history");
+    let instants: HashSet<(String, i64)> = firings
+        .iter()
+        .map(|f| (f.job_id.clone(), f.scheduled_at.timestamp_millis()))
+        .filter(|k| wanted.contains(k))
+        .collect();
+    assert_eq!(
+        instants.len(),
+        wanted.len(),
+        "every due instant has a history"
+    );
     // No attempt ran twice.
     let runs = std::fs::read_to_string(runs_file).unwrap_or_default();
     let mut ran: HashMap<&str, usize> = HashMap::new();
@@ -181,13 +254,24 @@ async fn verify(client: &Client, jobs: &[Value], due: &[(String, i64)], runs_fil
     // Nothing succeeded without running, and every run belongs to a recorded attempt.
     let ids: HashSet<String> = firings.iter().map(|f| f.id.to_string()).collect();
     for f in firings.iter().filter(|f| f.state == FiringState::Succeeded) {
-        assert!(ran.contains_key(f.id.to_string().as_str()), "{} succeeded without a run", f.id);
+        assert!(
+            ran.contains_key(f.id.to_string().as_str()),
+            "{} succeeded without a run",
+            f.id
+        );
     }
     for id in ran.keys() {
         assert!(ids.contains(*id), "run {id} has no history row");
     }
     let republished = seen.lock().unwrap().values().filter(|n| **n > 1).count();
-    Verdict { instants: wanted.len(), requeued: firings.iter().filter(|f| f.state == FiringState::Lost).count(), republished }
+    Verdict {
+        instants: wanted.len(),
+        requeued: firings
+            .iter()
+            .filter(|f| f.state == FiringState::Lost)
+            .count(),
+        republished,
+    }
 }
 
 async fn put_all(client: &Client, jobs: &[Value]) -> chrono::DateTime<chrono::Utc> {
@@ -205,7 +289,14 @@ async fn chaos_on_postgres_every_instant_final_no_attempt_twice() {
     let db = PgDatabase::create().await;
     let dir = tempfile::tempdir().expect("tmp");
     let runs = dir.path().join("runs.log");
-    let mut cast = Cast { nats_url: nats.url(), database_url: db.url().to_string(), runs_file: runs.clone(), schedulers: Vec::new(), workers: Vec::new(), started: 0 };
+    let mut cast = Cast {
+        nats_url: nats.url(),
+        database_url: db.url().to_string(),
+        runs_file: runs.clone(),
+        schedulers: Vec::new(),
+        workers: Vec::new(),
+        started: 0,
+    };
     for _ in 0..3 {
         let s = cast.scheduler().await;
         cast.schedulers.push(s);
@@ -261,7 +352,9 @@ async fn chaos_on_postgres_every_instant_final_no_attempt_twice() {
 
 /// A cheap deterministic "random" index, so a failing run can be repeated.
 fn rand_index(seed: u64) -> u64 {
-    seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407) >> 33
+    seed.wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407)
+        >> 33
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -271,7 +364,14 @@ async fn chaos_on_sqlite_with_one_scheduler() {
     let db = SqliteDatabase::create();
     let dir = tempfile::tempdir().expect("tmp");
     let runs = dir.path().join("runs.log");
-    let mut cast = Cast { nats_url: nats.url(), database_url: db.url(), runs_file: runs.clone(), schedulers: Vec::new(), workers: Vec::new(), started: 0 };
+    let mut cast = Cast {
+        nats_url: nats.url(),
+        database_url: db.url(),
+        runs_file: runs.clone(),
+        schedulers: Vec::new(),
+        workers: Vec::new(),
+        started: 0,
+    };
     let s = cast.scheduler().await;
     cast.schedulers.push(s);
     for group in ["alpha", "beta"] {
@@ -287,7 +387,12 @@ async fn chaos_on_sqlite_with_one_scheduler() {
     let put_at = put_all(&client, &jobs).await;
     let (mut scheduler_kills, mut worker_kills) = (0, 0);
     for tick in [8u64, 16, 24] {
-        tokio::time::sleep(Duration::from_millis((start_ms + tick as i64 * 1000 - chrono::Utc::now().timestamp_millis()).max(0) as u64)).await;
+        // 200 ms past the second, when the load's runs are in flight.
+        tokio::time::sleep(Duration::from_millis(
+            (start_ms + tick as i64 * 1000 + 200 - chrono::Utc::now().timestamp_millis()).max(0)
+                as u64,
+        ))
+        .await;
         let i = (tick as usize / 8) % cast.workers.len();
         cast.workers[i].1.kill9();
         worker_kills += 1;
@@ -317,7 +422,14 @@ async fn a_nats_restart_mid_run_loses_nothing() {
     let db = PgDatabase::create().await;
     let dir = tempfile::tempdir().expect("tmp");
     let runs = dir.path().join("runs.log");
-    let mut cast = Cast { nats_url: nats.url(), database_url: db.url().to_string(), runs_file: runs.clone(), schedulers: Vec::new(), workers: Vec::new(), started: 0 };
+    let mut cast = Cast {
+        nats_url: nats.url(),
+        database_url: db.url().to_string(),
+        runs_file: runs.clone(),
+        schedulers: Vec::new(),
+        workers: Vec::new(),
+        started: 0,
+    };
     let s = cast.scheduler().await;
     cast.schedulers.push(s);
     for group in ["alpha", "beta"] {
@@ -331,7 +443,10 @@ async fn a_nats_restart_mid_run_loses_nothing() {
         let client = Client::new(nats.connect().await);
         put_all(&client, &jobs).await
     };
-    tokio::time::sleep(Duration::from_millis((start_ms + 8_000 - chrono::Utc::now().timestamp_millis()).max(0) as u64)).await;
+    tokio::time::sleep(Duration::from_millis(
+        (start_ms + 8_000 - chrono::Utc::now().timestamp_millis()).max(0) as u64,
+    ))
+    .await;
     nats.kill();
     tokio::time::sleep(Duration::from_secs(3)).await;
     nats.restart().await;
@@ -341,8 +456,14 @@ async fn a_nats_restart_mid_run_loses_nothing() {
     let due = due_instants(&jobs, put_at, start_ms, start_ms + seconds * 1000);
     let verdict = verify(&client, &jobs, &due, &runs, &seen, Duration::from_secs(90)).await;
     let firings = all_firings(&client, &jobs).await.expect("firings");
-    let succeeded = firings.iter().filter(|f| f.state == FiringState::Succeeded).count();
-    println!("NATS restart: {} instants, {} succeeded attempts, {} re-queued", verdict.instants, succeeded, verdict.requeued);
+    let succeeded = firings
+        .iter()
+        .filter(|f| f.state == FiringState::Succeeded)
+        .count();
+    println!(
+        "NATS restart: {} instants, {} succeeded attempts, {} re-queued",
+        verdict.instants, succeeded, verdict.requeued
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -352,11 +473,25 @@ async fn a_postgres_outage_does_not_need_a_scheduler_restart() {
     let db = PgDatabase::create().await;
     let upstream: std::net::SocketAddr = "127.0.0.1:5432".parse().expect("addr");
     let proxy = Proxy::start(upstream).await;
-    let proxied = db.url().replace("127.0.0.1:5432", &proxy.addr.to_string()).replace("localhost:5432", &proxy.addr.to_string());
-    assert_ne!(proxied, db.url(), "the test database URL goes through 127.0.0.1:5432");
+    let proxied = db
+        .url()
+        .replace("127.0.0.1:5432", &proxy.addr.to_string())
+        .replace("localhost:5432", &proxy.addr.to_string());
+    assert_ne!(
+        proxied,
+        db.url(),
+        "the test database URL goes through 127.0.0.1:5432"
+    );
     let dir = tempfile::tempdir().expect("tmp");
     let runs = dir.path().join("runs.log");
-    let mut cast = Cast { nats_url: nats.url(), database_url: proxied, runs_file: runs.clone(), schedulers: Vec::new(), workers: Vec::new(), started: 0 };
+    let mut cast = Cast {
+        nats_url: nats.url(),
+        database_url: proxied,
+        runs_file: runs.clone(),
+        schedulers: Vec::new(),
+        workers: Vec::new(),
+        started: 0,
+    };
     let s = cast.scheduler().await;
     cast.schedulers.push(s);
     for group in ["alpha", "beta"] {
@@ -368,10 +503,18 @@ async fn a_postgres_outage_does_not_need_a_scheduler_restart() {
     let start_ms = aligned_start(Duration::from_secs(3));
     let jobs = load(&runs, start_ms, seconds);
     let put_at = put_all(&client, &jobs).await;
-    tokio::time::sleep(Duration::from_millis((start_ms + 6_000 - chrono::Utc::now().timestamp_millis()).max(0) as u64)).await;
+    tokio::time::sleep(Duration::from_millis(
+        (start_ms + 6_000 - chrono::Utc::now().timestamp_millis()).max(0) as u64,
+    ))
+    .await;
     proxy.cut();
-    let during = client.put_job(&json!({"id": "during-outage", "schedule": {"every": "1h"}, "handler": "shell"})).await;
-    assert_eq!(during.expect_err("the store is down").code, chime_common::ErrorCode::Unavailable);
+    let during = client
+        .put_job(&json!({"id": "during-outage", "schedule": {"every": "1h"}, "handler": "shell"}))
+        .await;
+    assert_eq!(
+        during.expect_err("the store is down").code,
+        chime_common::ErrorCode::Unavailable
+    );
     tokio::time::sleep(Duration::from_secs(4)).await;
     proxy.restore();
     // The same process serves again.
@@ -383,6 +526,12 @@ async fn a_postgres_outage_does_not_need_a_scheduler_restart() {
     let due = due_instants(&jobs, put_at, start_ms, start_ms + seconds * 1000);
     let seen = Arc::default();
     let verdict = verify(&client, &jobs, &due, &runs, &seen, Duration::from_secs(90)).await;
-    assert!(cast.schedulers[0].try_status().is_none(), "the scheduler was never restarted");
-    println!("PostgreSQL outage of 4 s: {} instants all final, {} re-queued", verdict.instants, verdict.requeued);
+    assert!(
+        cast.schedulers[0].try_status().is_none(),
+        "the scheduler was never restarted"
+    );
+    println!(
+        "PostgreSQL outage of 4 s: {} instants all final, {} re-queued",
+        verdict.instants, verdict.requeued
+    );
 }

@@ -15,12 +15,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 async fn replica(nats: &NatsServer, database_url: &str) -> Replica {
-    Replica::start(SchedulerConfig::new(nats.url(), database_url)).await.expect("replica starts")
+    Replica::start(SchedulerConfig::new(nats.url(), database_url))
+        .await
+        .expect("replica starts")
 }
 
 async fn history(client: &Client, job: &str) -> Vec<Firing> {
     let mut firings = client
-        .list_firings(&ListFiringsRequest { job_id: Some(job.into()), limit: Some(1000), ..Default::default() })
+        .list_firings(&ListFiringsRequest {
+            job_id: Some(job.into()),
+            limit: Some(1000),
+            ..Default::default()
+        })
         .await
         .expect("firings.list")
         .firings;
@@ -32,7 +38,6 @@ async fn history(client: &Client, job: &str) -> Vec<Firing> {
 #[derive(Debug, Clone)]
 struct Run {
     job: String,
-    attempt: u32,
     start: tokio::time::Instant,
     end: Option<tokio::time::Instant>,
     cancelled: bool,
@@ -41,7 +46,12 @@ struct Run {
 type Runs = Arc<Mutex<Vec<Run>>>;
 
 /// A worker whose `sleep` handler sleeps `payload.ms` (cancellable) and records its runs.
-async fn sleeping_worker(nats: &NatsServer, group: &str, threads: usize, runs: Runs) -> WorkerHandle {
+async fn sleeping_worker(
+    nats: &NatsServer,
+    group: &str,
+    threads: usize,
+    runs: Runs,
+) -> WorkerHandle {
     let client = nats.connect().await;
     Worker::builder()
         .nats(client)
@@ -52,7 +62,12 @@ async fn sleeping_worker(nats: &NatsServer, group: &str, threads: usize, runs: R
             async move {
                 let index = {
                     let mut runs = runs.lock().unwrap();
-                    runs.push(Run { job: ctx.job_id.clone(), attempt: ctx.attempt, start: tokio::time::Instant::now(), end: None, cancelled: false });
+                    runs.push(Run {
+                        job: ctx.job_id.clone(),
+                        start: tokio::time::Instant::now(),
+                        end: None,
+                        cancelled: false,
+                    });
                     runs.len() - 1
                 };
                 let ms = ctx.payload.get("ms").and_then(Value::as_u64).unwrap_or(100);
@@ -129,7 +144,12 @@ async fn a_handler_failing_twice_then_succeeding_ends_succeeded_on_attempt_3_wit
         .expect("put");
     eventually(Duration::from_secs(30), "attempt 3 succeeded", || {
         let client = client.clone();
-        async move { history(&client, "flaky").await.iter().any(|f| f.attempt == 3 && f.state == FiringState::Succeeded) }
+        async move {
+            history(&client, "flaky")
+                .await
+                .iter()
+                .any(|f| f.attempt == 3 && f.state == FiringState::Succeeded)
+        }
     })
     .await;
     let firings = history(&client, "flaky").await;
@@ -173,14 +193,18 @@ async fn overlap_scenario(policy: &str) -> (Vec<Firing>, Vec<Run>) {
         }))
         .await
         .expect("put");
-    eventually(Duration::from_secs(40), "every firing reached a final state", || {
-        let client = client.clone();
-        let job = job.clone();
-        async move {
-            let firings = history(&client, &job).await;
-            firings.len() >= 7 && firings.iter().all(|f| f.state.is_final())
-        }
-    })
+    eventually(
+        Duration::from_secs(40),
+        "every firing reached a final state",
+        || {
+            let client = client.clone();
+            let job = job.clone();
+            async move {
+                let firings = history(&client, &job).await;
+                firings.len() >= 7 && firings.iter().all(|f| f.state.is_final())
+            }
+        },
+    )
     .await;
     let firings = history(&client, &job).await;
     let runs = runs.lock().unwrap().clone();
@@ -193,32 +217,70 @@ async fn overlap_scenario(policy: &str) -> (Vec<Firing>, Vec<Run>) {
 async fn forbid_skips_firings_while_the_previous_one_runs() {
     init_tracing();
     let (firings, runs) = overlap_scenario("forbid").await;
-    println!("{:?}", firings.iter().map(|f| (f.scheduled_at, f.state)).collect::<Vec<_>>());
-    assert_eq!(max_concurrent(&runs, "overlap-forbid"), 1, "never two at once");
-    assert!(count(&firings, FiringState::Skipped) >= 3, "firings during a run are skipped");
+    println!(
+        "{:?}",
+        firings
+            .iter()
+            .map(|f| (f.scheduled_at, f.state))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        max_concurrent(&runs, "overlap-forbid"),
+        1,
+        "never two at once"
+    );
+    assert!(
+        count(&firings, FiringState::Skipped) >= 3,
+        "firings during a run are skipped"
+    );
     assert!(count(&firings, FiringState::Succeeded) >= 2);
-    assert!(firings.iter().filter(|f| f.state == FiringState::Skipped).all(|f| f.error.as_deref().unwrap_or("").contains("overlap")));
+    assert!(firings
+        .iter()
+        .filter(|f| f.state == FiringState::Skipped)
+        .all(|f| f.error.as_deref().unwrap_or("").contains("overlap")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_holds_one_pending_firing_and_runs_it_when_the_previous_ends() {
     init_tracing();
     let (firings, runs) = overlap_scenario("queue").await;
-    println!("{:?}", firings.iter().map(|f| (f.scheduled_at, f.state, f.started_at)).collect::<Vec<_>>());
-    assert_eq!(max_concurrent(&runs, "overlap-queue"), 1, "never two at once");
+    println!(
+        "{:?}",
+        firings
+            .iter()
+            .map(|f| (f.scheduled_at, f.state, f.started_at))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        max_concurrent(&runs, "overlap-queue"),
+        1,
+        "never two at once"
+    );
     let queued_then_ran = firings
         .iter()
         .filter(|f| f.state == FiringState::Succeeded)
-        .filter(|f| f.started_at.is_some_and(|s| (s - f.scheduled_at).num_milliseconds() > 1_500))
+        .filter(|f| {
+            f.started_at
+                .is_some_and(|s| (s - f.scheduled_at).num_milliseconds() > 1_500)
+        })
         .count();
-    assert!(queued_then_ran >= 1, "a queued firing ran after the previous one ended");
-    assert!(count(&firings, FiringState::Skipped) >= 1, "at most one is held; the rest are skipped");
+    assert!(
+        queued_then_ran >= 1,
+        "a queued firing ran after the previous one ended"
+    );
+    assert!(
+        count(&firings, FiringState::Skipped) >= 1,
+        "at most one is held; the rest are skipped"
+    );
     // Back to back: each queued run starts soon after the previous run ends.
     let mut spans: Vec<&Run> = runs.iter().collect();
     spans.sort_by_key(|r| r.start);
     for pair in spans.windows(2) {
         let gap = pair[1].start.duration_since(pair[0].end.expect("ended"));
-        assert!(gap < Duration::from_millis(2_500), "queued firing waited {gap:?} after the previous ended");
+        assert!(
+            gap < Duration::from_millis(2_500),
+            "queued firing waited {gap:?} after the previous ended"
+        );
     }
 }
 
@@ -226,11 +288,30 @@ async fn queue_holds_one_pending_firing_and_runs_it_when_the_previous_ends() {
 async fn replace_cancels_the_running_firing_and_starts_the_new_one() {
     init_tracing();
     let (firings, runs) = overlap_scenario("replace").await;
-    println!("{:?}", firings.iter().map(|f| (f.scheduled_at, f.state)).collect::<Vec<_>>());
-    assert!(count(&firings, FiringState::Cancelled) >= 4, "each newer firing cancels the running one");
-    assert_eq!(firings.last().map(|f| f.state), Some(FiringState::Succeeded), "the last one runs to the end");
-    assert!(runs.iter().filter(|r| r.cancelled).count() >= 4, "the handlers saw the cancellation");
-    assert!(max_concurrent(&runs, "overlap-replace") <= 2, "old and new overlap only while the old one stops");
+    println!(
+        "{:?}",
+        firings
+            .iter()
+            .map(|f| (f.scheduled_at, f.state))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        count(&firings, FiringState::Cancelled) >= 4,
+        "each newer firing cancels the running one"
+    );
+    assert_eq!(
+        firings.last().map(|f| f.state),
+        Some(FiringState::Succeeded),
+        "the last one runs to the end"
+    );
+    assert!(
+        runs.iter().filter(|r| r.cancelled).count() >= 4,
+        "the handlers saw the cancellation"
+    );
+    assert!(
+        max_concurrent(&runs, "overlap-replace") <= 2,
+        "old and new overlap only while the old one stops"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,8 +362,18 @@ async fn a_backlog_is_drained_highest_priority_first() {
     .await;
     let order = order.lock().unwrap().clone();
     println!("run order by priority: {order:?}");
-    let bands: Vec<u8> = order.iter().map(|p| match p { 7.. => 2, 4..=6 => 1, _ => 0 }).collect();
-    assert!(bands.windows(2).all(|w| w[0] >= w[1]), "bands drain high, then normal, then low: {order:?}");
+    let bands: Vec<u8> = order
+        .iter()
+        .map(|p| match p {
+            7.. => 2,
+            4..=6 => 1,
+            _ => 0,
+        })
+        .collect();
+    assert!(
+        bands.windows(2).all(|w| w[0] >= w[1]),
+        "bands drain high, then normal, then low: {order:?}"
+    );
     worker.shutdown().await;
     replica.shutdown().await;
 }
@@ -308,25 +399,55 @@ async fn after_ten_seconds_down_each_misfire_policy_does_what_it_says() {
     // Down before the first instant, for ten seconds.
     first.shutdown().await;
     let down_at = chrono::Utc::now().timestamp_millis();
-    tokio::time::sleep(Duration::from_millis((start + 10_000 - down_at).max(0) as u64)).await;
+    tokio::time::sleep(Duration::from_millis(
+        (start + 10_000 - down_at).max(0) as u64
+    ))
+    .await;
     let back_at = chrono::Utc::now().timestamp_millis();
     let second = replica(&nats, db.url()).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let missed = |firings: &[Firing]| -> Vec<Firing> {
-        firings.iter().filter(|f| f.scheduled_at.timestamp_millis() < back_at - 2_000).cloned().collect()
+        firings
+            .iter()
+            .filter(|f| f.scheduled_at.timestamp_millis() < back_at - 2_000)
+            .cloned()
+            .collect()
     };
     let skip = missed(&history(&client, "misfire-skip").await);
     let once = missed(&history(&client, "misfire-fire_once").await);
     let all = missed(&history(&client, "misfire-fire_all").await);
-    println!("missed: skip {} / fire_once {} / fire_all {}", skip.len(), once.len(), all.len());
+    println!(
+        "missed: skip {} / fire_once {} / fire_all {}",
+        skip.len(),
+        once.len(),
+        all.len()
+    );
     assert!(skip.len() >= 6, "every missed instant is recorded");
-    assert!(skip.iter().all(|f| f.state == FiringState::Skipped), "skip publishes none of them");
-    assert_eq!(once.iter().filter(|f| f.state != FiringState::Skipped).count(), 1, "fire_once publishes exactly one catch-up run");
-    assert_eq!(once.len(), skip.len(), "fire_once records the others as skipped");
-    assert!(all.len() >= 6 && all.iter().all(|f| f.state == FiringState::Published), "fire_all publishes every missed instant");
+    assert!(
+        skip.iter().all(|f| f.state == FiringState::Skipped),
+        "skip publishes none of them"
+    );
+    assert_eq!(
+        once.iter()
+            .filter(|f| f.state != FiringState::Skipped)
+            .count(),
+        1,
+        "fire_once publishes exactly one catch-up run"
+    );
+    assert_eq!(
+        once.len(),
+        skip.len(),
+        "fire_once records the others as skipped"
+    );
+    assert!(
+        all.len() >= 6 && all.iter().all(|f| f.state == FiringState::Published),
+        "fire_all publishes every missed instant"
+    );
     let js = async_nats::jetstream::new(nats.connect().await);
     let published = read_fire_stream(&js, "CHIME_FIRE").await;
-    assert!(!published.iter().any(|p| p.job_id == "misfire-skip" && p.scheduled_ms < back_at - 2_000));
+    assert!(!published
+        .iter()
+        .any(|p| p.job_id == "misfire-skip" && p.scheduled_ms < back_at - 2_000));
     second.shutdown().await;
 }
 
@@ -339,12 +460,25 @@ async fn a_worker_killed_mid_firing_is_requeued_and_completes_on_another_worker(
     let client = Client::new(nats.connect().await);
     let worker = |id: &str| {
         let mut command = Binary::Worker.command();
-        command.args(["--nats-url", &nats.url(), "--group", "crash", "--threads", "2", "--allow-shell",
-                      "--metrics-addr", "127.0.0.1:0", "--worker-id", id]);
+        command.args([
+            "--nats-url",
+            &nats.url(),
+            "--group",
+            "crash",
+            "--threads",
+            "2",
+            "--allow-shell",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--worker-id",
+            id,
+        ]);
         ChimeProcess::spawn(command)
     };
     let mut first = worker("worker-a");
-    first.wait_for_log_line("chime-worker ready", Duration::from_secs(20)).await;
+    first
+        .wait_for_log_line("chime-worker ready", Duration::from_secs(20))
+        .await;
     let at = aligned_start(Duration::from_secs(2));
     client
         .put_job(&json!({
@@ -357,29 +491,56 @@ async fn a_worker_killed_mid_firing_is_requeued_and_completes_on_another_worker(
         .expect("put");
     eventually(Duration::from_secs(15), "worker-a runs the firing", || {
         let client = client.clone();
-        async move { history(&client, "long").await.iter().any(|f| f.state == FiringState::Executing) }
+        async move {
+            history(&client, "long")
+                .await
+                .iter()
+                .any(|f| f.state == FiringState::Executing)
+        }
     })
     .await;
     first.kill9();
     let killed = tokio::time::Instant::now();
     let mut second = worker("worker-b");
-    second.wait_for_log_line("chime-worker ready", Duration::from_secs(20)).await;
-    eventually(Duration::from_secs(30), "the second attempt succeeded", || {
-        let client = client.clone();
-        async move { history(&client, "long").await.iter().any(|f| f.attempt == 2 && f.state == FiringState::Succeeded) }
-    })
+    second
+        .wait_for_log_line("chime-worker ready", Duration::from_secs(20))
+        .await;
+    eventually(
+        Duration::from_secs(30),
+        "the second attempt succeeded",
+        || {
+            let client = client.clone();
+            async move {
+                history(&client, "long")
+                    .await
+                    .iter()
+                    .any(|f| f.attempt == 2 && f.state == FiringState::Succeeded)
+            }
+        },
+    )
     .await;
-    println!("re-queued and finished {:?} after the kill", killed.elapsed());
+    println!(
+        "re-queued and finished {:?} after the kill",
+        killed.elapsed()
+    );
     let firings = history(&client, "long").await;
     assert_eq!(firings.len(), 2, "{firings:#?}");
     assert_eq!(firings[0].state, FiringState::Lost);
     assert_eq!(firings[0].worker.as_deref(), Some("worker-a"));
-    assert!(firings[0].error.as_deref().unwrap_or("").contains("worker-a"));
+    assert!(firings[0]
+        .error
+        .as_deref()
+        .unwrap_or("")
+        .contains("worker-a"));
     assert_eq!(firings[1].worker.as_deref(), Some("worker-b"));
     assert_eq!(firings[1].output.as_deref().map(str::trim), Some("done"));
     // Worker TTL 6 s + one expiry scan + start grace: re-queued well within 12 s.
-    let requeued_after = (firings[1].due_at - firings[0].started_at.expect("started")).num_milliseconds();
-    assert!(requeued_after < 12_000, "re-queued {requeued_after} ms after the first start");
+    let requeued_after =
+        (firings[1].due_at - firings[0].started_at.expect("started")).num_milliseconds();
+    assert!(
+        requeued_after < 12_000,
+        "re-queued {requeued_after} ms after the first start"
+    );
     second.terminate(Duration::from_secs(10)).await;
     replica.shutdown().await;
 }
@@ -391,11 +552,20 @@ async fn restarting_the_scheduler_with_events_in_flight_loses_none_and_applies_n
     let db = PgDatabase::create().await;
     let scheduler = || {
         let mut command = Binary::Scheduler.command();
-        command.args(["--nats-url", &nats.url(), "--database-url", db.url(), "--metrics-addr", "127.0.0.1:0"]);
+        command.args([
+            "--nats-url",
+            &nats.url(),
+            "--database-url",
+            db.url(),
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ]);
         ChimeProcess::spawn(command)
     };
     let mut first = scheduler();
-    first.wait_for_log_line("chime-scheduler ready", Duration::from_secs(30)).await;
+    first
+        .wait_for_log_line("chime-scheduler ready", Duration::from_secs(30))
+        .await;
     let client = Client::new(nats.connect().await);
     let runs: Runs = Arc::default();
     let worker = sleeping_worker(&nats, "inflight", 8, runs.clone()).await;
@@ -417,14 +587,19 @@ async fn restarting_the_scheduler_with_events_in_flight_loses_none_and_applies_n
     first.kill9();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let mut second = scheduler();
-    second.wait_for_log_line("chime-scheduler ready", Duration::from_secs(30)).await;
+    second
+        .wait_for_log_line("chime-scheduler ready", Duration::from_secs(30))
+        .await;
     eventually(Duration::from_secs(40), "every firing succeeded", || {
         let client = client.clone();
         async move {
             let mut done = 0;
             for i in 0..20 {
                 let firings = history(&client, &format!("inflight-{i}")).await;
-                done += firings.iter().filter(|f| f.state == FiringState::Succeeded).count();
+                done += firings
+                    .iter()
+                    .filter(|f| f.state == FiringState::Succeeded)
+                    .count();
             }
             done == 20
         }

@@ -52,7 +52,10 @@ async fn a_lease_has_one_holder_until_it_expires_or_is_released() {
     let nats = NatsServer::start().await;
     let js = async_nats::jetstream::new(nats.connect().await);
     let kv = js
-        .create_key_value(async_nats::jetstream::kv::Config { bucket: "leases".into(), ..Default::default() })
+        .create_key_value(async_nats::jetstream::kv::Config {
+            bucket: "leases".into(),
+            ..Default::default()
+        })
         .await
         .expect("bucket");
     let a = Lease::new(kv.clone(), "expiry", "a", Duration::from_secs(5));
@@ -61,9 +64,18 @@ async fn a_lease_has_one_holder_until_it_expires_or_is_released() {
     assert!(a.acquire_or_renew(now).await);
     assert!(!b.acquire_or_renew(now).await, "held by a");
     assert!(a.acquire_or_renew(now + Span::seconds(3)).await, "a renews");
-    assert!(!b.acquire_or_renew(now + Span::seconds(6)).await, "renewed until now + 8 s");
-    assert!(b.acquire_or_renew(now + Span::seconds(9)).await, "expired: b takes it");
+    assert!(
+        !b.acquire_or_renew(now + Span::seconds(6)).await,
+        "renewed until now + 8 s"
+    );
+    assert!(
+        b.acquire_or_renew(now + Span::seconds(9)).await,
+        "expired: b takes it"
+    );
     assert!(!a.acquire_or_renew(now + Span::seconds(9)).await);
     b.release().await;
-    assert!(a.acquire_or_renew(now + Span::seconds(9)).await, "released: a takes it at once");
+    assert!(
+        a.acquire_or_renew(now + Span::seconds(9)).await,
+        "released: a takes it at once"
+    );
 }

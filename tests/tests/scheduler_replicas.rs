@@ -12,7 +12,13 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::time::Duration;
 
-async fn put_every_second_jobs(client: &Client, prefix: &str, jobs: usize, start_ms: i64, count: u32) {
+async fn put_every_second_jobs(
+    client: &Client,
+    prefix: &str,
+    jobs: usize,
+    start_ms: i64,
+    count: u32,
+) {
     for i in 0..jobs {
         let spec = json!({
             "id": format!("{prefix}-{i}"),
@@ -24,10 +30,19 @@ async fn put_every_second_jobs(client: &Client, prefix: &str, jobs: usize, start
     }
 }
 
-fn assert_each_instant_once(published: &[Published], prefix: &str, jobs: usize, start_ms: i64, count: u32) {
+fn assert_each_instant_once(
+    published: &[Published],
+    prefix: &str,
+    jobs: usize,
+    start_ms: i64,
+    count: u32,
+) {
     let counts = count_by_instant(published);
     let duplicates: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(duplicates.is_empty(), "published more than once: {duplicates:?}");
+    assert!(
+        duplicates.is_empty(),
+        "published more than once: {duplicates:?}"
+    );
     let mut missing = Vec::new();
     for i in 0..jobs {
         for k in 0..count as i64 {
@@ -37,7 +52,12 @@ fn assert_each_instant_once(published: &[Published], prefix: &str, jobs: usize, 
             }
         }
     }
-    assert!(missing.is_empty(), "{} instants never published, e.g. {:?}", missing.len(), &missing[..missing.len().min(5)]);
+    assert!(
+        missing.is_empty(),
+        "{} instants never published, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
     assert_eq!(published.len(), jobs * count as usize);
 }
 
@@ -60,13 +80,27 @@ async fn three_replicas_publish_every_instant_exactly_once() {
 
     let end_ms = start_ms + count as i64 * 1000;
     let js = async_nats::jetstream::new(connection);
-    eventually(Duration::from_millis((end_ms - chrono::Utc::now().timestamp_millis()).max(0) as u64 + 10_000), "all firings published", || {
-        let js = js.clone();
-        async move {
-            let info = js.get_stream("CHIME_FIRE").await.expect("stream").info().await.expect("info").state.messages;
-            info >= (jobs * count as usize) as u64
-        }
-    })
+    eventually(
+        Duration::from_millis(
+            (end_ms - chrono::Utc::now().timestamp_millis()).max(0) as u64 + 10_000,
+        ),
+        "all firings published",
+        || {
+            let js = js.clone();
+            async move {
+                let info = js
+                    .get_stream("CHIME_FIRE")
+                    .await
+                    .expect("stream")
+                    .info()
+                    .await
+                    .expect("info")
+                    .state
+                    .messages;
+                info >= (jobs * count as usize) as u64
+            }
+        },
+    )
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
@@ -84,11 +118,24 @@ async fn three_replicas_publish_every_instant_exactly_once() {
         duplicates += metric_sum(&text, "chime_publish_duplicates_total");
     }
     println!("published per replica: {by_replica:?}");
-    assert_eq!(total as usize, jobs * count as usize, "no replica published a firing twice");
+    assert_eq!(
+        total as usize,
+        jobs * count as usize,
+        "no replica published a firing twice"
+    );
     assert_eq!(duplicates, 0.0, "JetStream saw no duplicate publish");
-    assert!(by_replica.iter().filter(|n| **n > 0.0).count() >= 2, "the work is spread over replicas: {by_replica:?}");
-    let lateness: Vec<i64> = published.iter().map(|p| p.stored_ms - p.scheduled_ms).collect();
-    println!("max store lateness {} ms", lateness.iter().max().unwrap_or(&0));
+    assert!(
+        by_replica.iter().filter(|n| **n > 0.0).count() >= 2,
+        "the work is spread over replicas: {by_replica:?}"
+    );
+    let lateness: Vec<i64> = published
+        .iter()
+        .map(|p| p.stored_ms - p.scheduled_ms)
+        .collect();
+    println!(
+        "max store lateness {} ms",
+        lateness.iter().max().unwrap_or(&0)
+    );
     for replica in replicas {
         replica.shutdown().await;
     }
@@ -104,10 +151,21 @@ async fn killing_the_replica_holding_the_next_slices_loses_and_duplicates_nothin
         let id = format!("replica-{i}");
         let mut command = Binary::Scheduler.command();
         command
-            .args(["--nats-url", &nats.url(), "--database-url", db.url(), "--metrics-addr", "127.0.0.1:0", "--replica-id", &id])
+            .args([
+                "--nats-url",
+                &nats.url(),
+                "--database-url",
+                db.url(),
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--replica-id",
+                &id,
+            ])
             .env("RUST_LOG", "info");
         let mut process = ChimeProcess::spawn(command);
-        process.wait_for_log_line("chime-scheduler ready", Duration::from_secs(30)).await;
+        process
+            .wait_for_log_line("chime-scheduler ready", Duration::from_secs(30))
+            .await;
         processes.insert(id, process);
     }
     let connection = nats.connect().await;
@@ -117,15 +175,25 @@ async fn killing_the_replica_holding_the_next_slices_loses_and_duplicates_nothin
     put_every_second_jobs(&client, "kill", jobs, start_ms, count).await;
 
     let js = async_nats::jetstream::new(connection);
-    let kv = js.get_key_value("chime-slices").await.expect("slices bucket");
-    tokio::time::sleep(Duration::from_millis((start_ms + 6_000 - chrono::Utc::now().timestamp_millis()).max(0) as u64)).await;
+    let kv = js
+        .get_key_value("chime-slices")
+        .await
+        .expect("slices bucket");
+    tokio::time::sleep(Duration::from_millis(
+        (start_ms + 6_000 - chrono::Utc::now().timestamp_millis()).max(0) as u64,
+    ))
+    .await;
 
     // The owner of the earliest slice that has not started yet.
     let now_ms = chrono::Utc::now().timestamp_millis();
     let mut keys = kv.keys().await.expect("keys");
     let mut next: Option<(i64, String)> = None;
     while let Some(Ok(key)) = keys.next().await {
-        let start: i64 = key.split('.').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let start: i64 = key
+            .split('.')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
         if start > now_ms && next.as_ref().is_none_or(|(s, _)| start < *s) {
             let value = kv.get(&key).await.expect("get").expect("value");
             let claim: serde_json::Value = serde_json::from_slice(&value).expect("claim JSON");
@@ -133,12 +201,21 @@ async fn killing_the_replica_holding_the_next_slices_loses_and_duplicates_nothin
         }
     }
     let (slice, owner) = next.expect("a claimed future slice");
-    println!("killing {owner}, which holds slice {slice} ({} ms ahead)", slice - now_ms);
+    println!(
+        "killing {owner}, which holds slice {slice} ({} ms ahead)",
+        slice - now_ms
+    );
     let killed_at = chrono::Utc::now().timestamp_millis();
-    processes.get_mut(&owner).expect("owner is one of ours").kill9();
+    processes
+        .get_mut(&owner)
+        .expect("owner is one of ours")
+        .kill9();
 
     let end_ms = start_ms + count as i64 * 1000;
-    tokio::time::sleep(Duration::from_millis((end_ms - chrono::Utc::now().timestamp_millis()).max(0) as u64 + 4_000)).await;
+    tokio::time::sleep(Duration::from_millis(
+        (end_ms - chrono::Utc::now().timestamp_millis()).max(0) as u64 + 4_000,
+    ))
+    .await;
     let published = read_fire_stream(&js, "CHIME_FIRE").await;
     let worst = published
         .iter()

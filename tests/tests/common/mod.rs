@@ -32,7 +32,9 @@ pub async fn read_fire_stream(js: &jetstream::Context, stream: &str) -> Vec<Publ
         return out;
     }
     for seq in info.first_sequence..=info.last_sequence {
-        let Ok(message) = stream.get_raw_message(seq).await else { continue };
+        let Ok(message) = stream.get_raw_message(seq).await else {
+            continue;
+        };
         let header = |name: &str| {
             message
                 .headers
@@ -59,7 +61,9 @@ pub async fn read_fire_stream(js: &jetstream::Context, stream: &str) -> Vec<Publ
 pub fn count_by_instant(published: &[Published]) -> HashMap<(String, i64, u32), usize> {
     let mut counts = HashMap::new();
     for p in published {
-        *counts.entry((p.job_id.clone(), p.scheduled_ms, p.attempt)).or_insert(0) += 1;
+        *counts
+            .entry((p.job_id.clone(), p.scheduled_ms, p.attempt))
+            .or_insert(0) += 1;
     }
     counts
 }
@@ -75,7 +79,10 @@ where
         if check().await {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -25,14 +25,18 @@ impl Proxy {
         let is_up = up.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((client, _)) = listener.accept().await else { return };
+                let Ok((client, _)) = listener.accept().await else {
+                    return;
+                };
                 if !is_up.load(Ordering::SeqCst) {
                     drop(client);
                     continue;
                 }
                 let mut cut = gen_tx.subscribe();
                 tokio::spawn(async move {
-                    let Ok(server) = TcpStream::connect(upstream).await else { return };
+                    let Ok(server) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
                     let (mut cr, mut cw) = client.into_split();
                     let (mut sr, mut sw) = server.into_split();
                     tokio::select! {
@@ -43,7 +47,11 @@ impl Proxy {
                 });
             }
         });
-        Proxy { addr, up, generation }
+        Proxy {
+            addr,
+            up,
+            generation,
+        }
     }
 
     /// Drops every open connection and refuses new ones.

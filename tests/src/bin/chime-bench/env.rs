@@ -42,6 +42,7 @@ pub struct Env {
     pub recorder: Recorder,
     pub sampler: Sampler,
     scheduler_args: Vec<String>,
+    keep_logs: Option<std::path::PathBuf>,
 }
 
 impl Env {
@@ -54,6 +55,7 @@ impl Env {
             pg.url(),
             StoreOptions {
                 max_connections: args.seed_concurrency.max(1) as u32,
+                partitions: args.partitions.max(1),
                 ..StoreOptions::default()
             },
         )
@@ -73,17 +75,17 @@ impl Env {
             workers: Vec::new(),
             recorder: Recorder::new(),
             sampler: Sampler::start(),
-            scheduler_args: args
-                .scheduler_args
-                .split_whitespace()
-                .map(str::to_owned)
+            scheduler_args: std::iter::once(format!("--partitions={}", args.partitions.max(1)))
+                .chain(args.scheduler_args.split_whitespace().map(str::to_owned))
                 .collect(),
+            keep_logs: args.keep_logs.clone(),
         };
         for i in 0..replicas {
             env.spawn_scheduler(&format!("r{i}")).await;
         }
         for _ in 0..args.workers {
-            env.start_worker(args.threads).await?;
+            env.start_worker(args.threads, Duration::from_millis(args.poll_ms))
+                .await?;
         }
         Ok(env)
     }
@@ -117,13 +119,14 @@ impl Env {
         self.schedulers.len() - 1
     }
 
-    async fn start_worker(&mut self, threads: usize) -> anyhow::Result<()> {
+    async fn start_worker(&mut self, threads: usize, poll: Duration) -> anyhow::Result<()> {
         let client = async_nats::connect(self.nats.url()).await?;
         let recorder = self.recorder.clone();
         let worker = Worker::builder()
             .nats(client)
             .group(GROUP)
             .threads(threads)
+            .poll_interval(poll)
             .handler_fn("noop", move |ctx: FiringContext| {
                 recorder.record(&ctx, Utc::now());
                 async move { Ok(None) }
@@ -210,6 +213,42 @@ impl Env {
         Ok(n)
     }
 
+    /// Where the lateness comes from, from the store's own timestamps:
+    /// p50 / p99 / max of `published_at − due_at` and of
+    /// `started_at − published_at` (ms), for first attempts in the window.
+    pub async fn phase_split(
+        &self,
+        prefix: &str,
+        start_ms: i64,
+        end_ms: i64,
+    ) -> anyhow::Result<String> {
+        let row: (Option<f64>, Option<f64>, Option<i64>, Option<f64>, Option<f64>, Option<i64>) = sqlx::query_as(
+            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY published_at - due_at), \
+                    percentile_cont(0.99) WITHIN GROUP (ORDER BY published_at - due_at), \
+                    max(published_at - due_at), \
+                    percentile_cont(0.5) WITHIN GROUP (ORDER BY started_at - published_at), \
+                    percentile_cont(0.99) WITHIN GROUP (ORDER BY started_at - published_at), \
+                    max(started_at - published_at) \
+             FROM firings WHERE attempt = 1 AND scheduled_at >= $1 AND scheduled_at < $2 AND job_id LIKE $3",
+        )
+        .bind(start_ms)
+        .bind(end_ms)
+        .bind(format!("{prefix}%"))
+        .fetch_one(&self.sql)
+        .await?;
+        let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0}"));
+        let i = |v: Option<i64>| v.map_or("-".into(), |v| v.to_string());
+        Ok(format!(
+            "publish-due[{}/{}/{}]_start-publish[{}/{}/{}]",
+            f(row.0),
+            f(row.1),
+            i(row.2),
+            f(row.3),
+            f(row.4),
+            i(row.5)
+        ))
+    }
+
     /// Waits (at most `timeout`) until no firing of the window is still
     /// staged, published or executing; returns the final counts by state.
     pub async fn drain(
@@ -244,10 +283,47 @@ impl Env {
         total
     }
 
+    /// Copies a scheduler's log to `--keep-logs`, if given.
+    pub fn keep_log(&self, sched: &Sched) {
+        if let Some(dir) = &self.keep_logs {
+            let _ = std::fs::create_dir_all(dir);
+            let _ = std::fs::copy(
+                sched.process.log_path(),
+                dir.join(format!("{}.log", sched.replica_id)),
+            );
+        }
+    }
+
+    /// A few of the first scheduler's own metrics, as `name=value` pairs.
+    pub async fn scheduler_metrics(&self) -> String {
+        let Some(s) = self.schedulers.first() else {
+            return String::new();
+        };
+        let Ok(text) = http_get(&s.metrics_addr, "/metrics").await else {
+            return String::new();
+        };
+        [
+            "chime_stage_duration_seconds_sum",
+            "chime_stage_duration_seconds_count",
+            "chime_publish_lateness_seconds_sum",
+            "chime_publish_lateness_seconds_count",
+            "chime_slices_claimed_total",
+            "chime_misfires_total",
+            "chime_starts_total",
+        ]
+        .iter()
+        .map(|m| format!("{m}={}", metric_sum(&text, m)))
+        .collect::<Vec<_>>()
+        .join(",")
+    }
+
     /// Stops the workers and schedulers; the database and NATS go with `self`.
     pub async fn stop(mut self) {
         for w in self.workers.drain(..) {
             let _ = tokio::time::timeout(Duration::from_secs(15), w.shutdown()).await;
+        }
+        for s in &self.schedulers {
+            self.keep_log(s);
         }
         for s in self.schedulers.iter_mut() {
             s.process.kill9();

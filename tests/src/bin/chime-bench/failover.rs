@@ -68,6 +68,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
                         let killed_at = now_ms();
                         env.schedulers[idx].process.kill9();
                         let old = env.schedulers.remove(idx);
+                        env.keep_log(&old);
                         let slot = old.replica_id.split('-').next().unwrap_or("r").to_owned();
                         // Keep the process until the end so its log survives.
                         let replacement = format!("{slot}-{generation}");

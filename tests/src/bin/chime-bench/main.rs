@@ -61,6 +61,9 @@ pub struct Args {
     /// In-process workers.
     #[arg(long, default_value_t = 2)]
     workers: usize,
+    /// Workers' idle poll interval in ms (the fallback when no doorbell rings; the worker's default is 1000).
+    #[arg(long, default_value_t = 1000)]
+    poll_ms: u64,
     /// Threads (concurrent firings) per worker.
     #[arg(long, default_value_t = 512)]
     threads: usize,
@@ -95,6 +98,12 @@ pub struct Args {
     /// Concurrent `Store::put_job` tasks when seeding jobs.
     #[arg(long, default_value_t = 32)]
     seed_concurrency: usize,
+    /// Store partitions (passed to every scheduler as `--partitions` and used when seeding).
+    #[arg(long, default_value_t = 1)]
+    partitions: u32,
+    /// Copy every scheduler's log into this directory before it is removed.
+    #[arg(long)]
+    keep_logs: Option<PathBuf>,
     /// Extra arguments for every chime-scheduler (e.g. `--partitions=4`), space separated.
     #[arg(long, default_value = "")]
     scheduler_args: String,

@@ -21,6 +21,8 @@ pub struct Window {
     pub retries: u64,
     /// Firing ids that ran more than once.
     pub duplicates: u64,
+    /// Largest first-attempt lateness (µs) per scheduled second of the window.
+    pub max_by_second: std::collections::BTreeMap<i64, u64>,
     /// Wall-clock ms of every handler start, in arrival order.
     pub start_times: Vec<i64>,
     seen: HashSet<String>,
@@ -35,6 +37,7 @@ impl Window {
             started: 0,
             retries: 0,
             duplicates: 0,
+            max_by_second: Default::default(),
             start_times: Vec::new(),
             seen: HashSet::new(),
         }
@@ -93,6 +96,9 @@ impl Recorder {
             if ctx.attempt == 1 {
                 w.started += 1;
                 w.lateness.saturating_record(late_us);
+                let second = (scheduled_ms - w.start_ms) / 1000;
+                let max = w.max_by_second.entry(second).or_default();
+                *max = (*max).max(late_us);
             } else {
                 w.retries += 1;
             }

@@ -84,10 +84,20 @@ pub async fn finish(
     let mut row = env.recorder.with(span.window, |w| {
         let mut row = Row::from_window(scenario, label, w);
         row.note("longest_silence_ms", w.longest_silence_ms());
+        let per_second: Vec<String> = w
+            .max_by_second
+            .values()
+            .map(|us| (us / 1000).to_string())
+            .collect();
+        row.note("max_ms_by_second", per_second.join(","));
         row
     });
     row.offered_per_s = f64::from(rate);
+    if let Ok(split) = env.phase_split(prefix, w0, w1).await {
+        row.note("db_ms_p50/p99/max", split);
+    }
     row.set_counts(expected, succeeded, states);
+    row.note("scheduler", env.scheduler_metrics().await);
     row.set_cpu(span.cpu);
     row.rss_max_mib = span.rss;
     row.note("load_before", format!("[{}]", span.load0));
