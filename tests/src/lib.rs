@@ -53,6 +53,7 @@ mod ports;
 mod postgres;
 mod process;
 mod sqlite;
+mod wait;
 
 pub use binaries::{Binary, BIN_DIR_ENV};
 pub use database::{DatabaseKind, TestDatabase};
@@ -61,6 +62,7 @@ pub use ports::free_port;
 pub use postgres::{admin_url as pg_admin_url, PgDatabase, DEFAULT_PG_URL, PG_URL_ENV};
 pub use process::ChimeProcess;
 pub use sqlite::SqliteDatabase;
+pub use wait::eventually;
 
 /// Sends the test process's own `tracing` output (in-process schedulers,
 /// workers, clients) to the test's captured output, filtered by `RUST_LOG`

@@ -7,7 +7,6 @@ pub mod proxy;
 
 use async_nats::jetstream;
 use std::collections::HashMap;
-use std::future::Future;
 use std::time::Duration;
 
 /// One firing message as it sits in the CHIME_FIRE stream.
@@ -68,24 +67,8 @@ pub fn count_by_instant(published: &[Published]) -> HashMap<(String, i64, u32), 
     counts
 }
 
-/// Polls `check` every 100 ms until it returns true or `timeout` passes.
-pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+#[allow(unused_imports)]
+pub use chime_tests::eventually;
 
 /// The next whole second at least `ahead` from now, in UTC ms.
 pub fn aligned_start(ahead: Duration) -> i64 {

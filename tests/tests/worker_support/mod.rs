@@ -20,7 +20,6 @@ use chime_worker::{Worker, WorkerBuilder};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -393,21 +392,5 @@ pub async fn publish(
     firing.id()
 }
 
-/// Polls `check` every 50 ms until it returns true; panics after `timeout`.
-pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+#[allow(unused_imports)]
+pub use chime_tests::eventually;
