@@ -613,3 +613,89 @@ async fn restarting_the_scheduler_with_events_in_flight_loses_none_and_applies_n
     worker.shutdown().await;
     second.terminate(Duration::from_secs(15)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_publish_alerts_and_repeated_failures_pause_the_job() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = PgDatabase::create().await;
+    let replica = replica(&nats, db.url()).await;
+    let client = Client::new(nats.connect().await);
+    let worker = Worker::builder()
+        .nats(nats.connect().await)
+        .group("doomed")
+        .threads(2)
+        .handler_fn("doomed", |_ctx: FiringContext| async move {
+            Err(HandlerError::new("always fails"))
+        })
+        .build()
+        .expect("config")
+        .start()
+        .await
+        .expect("worker");
+    let start = aligned_start(Duration::from_secs(2));
+    client
+        .put_job(&json!({
+            "id": "doomed", "group": "doomed", "handler": "doomed",
+            "schedule": {"every": "1s", "start_at": rfc3339(start)},
+            "alert_after_failures": 2, "pause_after_alert": true,
+        }))
+        .await
+        .expect("put");
+    eventually(
+        Duration::from_secs(20),
+        "the job is paused by its alert",
+        || {
+            let client = client.clone();
+            async move {
+                client
+                    .get_job("doomed")
+                    .await
+                    .map(|j| j.state == chime_common::JobState::Paused)
+                    .unwrap_or(false)
+            }
+        },
+    )
+    .await;
+    let js = async_nats::jetstream::new(nats.connect().await);
+    let stream = js.get_stream("CHIME_ALERTS").await.expect("alerts stream");
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config::default())
+        .await
+        .expect("consumer");
+    let mut alerts = Vec::new();
+    let mut batch = consumer
+        .fetch()
+        .max_messages(20)
+        .expires(Duration::from_secs(1))
+        .messages()
+        .await
+        .expect("fetch");
+    while let Some(Ok(message)) = futures::StreamExt::next(&mut batch).await {
+        alerts.push(
+            serde_json::from_slice::<chime_common::protocol::Alert>(&message.payload)
+                .expect("alert JSON"),
+        );
+    }
+    use chime_common::protocol::AlertKind;
+    let failed = alerts
+        .iter()
+        .filter(|a| a.kind == AlertKind::FiringFailed)
+        .count();
+    let repeated: Vec<_> = alerts
+        .iter()
+        .filter(|a| a.kind == AlertKind::RepeatedFailures)
+        .collect();
+    assert!(
+        failed >= 2,
+        "each failed firing raises firing_failed: {alerts:?}"
+    );
+    assert_eq!(repeated.len(), 1, "{alerts:?}");
+    assert_eq!(repeated[0].consecutive_failures, Some(2));
+    assert!(repeated[0].paused);
+    assert!(alerts
+        .iter()
+        .all(|a| a.job_id == "doomed" && a.group == "doomed"));
+    worker.shutdown().await;
+    replica.shutdown().await;
+}
