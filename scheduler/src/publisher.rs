@@ -1,9 +1,9 @@
 //! Publishes each firing at its instant: the wheel's run loop.
 //!
 //! Publishing is pipelined: the loop sends every due firing without waiting
-//! for its ack, and a collector awaits the acks concurrently, marks acked
-//! firings published in the store in batches, reports finished slices and
-//! rings the group's doorbell so idle workers fetch at once. A publish that
+//! for its ack; a collector awaits the acks concurrently and rings the
+//! group's doorbell so idle workers fetch at once; a marker writes acked
+//! firings `published` in the store in batches and reports finished slices. A publish that
 //! fails goes back into the wheel; `Nats-Msg-Id` = firing id makes the retry
 //! (or another replica's takeover) harmless inside the duplicate window.
 
@@ -25,9 +25,10 @@ use tokio_util::sync::CancellationToken;
 /// Publisher settings.
 #[derive(Debug, Clone)]
 pub struct PublisherConfig {
-    /// Acked firings are marked published in batches of at most this many...
+    /// Acked firings are marked published in batches of at most this many
+    /// (a batch is whatever arrived while the previous one was written).
     pub mark_batch: usize,
-    /// ...or at least this often.
+    /// Pause between attempts when marking fails.
     pub flush_interval: Duration,
     /// A failed publish is tried again after this long.
     pub retry_after: Duration,
@@ -159,16 +160,23 @@ impl Publisher {
         drained: CancellationToken,
     ) {
         let (tx, rx) = mpsc::channel::<Sent>(8_192);
+        let (marks, marks_rx) = mpsc::unbounded_channel();
         let collector = Collector {
             config: self.config.clone(),
             nats: self.nats.clone(),
             subjects: self.subjects.clone(),
-            store: self.store.clone(),
             wheel: self.wheel.clone(),
+            metrics: self.metrics.clone(),
+            marks,
+        };
+        let marker = Marker {
+            config: self.config.clone(),
+            store: self.store.clone(),
             progress: self.progress.clone(),
             metrics: self.metrics.clone(),
         };
         let collecting = tokio::spawn(collector.run(rx));
+        let marking = tokio::spawn(marker.run(marks_rx));
         let mut draining_until: Option<tokio::time::Instant> = None;
         loop {
             let now_ms = Utc::now().timestamp_millis();
@@ -194,6 +202,7 @@ impl Publisher {
         }
         drop(tx);
         let _ = collecting.await;
+        let _ = marking.await;
         if !self.wheel.is_empty() {
             tracing::warn!(
                 left = self.wheel.len(),
@@ -204,31 +213,30 @@ impl Publisher {
     }
 }
 
-/// Awaits publish acks, marks firings published, reports slices, rings doorbells.
+/// Awaits publish acks, rings doorbells and hands acked firings to the
+/// [`Marker`]. It never waits on the store, so a slow database cannot delay
+/// a doorbell (an idle worker waits for one).
 struct Collector {
     config: PublisherConfig,
     nats: async_nats::Client,
     subjects: Subjects,
-    store: Store,
     wheel: Wheel,
-    progress: SliceProgress,
     metrics: Metrics,
+    marks: mpsc::UnboundedSender<Acked>,
 }
 
-#[derive(Default)]
+/// A firing JetStream acknowledged, to be marked published.
 struct Acked {
-    ids: Vec<FiringId>,
-    slices: Vec<std::sync::Arc<str>>,
-    unrung: HashSet<String>,
+    id: FiringId,
+    slice: Option<std::sync::Arc<str>>,
 }
 
 impl Collector {
     async fn run(self, mut sent: mpsc::Receiver<Sent>) {
         let mut inflight = FuturesUnordered::new();
-        let mut acked = Acked::default();
         let mut rung: HashMap<String, tokio::time::Instant> = HashMap::new();
-        let mut flush = tokio::time::interval(self.config.flush_interval);
-        flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut unrung: HashSet<String> = HashSet::new();
+        let mut ring_at: Option<tokio::time::Instant> = None;
         let mut open = true;
         loop {
             tokio::select! {
@@ -237,36 +245,43 @@ impl Collector {
                     None => open = false,
                 },
                 Some((entry, result)) = inflight.next(), if !inflight.is_empty() => {
-                    self.on_ack(entry, result, &mut acked, &mut rung).await;
-                    if acked.ids.len() >= self.config.mark_batch {
-                        self.flush(&mut acked).await;
+                    if let Some(group) = self.on_ack(entry, result) {
+                        let now = tokio::time::Instant::now();
+                        let recently = rung.get(&group).is_some_and(|at| now.duration_since(*at) < self.config.doorbell_interval);
+                        if recently {
+                            // Rung a moment ago: ring again once the interval has passed.
+                            unrung.insert(group);
+                            ring_at.get_or_insert(now + self.config.doorbell_interval);
+                        } else {
+                            self.ring(&group).await;
+                            rung.insert(group, now);
+                        }
                     }
                 }
-                _ = flush.tick() => self.flush(&mut acked).await,
+                _ = sleep_until_some(ring_at), if ring_at.is_some() => {
+                    let now = tokio::time::Instant::now();
+                    for group in unrung.drain() {
+                        self.ring(&group).await;
+                        rung.insert(group, now);
+                    }
+                    ring_at = None;
+                }
             }
             if !open && inflight.is_empty() {
                 break;
             }
         }
-        // The store may be down: try for a while, then leave the rest
-        // `staged`; housekeeping republishes them inside the dedup window,
-        // where JetStream drops the copy.
-        for _ in 0..50 {
-            self.flush(&mut acked).await;
-            if acked.ids.is_empty() {
-                break;
-            }
-            tokio::time::sleep(self.config.flush_interval).await;
+        for group in unrung {
+            self.ring(&group).await;
         }
     }
 
-    async fn on_ack(
+    /// Handles one ack; returns the group whose doorbell should ring.
+    fn on_ack(
         &self,
         entry: WheelEntry,
         result: Result<jetstream::publish::PublishAck, jetstream::context::PublishError>,
-        acked: &mut Acked,
-        rung: &mut HashMap<String, tokio::time::Instant>,
-    ) {
+    ) -> Option<String> {
         let firing = &entry.firing;
         match result {
             Ok(ack) => {
@@ -277,20 +292,12 @@ impl Collector {
                     .firings_published
                     .with_label_values(&[firing.group.as_str()])
                     .inc();
-                acked.ids.push(firing.id.clone());
-                if let Some(slice) = &entry.slice {
-                    acked.slices.push(slice.clone());
-                }
-                let now = tokio::time::Instant::now();
-                let recently = rung
-                    .get(&firing.group)
-                    .is_some_and(|at| now.duration_since(*at) < self.config.doorbell_interval);
-                if recently {
-                    acked.unrung.insert(firing.group.clone());
-                } else {
-                    rung.insert(firing.group.clone(), now);
-                    self.ring(&firing.group).await;
-                }
+                let group = firing.group.clone();
+                let _ = self.marks.send(Acked {
+                    id: entry.firing.id,
+                    slice: entry.slice,
+                });
+                Some(group)
             }
             Err(e) => {
                 tracing::warn!(firing_id = %firing.id, error = %e, "publish not acknowledged; will retry");
@@ -298,6 +305,7 @@ impl Collector {
                 let retry_ms =
                     Utc::now().timestamp_millis() + self.config.retry_after.as_millis() as i64;
                 self.wheel.reinsert(vec![entry], retry_ms);
+                None
             }
         }
     }
@@ -311,28 +319,66 @@ impl Collector {
             tracing::debug!(group, error = %e, "doorbell not sent");
         }
     }
+}
 
-    async fn flush(&self, acked: &mut Acked) {
-        for group in std::mem::take(&mut acked.unrung) {
-            self.ring(&group).await;
-        }
-        if acked.ids.is_empty() {
-            return;
-        }
-        match self.store.mark_published(&acked.ids, Utc::now()).await {
-            Ok(_) => {
-                acked.ids.clear();
-                // A slice is reported only once its firings are marked in the store.
-                for slice in acked.slices.drain(..) {
-                    self.progress.acked(&slice);
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Marks acknowledged firings published in the store, in batches of
+/// whatever arrived while the previous batch was being written, and reports
+/// a slice once all its firings are marked.
+struct Marker {
+    config: PublisherConfig,
+    store: Store,
+    progress: SliceProgress,
+    metrics: Metrics,
+}
+
+impl Marker {
+    async fn run(self, mut marks: mpsc::UnboundedReceiver<Acked>) {
+        let mut batch: Vec<Acked> = Vec::new();
+        let mut failures = 0u32;
+        loop {
+            if batch.is_empty() {
+                match marks.recv().await {
+                    Some(first) => batch.push(first),
+                    None => return,
                 }
             }
-            Err(e) => {
-                self.metrics
-                    .store_errors
-                    .with_label_values(&["mark_published"])
-                    .inc();
-                tracing::warn!(error = %e, pending = acked.ids.len(), "cannot mark firings published; will retry");
+            while batch.len() < self.config.mark_batch {
+                match marks.try_recv() {
+                    Ok(next) => batch.push(next),
+                    Err(_) => break,
+                }
+            }
+            let ids: Vec<FiringId> = batch.iter().map(|a| a.id.clone()).collect();
+            match self.store.mark_published(&ids, Utc::now()).await {
+                Ok(_) => {
+                    failures = 0;
+                    for acked in batch.drain(..) {
+                        if let Some(slice) = &acked.slice {
+                            self.progress.acked(slice);
+                        }
+                    }
+                }
+                Err(e) => {
+                    self.metrics
+                        .store_errors
+                        .with_label_values(&["mark_published"])
+                        .inc();
+                    tracing::warn!(error = %e, pending = batch.len(), "cannot mark firings published; will retry");
+                    failures += 1;
+                    // Closed and still failing: leave them `staged`; housekeeping
+                    // republishes them inside the dedup window, where JetStream drops the copy.
+                    if marks.is_closed() && failures >= 50 {
+                        return;
+                    }
+                    tokio::time::sleep(self.config.flush_interval).await;
+                }
             }
         }
     }

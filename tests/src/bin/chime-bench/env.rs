@@ -24,6 +24,16 @@ use crate::Args;
 
 pub const GROUP: &str = "bench";
 
+/// p50, p99, max of two phases (see [`Env::phase_split`]).
+type PhaseRow = (
+    Option<f64>,
+    Option<f64>,
+    Option<i64>,
+    Option<f64>,
+    Option<f64>,
+    Option<i64>,
+);
+
 /// One scheduler child process.
 pub struct Sched {
     pub replica_id: String,
@@ -164,7 +174,7 @@ impl Env {
         while let Some(result) = puts.next().await {
             result?;
             done += 1;
-            if done % 100_000 == 0 {
+            if done.is_multiple_of(100_000) {
                 eprintln!(
                     "  seeded {done}/{count} ({:.0}/s)",
                     done as f64 / started.elapsed().as_secs_f64()
@@ -222,7 +232,7 @@ impl Env {
         start_ms: i64,
         end_ms: i64,
     ) -> anyhow::Result<String> {
-        let row: (Option<f64>, Option<f64>, Option<i64>, Option<f64>, Option<f64>, Option<i64>) = sqlx::query_as(
+        let row: PhaseRow = sqlx::query_as(
             "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY published_at - due_at), \
                     percentile_cont(0.99) WITHIN GROUP (ORDER BY published_at - due_at), \
                     max(published_at - due_at), \
