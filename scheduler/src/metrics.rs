@@ -5,8 +5,8 @@
 //! lets tests run several replicas in one process.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// Buckets for lateness: 100 µs to 60 s.
@@ -303,24 +303,4 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// Registers a histogram vec (used where a histogram needs labels).
-pub fn histogram_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
-    let h = HistogramVec::new(
-        HistogramOpts::new(name, help).buckets(LATENESS_BUCKETS.to_vec()),
-        labels,
-    )
-    .expect("valid metric name");
-    registry
-        .register(Box::new(h.clone()))
-        .expect("metric registered once");
-    h
-}
-
-/// Writes the registry for `/metrics`.
-pub fn encode(registry: &Registry) -> Vec<u8> {
-    let mut buf = Vec::new();
-    let _ = TextEncoder::new().encode(&registry.gather(), &mut buf);
-    buf
 }

@@ -353,11 +353,6 @@ impl Replica {
         let _ = tokio::time::timeout(Duration::from_secs(2), self.nats.flush()).await;
     }
 
-    /// A token that stops this replica when cancelled (for signal handlers).
-    pub fn shutdown_token(&self) -> CancellationToken {
-        self.shutdown.clone()
-    }
-
     /// Waits until every service has stopped.
     pub async fn wait(&self) {
         self.tracker.wait().await

@@ -454,9 +454,4 @@ impl Slicer {
         self.release_unfinished().await;
         watching.abort();
     }
-
-    /// The replica this slicer claims for.
-    pub fn replica(&self) -> &str {
-        &self.replica
-    }
 }
