@@ -53,7 +53,7 @@ impl Default for WorkerConfig {
             drain_grace: Duration::from_secs(30),
             flush_grace: Duration::from_secs(10),
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
-            start_timeout: Duration::from_secs(5),
+            start_timeout: Duration::from_secs(2),
             nak_delay: Duration::from_secs(1),
             fetch_expiry: Duration::from_millis(10),
             stop_grace: Duration::from_secs(1),

@@ -54,13 +54,17 @@ impl Store {
         }
         let now = ms(now);
         self.retrying(|| async {
+            // Rows are locked one request at a time; taking them in firing-id
+            // order means two concurrent batches never wait on each other in a cycle.
+            let mut order: Vec<usize> = (0..requests.len()).collect();
+            order.sort_by(|&a, &b| requests[a].firing_id.cmp(&requests[b].firing_id));
             let mut tx = self.begin().await?;
-            let mut decisions = Vec::with_capacity(requests.len());
-            for request in requests {
-                decisions.push(self.start_one(&mut tx, request, now).await?);
+            let mut decisions: Vec<Option<StartDecision>> = vec![None; requests.len()];
+            for i in order {
+                decisions[i] = Some(self.start_one(&mut tx, &requests[i], now).await?);
             }
             tx.commit().await?;
-            Ok(decisions)
+            Ok(decisions.into_iter().flatten().collect())
         })
         .await
     }
@@ -307,13 +311,20 @@ impl Store {
         }
         let now = truncate(now);
         self.retrying(|| async {
+            // In firing-id order, like `start`: concurrent batches on several
+            // replicas then lock rows in one order and cannot deadlock.
+            let mut order: Vec<usize> = (0..events.len()).collect();
+            order.sort_by(|&a, &b| events[a].firing_id.cmp(&events[b].firing_id));
             let mut tx = self.begin().await?;
-            let mut outcomes = Vec::with_capacity(events.len());
-            for event in events {
-                outcomes.push(self.finish_one(&mut tx, event, now, retry_delay).await?);
+            let mut outcomes: Vec<Option<FinishOutcome>> = vec![None; events.len()];
+            for i in order {
+                outcomes[i] = Some(
+                    self.finish_one(&mut tx, &events[i], now, retry_delay)
+                        .await?,
+                );
             }
             tx.commit().await?;
-            Ok(outcomes)
+            Ok(outcomes.into_iter().flatten().collect())
         })
         .await
     }

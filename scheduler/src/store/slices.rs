@@ -388,10 +388,17 @@ impl Store {
         struct Id {
             id: String,
         }
+        // Only rows no one else holds: a concurrent start batch locks firings
+        // one by one, and waiting on each other's rows in different orders
+        // deadlocked (PostgreSQL then stalls a second). A row skipped here is
+        // being started, which moves it past `published` anyway, or is left
+        // `staged` for housekeeping, whose republish JetStream drops as a duplicate.
         let sql = format!(
             "UPDATE firings SET state = 'published', published_at = $1 \
-             WHERE state = 'staged' AND id IN (SELECT r.id FROM {})",
-            self.backend.json_rows(2, &[("id", Col::Text)])
+             WHERE id IN (SELECT f.id FROM firings f WHERE f.state = 'staged' \
+             AND f.id IN (SELECT r.id FROM {}) ORDER BY f.id{})",
+            self.backend.json_rows(2, &[("id", Col::Text)]),
+            self.backend.for_update_skip_locked()
         );
         let mut changed = 0;
         for chunk in ids.chunks(BATCH_ROWS) {
