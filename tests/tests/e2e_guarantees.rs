@@ -320,14 +320,14 @@ async fn chaos_on_postgres_every_instant_final_no_attempt_twice() {
     while chaos_start.elapsed() < Duration::from_secs(seconds as u64) {
         tokio::time::sleep(Duration::from_secs(5)).await;
         tick += 5;
-        if tick % 10 == 0 {
+        if tick.is_multiple_of(10) {
             let i = (rand_index(tick) % cast.schedulers.len() as u64) as usize;
             cast.schedulers[i].kill9();
             scheduler_kills += 1;
             let s = cast.scheduler().await;
             cast.schedulers[i] = s;
         }
-        if tick % 15 == 0 {
+        if tick.is_multiple_of(15) {
             let i = (rand_index(tick * 7) % cast.workers.len() as u64) as usize;
             cast.workers[i].1.kill9();
             worker_kills += 1;
