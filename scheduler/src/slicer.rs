@@ -434,11 +434,14 @@ impl Slicer {
             self.kv.clone(),
             drained.clone(),
         ));
-        let mut tick = tokio::time::interval(self.config.tick);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Each pass waits a random 50–150 % of the tick: with a fixed period
+        // the replica whose phase comes first after a slice enters the window
+        // would win every slice and do all the staging alone.
+        let mut next_pass = tokio::time::Instant::now();
         loop {
             tokio::select! {
-                _ = tick.tick(), if !shutdown.is_cancelled() => {
+                _ = tokio::time::sleep_until(next_pass), if !shutdown.is_cancelled() => {
+                    next_pass = tokio::time::Instant::now() + self.config.tick.mul_f64(rand::random::<f64>() + 0.5);
                     let outcome = self.run_once(Utc::now()).await;
                     if !outcome.claimed.is_empty() || !outcome.taken_over.is_empty() {
                         tracing::debug!(?outcome, "slicer pass");
