@@ -13,7 +13,7 @@ mod common;
 use chime_common::client::{Client, ListFiringsRequest};
 use chime_common::schedule::{Schedule, ScheduleSpec};
 use chime_common::{Firing, FiringState};
-use chime_tests::{init_tracing, Binary, ChimeProcess, NatsServer, PgDatabase, SqliteDatabase};
+use chime_tests::{init_tracing, ChimeProcess, NatsServer, PgDatabase, SqliteDatabase};
 use common::proxy::Proxy;
 use common::*;
 use futures::StreamExt;
@@ -36,49 +36,23 @@ struct Cast {
 impl Cast {
     async fn scheduler(&mut self) -> ChimeProcess {
         self.started += 1;
-        let id = format!("scheduler-{}", self.started);
-        let mut command = Binary::Scheduler.command();
-        command.args([
-            "--nats-url",
+        start_scheduler(
             &self.nats_url,
-            "--database-url",
             &self.database_url,
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--replica-id",
-            &id,
-        ]);
-        let mut process = ChimeProcess::spawn(command);
-        process
-            .wait_for_log_line("chime-scheduler ready", Duration::from_secs(30))
-            .await;
-        process
+            &format!("scheduler-{}", self.started),
+        )
+        .await
     }
 
     async fn worker(&mut self, group: &str) -> ChimeProcess {
         self.started += 1;
-        let id = format!("worker-{}", self.started);
-        let mut command = Binary::Worker.command();
-        command.args([
-            "--nats-url",
+        start_worker(
             &self.nats_url,
-            "--group",
             group,
-            "--threads",
-            "8",
-            "--allow-shell",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--worker-id",
-            &id,
-            "--drain-grace",
-            "2s",
-        ]);
-        let mut process = ChimeProcess::spawn(command);
-        process
-            .wait_for_log_line("chime-worker ready", Duration::from_secs(30))
-            .await;
-        process
+            8,
+            &format!("worker-{}", self.started),
+        )
+        .await
     }
 }
 

@@ -7,7 +7,7 @@ mod common;
 use chime_common::client::{Client, ListFiringsRequest};
 use chime_common::{Firing, FiringState};
 use chime_scheduler::{Replica, SchedulerConfig};
-use chime_tests::{init_tracing, Binary, ChimeProcess, NatsServer, PgDatabase};
+use chime_tests::{init_tracing, NatsServer, PgDatabase};
 use chime_worker::{FiringContext, HandlerError, Worker, WorkerHandle};
 use common::*;
 use serde_json::{json, Value};
@@ -458,27 +458,7 @@ async fn a_worker_killed_mid_firing_is_requeued_and_completes_on_another_worker(
     let db = PgDatabase::create().await;
     let replica = replica(&nats, db.url()).await;
     let client = Client::new(nats.connect().await);
-    let worker = |id: &str| {
-        let mut command = Binary::Worker.command();
-        command.args([
-            "--nats-url",
-            &nats.url(),
-            "--group",
-            "crash",
-            "--threads",
-            "2",
-            "--allow-shell",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--worker-id",
-            id,
-        ]);
-        ChimeProcess::spawn(command)
-    };
-    let mut first = worker("worker-a");
-    first
-        .wait_for_log_line("chime-worker ready", Duration::from_secs(20))
-        .await;
+    let mut first = start_worker(&nats.url(), "crash", 2, "worker-a").await;
     let at = aligned_start(Duration::from_secs(2));
     client
         .put_job(&json!({
@@ -501,10 +481,7 @@ async fn a_worker_killed_mid_firing_is_requeued_and_completes_on_another_worker(
     .await;
     first.kill9();
     let killed = tokio::time::Instant::now();
-    let mut second = worker("worker-b");
-    second
-        .wait_for_log_line("chime-worker ready", Duration::from_secs(20))
-        .await;
+    let mut second = start_worker(&nats.url(), "crash", 2, "worker-b").await;
     eventually(
         Duration::from_secs(30),
         "the second attempt succeeded",
@@ -550,22 +527,7 @@ async fn restarting_the_scheduler_with_events_in_flight_loses_none_and_applies_n
     init_tracing();
     let nats = NatsServer::start().await;
     let db = PgDatabase::create().await;
-    let scheduler = || {
-        let mut command = Binary::Scheduler.command();
-        command.args([
-            "--nats-url",
-            &nats.url(),
-            "--database-url",
-            db.url(),
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ]);
-        ChimeProcess::spawn(command)
-    };
-    let mut first = scheduler();
-    first
-        .wait_for_log_line("chime-scheduler ready", Duration::from_secs(30))
-        .await;
+    let mut first = start_scheduler(&nats.url(), db.url(), "scheduler-1").await;
     let client = Client::new(nats.connect().await);
     let runs: Runs = Arc::default();
     let worker = sleeping_worker(&nats, "inflight", 8, runs.clone()).await;
@@ -586,10 +548,7 @@ async fn restarting_the_scheduler_with_events_in_flight_loses_none_and_applies_n
     .await;
     first.kill9();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let mut second = scheduler();
-    second
-        .wait_for_log_line("chime-scheduler ready", Duration::from_secs(30))
-        .await;
+    let mut second = start_scheduler(&nats.url(), db.url(), "scheduler-2").await;
     eventually(Duration::from_secs(40), "every firing succeeded", || {
         let client = client.clone();
         async move {

@@ -5,7 +5,7 @@ mod common;
 
 use chime_common::client::Client;
 use chime_scheduler::{Replica, SchedulerConfig};
-use chime_tests::{init_tracing, Binary, ChimeProcess, NatsServer, PgDatabase};
+use chime_tests::{init_tracing, NatsServer, PgDatabase};
 use common::*;
 use futures::StreamExt;
 use serde_json::json;
@@ -149,23 +149,7 @@ async fn killing_the_replica_holding_the_next_slices_loses_and_duplicates_nothin
     let mut processes = HashMap::new();
     for i in 0..3 {
         let id = format!("replica-{i}");
-        let mut command = Binary::Scheduler.command();
-        command
-            .args([
-                "--nats-url",
-                &nats.url(),
-                "--database-url",
-                db.url(),
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--replica-id",
-                &id,
-            ])
-            .env("RUST_LOG", "info");
-        let mut process = ChimeProcess::spawn(command);
-        process
-            .wait_for_log_line("chime-scheduler ready", Duration::from_secs(30))
-            .await;
+        let process = start_scheduler(&nats.url(), db.url(), &id).await;
         processes.insert(id, process);
     }
     let connection = nats.connect().await;
