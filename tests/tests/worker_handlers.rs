@@ -82,13 +82,20 @@ async fn shell_handler_runs_argv_with_chime_env() {
 
     let e = events.of(&id, Duration::from_secs(10)).await;
     assert_eq!(e.outcome, Outcome::Succeeded, "{e:?}");
-    let expected = format!(
-        "{}|{}|1|env-job|hello; no shell here: $HOME|{}\noops\n",
+    let stdout_line = format!(
+        "{}|{}|1|env-job|hello; no shell here: $HOME|{}",
         firing.id(),
         format_time(firing.scheduled_at()),
         dir.path().canonicalize().unwrap().display()
     );
-    assert_eq!(e.output.as_deref(), Some(expected.as_str()));
+    // stdout and stderr are two pipes: their lines interleave in either order.
+    let output = e.output.as_deref().unwrap_or("");
+    let mut lines: Vec<&str> = output.lines().collect();
+    lines.sort_unstable();
+    let mut expected = vec![stdout_line.as_str(), "oops"];
+    expected.sort_unstable();
+    assert_eq!(lines, expected, "{output:?}");
+    assert!(output.ends_with('\n'));
 
     let e = events.of(&literal, Duration::from_secs(10)).await;
     assert_eq!(e.output.as_deref(), Some("a;b $HOME *\n"));
