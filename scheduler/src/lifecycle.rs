@@ -30,7 +30,7 @@ pub struct LifecycleConfig {
     pub start_concurrency: usize,
     /// Finished events applied per store call.
     pub finish_batch: usize,
-    /// How long one pull for finished events waits.
+    /// How long one pull request for finished events stays open on the server.
     pub wait: Duration,
     /// Redelivery delay when the store is down.
     pub retry_after: Duration,
@@ -62,7 +62,10 @@ pub struct Lifecycle {
 impl Lifecycle {
     /// Decides a batch of start requests and sends the cancels `replace` asks for.
     pub async fn decide(&self, requests: &[StartRequest]) -> Result<Vec<StartDecision>, ApiError> {
-        let decisions = self.store.start(requests, Utc::now()).await.map_err(|e| {
+        let timer = self.metrics.start_batch_duration.start_timer();
+        let decided = self.store.start(requests, Utc::now()).await;
+        timer.observe_duration();
+        let decisions = decided.map_err(|e| {
             self.metrics
                 .store_errors
                 .with_label_values(&["start"])
@@ -109,7 +112,12 @@ impl Lifecycle {
                 m = requests.next() => match m { Some(m) => m, None => break },
                 _ = shutdown.cancelled() => break,
             };
-            // Take whatever else is already waiting: batching without added latency.
+            // Wait for a free store call first, then take whatever else
+            // arrived meanwhile: batching that adds no latency of its own,
+            // and batches grow exactly when the store is the bottleneck.
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                break;
+            };
             let mut batch = vec![first];
             while batch.len() < self.config.start_batch {
                 match requests.next().now_or_never() {
@@ -117,9 +125,6 @@ impl Lifecycle {
                     _ => break,
                 }
             }
-            let Ok(permit) = permits.clone().acquire_owned().await else {
-                break;
-            };
             let this = self.clone();
             tokio::spawn(async move {
                 this.answer(batch).await;
@@ -239,16 +244,20 @@ impl Lifecycle {
     }
 
     /// Consumes finished events until `shutdown`.
+    ///
+    /// One continuous pull keeps events flowing while a batch is applied;
+    /// each batch is whatever has arrived (up to `finish_batch`), so a quiet
+    /// system applies an event at once and a busy one in large batches.
     pub async fn consume_finished(self, consumer: PullConsumer, shutdown: CancellationToken) {
         while !shutdown.is_cancelled() {
             let pulled = consumer
-                .batch()
-                .max_messages(self.config.finish_batch)
+                .stream()
+                .max_messages_per_batch(self.config.finish_batch)
                 .expires(self.config.wait)
                 .messages()
                 .await;
-            let mut batch = match pulled {
-                Ok(b) => b,
+            let messages = match pulled {
+                Ok(messages) => messages,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot pull finished events");
                     tokio::select! {
@@ -257,40 +266,69 @@ impl Lifecycle {
                     }
                 }
             };
-            let mut messages = Vec::new();
-            let mut events = Vec::new();
-            while let Some(message) = batch.next().await {
-                let Ok(message) = message else { continue };
-                match serde_json::from_slice::<Finished>(&message.payload) {
-                    Ok(event) => {
-                        events.push(event);
-                        messages.push(message);
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "dropping a malformed finished event");
-                        let _ = message.ack_with(AckKind::Term).await;
-                    }
-                }
-            }
-            if events.is_empty() {
-                continue;
-            }
-            match self.apply_finished(&events).await {
-                Ok(_) => {
-                    for message in messages {
-                        let _ = message.ack().await;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot apply finished events; they will be redelivered");
-                    for message in messages {
-                        let _ = message
-                            .ack_with(AckKind::Nak(Some(self.config.retry_after)))
-                            .await;
-                    }
+            let mut batches = messages.ready_chunks(self.config.finish_batch);
+            loop {
+                let batch = tokio::select! {
+                    b = batches.next() => b,
+                    _ = shutdown.cancelled() => return,
+                };
+                let Some(batch) = batch else { break };
+                if !self.apply_batch(batch).await {
+                    // The pull ended with an error; open a new one.
+                    break;
                 }
             }
         }
+    }
+
+    /// Applies one batch of pulled events and acks them; false if the pull
+    /// reported an error.
+    async fn apply_batch(
+        &self,
+        batch: Vec<Result<jetstream::Message, jetstream::consumer::pull::MessagesError>>,
+    ) -> bool {
+        let mut healthy = true;
+        let mut messages = Vec::new();
+        let mut events = Vec::new();
+        for message in batch {
+            let message = match message {
+                Ok(message) => message,
+                Err(e) => {
+                    tracing::warn!(error = %e, "pulling finished events failed");
+                    healthy = false;
+                    continue;
+                }
+            };
+            match serde_json::from_slice::<Finished>(&message.payload) {
+                Ok(event) => {
+                    events.push(event);
+                    messages.push(message);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "dropping a malformed finished event");
+                    let _ = message.ack_with(AckKind::Term).await;
+                }
+            }
+        }
+        if events.is_empty() {
+            return healthy;
+        }
+        match self.apply_finished(&events).await {
+            Ok(_) => {
+                for message in messages {
+                    let _ = message.ack().await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot apply finished events; they will be redelivered");
+                for message in messages {
+                    let _ = message
+                        .ack_with(AckKind::Nak(Some(self.config.retry_after)))
+                        .await;
+                }
+            }
+        }
+        healthy
     }
 }
 

@@ -36,6 +36,8 @@ pub struct Metrics {
     pub wheel_staged: IntGauge,
     /// Seconds spent staging one slice in the store.
     pub stage_duration: Histogram,
+    /// Time to decide one batch of start requests in the store.
+    pub start_batch_duration: Histogram,
     /// Instants found later than their job's misfire threshold.
     pub misfires: IntCounter,
     /// Instants recorded `skipped` (misfire policy) while staging.
@@ -163,6 +165,12 @@ impl Metrics {
                 &r,
                 "chime_stage_duration_seconds",
                 "Time to stage one slice in the store.",
+                LATENESS_BUCKETS,
+            ),
+            start_batch_duration: histogram(
+                &r,
+                "chime_start_batch_duration_seconds",
+                "Time to decide one batch of start requests in the store.",
                 LATENESS_BUCKETS,
             ),
             misfires: counter(

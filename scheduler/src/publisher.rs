@@ -26,9 +26,11 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone)]
 pub struct PublisherConfig {
     /// Acked firings are marked published in batches of at most this many
-    /// (a batch is whatever arrived while the previous one was written).
+    /// (a batch is whatever arrived since the previous one was written).
     pub mark_batch: usize,
-    /// Pause between attempts when marking fails.
+    /// Marks are written at most this often unless a batch is full, and
+    /// this is the pause after a failed write. Nothing waits on a mark but
+    /// the slice's bookkeeping, so fewer, larger writes are pure gain.
     pub flush_interval: Duration,
     /// A failed publish is tried again after this long.
     pub retry_after: Duration,
@@ -363,6 +365,9 @@ impl Marker {
                         if let Some(slice) = &acked.slice {
                             self.progress.acked(slice);
                         }
+                    }
+                    if ids.len() < self.config.mark_batch && !marks.is_closed() {
+                        tokio::time::sleep(self.config.flush_interval).await;
                     }
                 }
                 Err(e) => {

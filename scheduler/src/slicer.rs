@@ -226,30 +226,38 @@ impl Slicer {
             max_catch_up: self.config.max_catch_up,
             max_jobs: self.config.max_jobs,
         };
+        let slice: Arc<str> = Arc::from(key);
+        // Staging counts as one pending firing until it ends, so the acks of
+        // an early batch cannot report the slice published while later
+        // batches are still being staged.
+        self.progress.register(slice.clone(), 1);
+        let mut count = 0;
         let timer = self.metrics.stage_duration.start_timer();
-        let result = self.store.stage_slice(&request).await;
+        let result = self
+            .store
+            .stage_slice_each(&request, |firings| {
+                count += firings.len();
+                self.progress.register(slice.clone(), firings.len());
+                self.wheel.insert(firings, Some(slice.clone()));
+            })
+            .await;
         timer.observe_duration();
         match result {
             Ok(outcome) => {
                 self.metrics.misfires.inc_by(outcome.misfired);
                 self.metrics.misfire_skipped.inc_by(outcome.skipped);
-                let count = outcome.firings.len();
-                let slice: Arc<str> = Arc::from(key);
-                self.progress.register(slice.clone(), count);
-                self.wheel.insert(outcome.firings, Some(slice));
-                count
             }
             Err(e) => {
-                // The jobs' next_fire_at did not advance: the next slice stages them, late.
+                // Jobs whose next_fire_at did not advance: the next slice stages them, late.
                 self.metrics
                     .store_errors
                     .with_label_values(&["stage_slice"])
                     .inc();
-                tracing::error!(key, error = %e, "cannot stage slice; its jobs move to the next slice");
-                self.progress.register(Arc::from(key), 0);
-                0
+                tracing::error!(key, error = %e, "cannot stage (all of) the slice; its remaining jobs move to the next slice");
             }
         }
+        self.progress.acked(&slice);
+        count
     }
 
     async fn take_over_stale(&self, now: DateTime<Utc>, outcome: &mut SlicerOutcome) {

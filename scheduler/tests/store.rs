@@ -229,6 +229,7 @@ both_backends!(
     queue_holds_one_and_releases_it_on_finish,
     replace_returns_running_firings_to_cancel,
     finish_is_idempotent,
+    mixed_batches_decide_each_request_as_if_alone,
     failed_firing_is_retried_after_the_delay,
     exhausted_retries_fail_and_alert,
     timed_out_firings_say_so,
@@ -1334,6 +1335,132 @@ async fn finish_is_idempotent(db: &TestDb) {
     .await;
     assert!(!unknown.applied);
     assert_eq!(unknown.state, None);
+}
+
+/// Batches mix plain requests (one statement per table for all of them)
+/// with ones that need a policy decision or repeat a firing; each gets the
+/// answer it would get alone.
+async fn mixed_batches_decide_each_request_as_if_alone(db: &TestDb) {
+    let store = db.store().await;
+    let plain = put_and_trigger(&store, &every("p", "1h", json!({"timeout": "1m"})), t(0)).await;
+    let other_plain = store
+        .trigger("p", None, t(0))
+        .await
+        .expect("trigger")
+        .expect("job");
+    let twice = put_and_trigger(&store, &every("d", "1h", json!({})), t(0)).await;
+    let forbid = every("f", "1h", json!({"overlap": "forbid"}));
+    let running = put_and_trigger(&store, &forbid, t(0)).await;
+    let blocked = store
+        .trigger("f", None, t(0))
+        .await
+        .expect("trigger")
+        .expect("job");
+    let retried = put_and_trigger(
+        &store,
+        &every("r", "1h", json!({"retry": {"max_attempts": 2}})),
+        t(0),
+    )
+    .await;
+    assert!(start(&store, &running, "w0", t(1)).await.reply.accepted);
+
+    let unknown = FiringId::new("nope", 1, 1);
+    let decisions = store
+        .start(
+            &[
+                start_req(&plain, "w1"),
+                start_req(&twice, "w1"),
+                start_req(&blocked, "w2"),
+                start_req(&twice, "w2"),
+                start_req(&unknown, "w1"),
+                start_req(&other_plain, "w2"),
+                start_req(&retried, "w3"),
+            ],
+            t(2),
+        )
+        .await
+        .expect("start");
+    let refusals: Vec<_> = decisions.iter().map(|d| d.reply.refusal).collect();
+    assert_eq!(
+        refusals,
+        [
+            None,
+            None,
+            Some(StartRefusal::Skipped),
+            Some(StartRefusal::AlreadyStarted),
+            Some(StartRefusal::UnknownFiring),
+            None,
+            None,
+        ]
+    );
+    assert_eq!(decisions[0].reply.deadline, Some(t(62)));
+    let started = firing(&store, &plain).await;
+    assert_eq!(started.state, FiringState::Executing);
+    assert_eq!(started.worker.as_deref(), Some("w1"));
+    assert_eq!(started.started_at, Some(t(2)));
+    assert_eq!(firing(&store, &twice).await.worker.as_deref(), Some("w1"));
+    assert_eq!(firing(&store, &blocked).await.state, FiringState::Skipped);
+    let executing = store.executing(100).await.expect("executing");
+    let mut running_on: Vec<_> = executing
+        .iter()
+        .map(|e| (e.firing_id.job_id.clone(), e.worker_id.clone(), e.attempt))
+        .collect();
+    running_on.sort();
+    assert_eq!(
+        running_on,
+        [
+            ("d".to_string(), "w1".to_string(), 1),
+            ("f".to_string(), "w0".to_string(), 1),
+            ("p".to_string(), "w1".to_string(), 1),
+            ("p".to_string(), "w2".to_string(), 1),
+            ("r".to_string(), "w3".to_string(), 1),
+        ]
+    );
+
+    let outcomes = store
+        .finish(
+            &[
+                finished(&plain, "w1", Outcome::Succeeded, None),
+                finished(&other_plain, "w1", Outcome::Succeeded, None),
+                finished(&retried, "w3", Outcome::Failed, Some("boom")),
+                finished(&twice, "w1", Outcome::Succeeded, None),
+                finished(&twice, "w1", Outcome::Succeeded, None),
+            ],
+            t(3),
+            &delay,
+        )
+        .await
+        .expect("finish");
+    let applied: Vec<_> = outcomes.iter().map(|o| (o.applied, o.state)).collect();
+    assert_eq!(
+        applied,
+        [
+            (true, Some(FiringState::Succeeded)),
+            (false, Some(FiringState::Executing)),
+            (true, Some(FiringState::Failed)),
+            (true, Some(FiringState::Succeeded)),
+            (false, Some(FiringState::Succeeded)),
+        ]
+    );
+    assert_eq!(outcomes[2].retry, Some((retried.next_attempt(), t(13))));
+    let done = firing(&store, &plain).await;
+    assert_eq!(done.finished_at, Some(t(3)));
+    assert_eq!(done.output.as_deref(), Some("out"));
+    assert_eq!(done.error, None);
+    assert_eq!(
+        firing(&store, &other_plain).await.state,
+        FiringState::Executing,
+        "another worker's report changes nothing"
+    );
+    let mut left: Vec<_> = store
+        .executing(100)
+        .await
+        .expect("executing")
+        .into_iter()
+        .map(|e| e.firing_id)
+        .collect();
+    left.sort();
+    assert_eq!(left, [running.clone(), other_plain.clone()]);
 }
 
 async fn failed_firing_is_retried_after_the_delay(db: &TestDb) {

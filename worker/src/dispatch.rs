@@ -67,6 +67,7 @@ async fn handle(
         group: shared.config.group.clone(),
     };
     let subject = shared.subjects.worker_start();
+    let asked = Instant::now();
     let decision = request_start(
         &shared.client,
         &subject,
@@ -74,6 +75,10 @@ async fn handle(
         shared.config.start_timeout,
     )
     .await;
+    shared
+        .metrics
+        .start_decision
+        .observe(asked.elapsed().as_secs_f64());
     let reply_deadline = match decision {
         StartDecision::Accepted { deadline } => deadline,
         StartDecision::Refused(refusal) => {

@@ -23,6 +23,8 @@ pub struct Metrics {
     pub run_duration: HistogramVec,
     /// Accepted start minus the firing's due time.
     pub start_lateness: Histogram,
+    /// How long the scheduler took to answer a start request.
+    pub start_decision: Histogram,
     /// Failed fetches from the firing consumers.
     pub fetch_errors: IntCounter,
     /// Starts not run, by reason (the scheduler's refusals, `duplicate_delivery`, `scheduler_unavailable`).
@@ -91,6 +93,16 @@ impl Metrics {
                 .buckets(lateness_buckets),
             )
             .expect("valid metric"),
+            start_decision: Histogram::with_opts(
+                HistogramOpts::new(
+                    "chime_worker_start_decision_seconds",
+                    "Start request to the scheduler's answer (accepted, refused or none).",
+                )
+                .buckets(vec![
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                ]),
+            )
+            .expect("valid metric"),
             fetch_errors: IntCounter::new(
                 "chime_worker_fetch_errors_total",
                 "Failed fetches from the firing consumers.",
@@ -123,6 +135,7 @@ impl Metrics {
             Box::new(metrics.firings.clone()),
             Box::new(metrics.run_duration.clone()),
             Box::new(metrics.start_lateness.clone()),
+            Box::new(metrics.start_decision.clone()),
             Box::new(metrics.fetch_errors.clone()),
             Box::new(metrics.start_refusals.clone()),
             Box::new(metrics.bad_messages.clone()),

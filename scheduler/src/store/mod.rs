@@ -263,6 +263,7 @@ impl Store {
             sqlx::query(&format!(
                 "UPDATE jobs SET part = r.part FROM {src} WHERE jobs.id = r.id"
             ))
+            .persistent(false)
             .bind(batch.clone())
             .execute(&mut *tx)
             .await?;
@@ -270,6 +271,7 @@ impl Store {
                 "UPDATE firings SET part = r.part FROM {src} \
                  WHERE firings.job_id = r.id AND firings.state = 'staged' AND firings.slice IS NULL"
             ))
+            .persistent(false)
             .bind(batch)
             .execute(&mut *tx)
             .await?;

@@ -99,12 +99,45 @@ impl Store {
     /// unique key drops a duplicate. Jobs whose rows are corrupt are reported
     /// in [`StageOutcome::corrupt`] and stay due.
     pub async fn stage_slice(&self, req: &StageRequest) -> Result<StageOutcome, StoreError> {
+        let mut firings = Vec::new();
+        let mut outcome = self
+            .stage_slice_each(req, |staged| firings.extend(staged))
+            .await?;
+        firings.sort_by(|a, b| {
+            (
+                a.due_at,
+                std::cmp::Reverse(a.priority),
+                a.scheduled_at,
+                &a.id,
+            )
+                .cmp(&(
+                    b.due_at,
+                    std::cmp::Reverse(b.priority),
+                    b.scheduled_at,
+                    &b.id,
+                ))
+        });
+        outcome.firings = firings;
+        Ok(outcome)
+    }
+
+    /// [`Store::stage_slice`], handing each transaction's firings to
+    /// `on_staged` as soon as it commits (the outcome's `firings` stay
+    /// empty). A dense slice (100,000 jobs due at one instant) takes seconds
+    /// to stage; its first firings can be in the wheel after milliseconds.
+    pub async fn stage_slice_each(
+        &self,
+        req: &StageRequest,
+        mut on_staged: impl FnMut(Vec<StagedFiring>),
+    ) -> Result<StageOutcome, StoreError> {
         let mut outcome = StageOutcome::default();
         let mut corrupt_seen = HashSet::new();
         let max_jobs = req.max_jobs.max(1) as usize;
         loop {
             let batch = self.retrying(|| self.stage_batch(req, max_jobs)).await?;
-            outcome.firings.extend(batch.firings);
+            if !batch.firings.is_empty() {
+                on_staged(batch.firings);
+            }
             outcome.skipped += batch.skipped;
             outcome.misfired += batch.misfired;
             outcome.jobs += batch.advanced as u64;
@@ -123,22 +156,10 @@ impl Store {
             }
         }
         let adopted = self.retrying(|| self.adopt(req)).await?;
-        outcome.firings.extend(adopted.0);
+        if !adopted.0.is_empty() {
+            on_staged(adopted.0);
+        }
         outcome.corrupt.extend(adopted.1);
-        outcome.firings.sort_by(|a, b| {
-            (
-                a.due_at,
-                std::cmp::Reverse(a.priority),
-                a.scheduled_at,
-                &a.id,
-            )
-                .cmp(&(
-                    b.due_at,
-                    std::cmp::Reverse(b.priority),
-                    b.scheduled_at,
-                    &b.id,
-                ))
-        });
         Ok(outcome)
     }
 
@@ -239,6 +260,7 @@ impl Store {
         let mut inserted = HashSet::new();
         for chunk in new.chunks(BATCH_ROWS) {
             let ids: Vec<String> = sqlx::query_scalar(&insert)
+                .persistent(false)
                 .bind(json_text(chunk)?)
                 .bind(now)
                 .fetch_all(&mut *tx)
@@ -260,6 +282,7 @@ impl Store {
         );
         for chunk in advances.chunks(BATCH_ROWS) {
             sqlx::query(&update)
+                .persistent(false)
                 .bind(json_text(chunk)?)
                 .execute(&mut *tx)
                 .await?;
@@ -393,10 +416,13 @@ impl Store {
         // deadlocked (PostgreSQL then stalls a second). A row skipped here is
         // being started, which moves it past `published` anyway, or is left
         // `staged` for housekeeping, whose republish JetStream drops as a duplicate.
+        // The rows are found by id alone: with `state = 'staged'` beside it
+        // PostgreSQL read every staged firing (the whole lookahead) through
+        // the partial index to mark a handful.
         let sql = format!(
             "UPDATE firings SET state = 'published', published_at = $1 \
-             WHERE id IN (SELECT f.id FROM firings f WHERE f.state = 'staged' \
-             AND f.id IN (SELECT r.id FROM {}) ORDER BY f.id{})",
+             WHERE state = 'staged' AND id IN (SELECT f.id FROM firings f \
+             WHERE f.id IN (SELECT r.id FROM {}) ORDER BY f.id{})",
             self.backend.json_rows(2, &[("id", Col::Text)]),
             self.backend.for_update_skip_locked()
         );
@@ -407,6 +433,7 @@ impl Store {
             changed += self
                 .retrying(|| async {
                     let done = sqlx::query(&sql)
+                        .persistent(false)
                         .bind(ms(at))
                         .bind(batch.as_str())
                         .execute(&self.write)

@@ -100,6 +100,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
     }
     row.note("seed_puts_per_s", format!("{put_rate:.0}"));
     row.note("scheduler", env.scheduler_metrics().await);
+    row.note("worker_start_decision", env.worker_start_decisions());
     row.note("load_before", format!("[{load0}]"));
     row.note("load_after", format!("[{load1}]"));
     env.stop().await;

@@ -49,6 +49,8 @@ pub struct Env {
     pub sql: PgPool,
     pub schedulers: Vec<Sched>,
     pub workers: Vec<WorkerHandle>,
+    /// The workers' own metrics, read for the start decision time.
+    worker_metrics: Vec<chime_worker::Metrics>,
     pub recorder: Recorder,
     pub sampler: Sampler,
     scheduler_args: Vec<String>,
@@ -83,6 +85,7 @@ impl Env {
             sql,
             schedulers: Vec::new(),
             workers: Vec::new(),
+            worker_metrics: Vec::new(),
             recorder: Recorder::new(),
             sampler: Sampler::start(),
             scheduler_args: std::iter::once(format!("--partitions={}", args.partitions.max(1)))
@@ -132,8 +135,11 @@ impl Env {
     async fn start_worker(&mut self, threads: usize, poll: Duration) -> anyhow::Result<()> {
         let client = async_nats::connect(self.nats.url()).await?;
         let recorder = self.recorder.clone();
+        let metrics = chime_worker::Metrics::new();
+        self.worker_metrics.push(metrics.clone());
         let worker = Worker::builder()
             .nats(client)
+            .metrics(metrics)
             .group(GROUP)
             .threads(threads)
             .poll_interval(poll)
@@ -315,6 +321,8 @@ impl Env {
         [
             "chime_stage_duration_seconds_sum",
             "chime_stage_duration_seconds_count",
+            "chime_start_batch_duration_seconds_sum",
+            "chime_start_batch_duration_seconds_count",
             "chime_publish_lateness_seconds_sum",
             "chime_publish_lateness_seconds_count",
             "chime_slices_claimed_total",
@@ -325,6 +333,23 @@ impl Env {
         .map(|m| format!("{m}={}", metric_sum(&text, m)))
         .collect::<Vec<_>>()
         .join(",")
+    }
+
+    /// The workers' mean start decision time (start request to the
+    /// scheduler's answer) over the whole run, as a note.
+    pub fn worker_start_decisions(&self) -> String {
+        let (sum, count) = self.worker_metrics.iter().fold((0.0, 0), |(s, c), m| {
+            (
+                s + m.start_decision.get_sample_sum(),
+                c + m.start_decision.get_sample_count(),
+            )
+        });
+        let mean_ms = if count == 0 {
+            0.0
+        } else {
+            sum * 1000.0 / count as f64
+        };
+        format!("mean_ms={mean_ms:.2},count={count}")
     }
 
     /// Stops the workers and schedulers; the database and NATS go with `self`.

@@ -98,6 +98,7 @@ pub async fn finish(
     }
     row.set_counts(expected, succeeded, states);
     row.note("scheduler", env.scheduler_metrics().await);
+    row.note("worker_start_decision", env.worker_start_decisions());
     row.set_cpu(span.cpu);
     row.rss_max_mib = span.rss;
     row.note("load_before", format!("[{}]", span.load0));
