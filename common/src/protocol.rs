@@ -8,8 +8,32 @@
 
 use crate::duration::{rfc3339_ms, rfc3339_ms_opt};
 use crate::firing::FiringId;
+use crate::subjects::Band;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+
+/// The body of a doorbell (`chime.ready.<group>`): the bands that just got
+/// firings, comma-separated (`"normal"`, `"high,low"`), so a worker fetches
+/// only those instead of every band.
+pub fn doorbell_body(bands: impl IntoIterator<Item = Band>) -> String {
+    let bands: std::collections::BTreeSet<Band> = bands.into_iter().collect();
+    let names: Vec<&str> = bands.into_iter().map(Band::as_str).collect();
+    names.join(",")
+}
+
+/// The bands a doorbell names; every band for an empty body or one this
+/// worker cannot read (an older or newer scheduler).
+pub fn doorbell_bands(body: &[u8]) -> Vec<Band> {
+    let named: Option<Vec<Band>> = std::str::from_utf8(body).ok().and_then(|text| {
+        text.split(',')
+            .map(|name| name.trim().parse::<Band>().ok())
+            .collect()
+    });
+    match named {
+        Some(bands) if !bands.is_empty() => bands,
+        _ => Band::ALL.to_vec(),
+    }
+}
 
 /// Sent by a worker on `chime.worker.v1.start` before it runs a firing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -178,4 +202,22 @@ pub struct Alert {
     /// For `repeated_failures` with `pause_after_alert`: the job was paused.
     #[serde(default)]
     pub paused: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doorbells_name_their_bands_and_fall_back_to_all() {
+        assert_eq!(
+            doorbell_body([Band::Low, Band::High, Band::Low]),
+            "high,low"
+        );
+        assert_eq!(doorbell_bands(b"high,low"), [Band::High, Band::Low]);
+        assert_eq!(doorbell_bands(b"normal"), [Band::Normal]);
+        assert_eq!(doorbell_bands(b""), Band::ALL);
+        assert_eq!(doorbell_bands(b"urgent"), Band::ALL);
+        assert_eq!(doorbell_bands(&[0xff, 0xfe]), Band::ALL);
+    }
 }

@@ -14,10 +14,11 @@ use crate::wheel::{Wheel, WheelEntry};
 use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMessage};
 use async_nats::HeaderMap;
 use chime_common::duration::format_time;
+use chime_common::protocol::doorbell_body;
 use chime_common::{headers, Band, FiringId, Subjects};
 use chrono::Utc;
 use futures::stream::{FuturesUnordered, StreamExt};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -237,7 +238,8 @@ impl Collector {
     async fn run(self, mut sent: mpsc::Receiver<Sent>) {
         let mut inflight = FuturesUnordered::new();
         let mut rung: HashMap<String, tokio::time::Instant> = HashMap::new();
-        let mut unrung: HashSet<String> = HashSet::new();
+        // Groups to ring once the interval has passed, with the bands that got firings.
+        let mut unrung: HashMap<String, BTreeSet<Band>> = HashMap::new();
         let mut ring_at: Option<tokio::time::Instant> = None;
         let mut open = true;
         loop {
@@ -247,23 +249,23 @@ impl Collector {
                     None => open = false,
                 },
                 Some((entry, result)) = inflight.next(), if !inflight.is_empty() => {
-                    if let Some(group) = self.on_ack(entry, result) {
+                    if let Some((group, band)) = self.on_ack(entry, result) {
                         let now = tokio::time::Instant::now();
                         let recently = rung.get(&group).is_some_and(|at| now.duration_since(*at) < self.config.doorbell_interval);
                         if recently {
                             // Rung a moment ago: ring again once the interval has passed.
-                            unrung.insert(group);
+                            unrung.entry(group).or_default().insert(band);
                             ring_at.get_or_insert(now + self.config.doorbell_interval);
                         } else {
-                            self.ring(&group).await;
+                            self.ring(&group, [band]).await;
                             rung.insert(group, now);
                         }
                     }
                 }
                 _ = sleep_until_some(ring_at), if ring_at.is_some() => {
                     let now = tokio::time::Instant::now();
-                    for group in unrung.drain() {
-                        self.ring(&group).await;
+                    for (group, bands) in unrung.drain() {
+                        self.ring(&group, bands).await;
                         rung.insert(group, now);
                     }
                     ring_at = None;
@@ -273,17 +275,17 @@ impl Collector {
                 break;
             }
         }
-        for group in unrung {
-            self.ring(&group).await;
+        for (group, bands) in unrung {
+            self.ring(&group, bands).await;
         }
     }
 
-    /// Handles one ack; returns the group whose doorbell should ring.
+    /// Handles one ack; returns the group whose doorbell should ring, and the band.
     fn on_ack(
         &self,
         entry: WheelEntry,
         result: Result<jetstream::publish::PublishAck, jetstream::context::PublishError>,
-    ) -> Option<String> {
+    ) -> Option<(String, Band)> {
         let firing = &entry.firing;
         match result {
             Ok(ack) => {
@@ -294,12 +296,12 @@ impl Collector {
                     .firings_published
                     .with_label_values(&[firing.group.as_str()])
                     .inc();
-                let group = firing.group.clone();
+                let rung = (firing.group.clone(), Band::of_priority(firing.priority));
                 let _ = self.marks.send(Acked {
                     id: entry.firing.id,
                     slice: entry.slice,
                 });
-                Some(group)
+                Some(rung)
             }
             Err(e) => {
                 tracing::warn!(firing_id = %firing.id, error = %e, "publish not acknowledged; will retry");
@@ -312,10 +314,11 @@ impl Collector {
         }
     }
 
-    async fn ring(&self, group: &str) {
+    async fn ring(&self, group: &str, bands: impl IntoIterator<Item = Band>) {
+        let body = doorbell_body(bands);
         if let Err(e) = self
             .nats
-            .publish(self.subjects.ready(group), bytes::Bytes::new())
+            .publish(self.subjects.ready(group), body.into())
             .await
         {
             tracing::debug!(group, error = %e, "doorbell not sent");

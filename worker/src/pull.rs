@@ -7,9 +7,10 @@
 //!   they return what is there at once (a fetch without `expires` can hang
 //!   once `max_ack_pending` is full; an empty band costs the `expires`).
 //! - A band that returned fewer messages than asked is drained; it is not
-//!   fetched again until the doorbell `chime.ready.<group>` rings or the poll
-//!   interval passes (redeliveries, missed doorbells). A band that filled the
-//!   request is fetched again as soon as a thread frees up.
+//!   fetched again until the doorbell `chime.ready.<group>` rings for it (its
+//!   body names the bands that got firings; an empty body means all) or the
+//!   poll interval passes (redeliveries, missed doorbells). A band that
+//!   filled the request is fetched again as soon as a thread frees up.
 //! - With nothing to fetch the loop sleeps until the doorbell, the poll
 //!   interval, a thread freeing up (when threads were all busy) or shutdown.
 
@@ -19,6 +20,7 @@ use crate::worker::Shared;
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::AckKind;
 use async_nats::Subscriber;
+use chime_common::protocol::doorbell_bands;
 use chime_common::topology::Topology;
 use chime_common::Band;
 use futures::{FutureExt, StreamExt};
@@ -98,13 +100,10 @@ impl Puller {
                 _ = stop.cancelled() => break,
                 _ = self.slots.freed(), if all_busy => {}
                 _ = poll.tick() => self.maybe_work = [true; 3],
-                rung = next_doorbell(&mut self.doorbell) => {
-                    if rung {
-                        self.maybe_work = [true; 3];
-                    } else {
-                        self.doorbell = None;
-                    }
-                }
+                rung = next_doorbell(&mut self.doorbell) => match rung {
+                    Some(bands) => self.rung(&bands),
+                    None => self.doorbell = None,
+                },
             }
         }
         if let Some(doorbell) = self.doorbell.as_mut() {
@@ -117,13 +116,24 @@ impl Puller {
         let Some(doorbell) = self.doorbell.as_mut() else {
             return;
         };
+        let mut bands = Vec::new();
         while let Some(rung) = doorbell.next().now_or_never() {
             match rung {
-                Some(_) => self.maybe_work = [true; 3],
+                Some(message) => bands.extend(doorbell_bands(&message.payload)),
                 None => {
                     self.doorbell = None;
-                    return;
+                    break;
                 }
+            }
+        }
+        self.rung(&bands);
+    }
+
+    /// Notes that `bands` may hold work.
+    fn rung(&mut self, bands: &[Band]) {
+        for (i, band) in Band::ALL.into_iter().enumerate() {
+            if bands.contains(&band) {
+                self.maybe_work[i] = true;
             }
         }
     }
@@ -210,10 +220,14 @@ impl Puller {
     }
 }
 
-/// Waits for the next doorbell: true when one rang, false when the subscription ended.
-async fn next_doorbell(doorbell: &mut Option<Subscriber>) -> bool {
+/// Waits for the next doorbell: the bands it names, or `None` when the
+/// subscription ended.
+async fn next_doorbell(doorbell: &mut Option<Subscriber>) -> Option<Vec<Band>> {
     match doorbell {
-        Some(doorbell) => doorbell.next().await.is_some(),
+        Some(doorbell) => doorbell
+            .next()
+            .await
+            .map(|message| doorbell_bands(&message.payload)),
         None => std::future::pending().await,
     }
 }

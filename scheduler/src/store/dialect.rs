@@ -87,11 +87,9 @@ impl Backend {
     /// statement on both backends. Text values are JSON strings, integers JSON
     /// numbers (milliseconds stay below 2^53), absent values JSON null.
     ///
-    /// Statements built on it run unprepared (`.persistent(false)`): the
-    /// database plans each one for the rows it holds now. A cached plan made
-    /// while `firings` was small (a fresh database) joined by scanning the
-    /// whole table, and kept doing so as the table grew: 7–10 ms per start
-    /// batch after a minute at 1,000 firings/s, instead of index probes.
+    /// PostgreSQL plans such a join for the tables as they are when it runs
+    /// (`plan_cache_mode = force_custom_plan` on every connection, see
+    /// `Store::connect`), not once for the lifetime of the connection.
     pub(crate) fn json_rows(self, param: usize, columns: &[(&str, Col)]) -> String {
         match self {
             Backend::Postgres => {

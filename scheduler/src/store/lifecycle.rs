@@ -160,7 +160,6 @@ impl Store {
             self.backend.for_update_of("f")
         );
         let found = sqlx::query(&sql)
-            .persistent(false)
             .bind(json_text(&ids)?)
             .fetch_all(&mut **tx)
             .await?;
@@ -254,7 +253,6 @@ impl Store {
             )
         );
         let inserted: HashSet<String> = sqlx::query_scalar(&insert)
-            .persistent(false)
             .bind(json_text(&started)?)
             .bind(now)
             .fetch_all(&mut **tx)
@@ -271,7 +269,6 @@ impl Store {
                     .json_rows(1, &[("id", Col::Text), ("worker_id", Col::Text)])
             );
             sqlx::query(&update)
-                .persistent(false)
                 .bind(json_text(&started)?)
                 .bind(now)
                 .execute(&mut **tx)
@@ -601,7 +598,6 @@ impl Store {
             self.backend.json_rows(1, &[("id", Col::Text)])
         );
         let removed: HashSet<String> = sqlx::query_scalar(&delete)
-            .persistent(false)
             .bind(json_text(&done)?)
             .fetch_all(&mut **tx)
             .await?
@@ -617,7 +613,6 @@ impl Store {
                 .json_rows(1, &[("id", Col::Text), ("output", Col::Text)])
         );
         sqlx::query(&update)
-            .persistent(false)
             .bind(batch.as_str())
             .bind(ms(now))
             .execute(&mut **tx)
@@ -628,7 +623,6 @@ impl Store {
             self.backend.json_rows(1, &[("job_id", Col::Text)])
         );
         sqlx::query(&reset)
-            .persistent(false)
             .bind(batch.as_str())
             .execute(&mut **tx)
             .await?;

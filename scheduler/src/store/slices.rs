@@ -260,7 +260,6 @@ impl Store {
         let mut inserted = HashSet::new();
         for chunk in new.chunks(BATCH_ROWS) {
             let ids: Vec<String> = sqlx::query_scalar(&insert)
-                .persistent(false)
                 .bind(json_text(chunk)?)
                 .bind(now)
                 .fetch_all(&mut *tx)
@@ -282,7 +281,6 @@ impl Store {
         );
         for chunk in advances.chunks(BATCH_ROWS) {
             sqlx::query(&update)
-                .persistent(false)
                 .bind(json_text(chunk)?)
                 .execute(&mut *tx)
                 .await?;
@@ -433,7 +431,6 @@ impl Store {
             changed += self
                 .retrying(|| async {
                     let done = sqlx::query(&sql)
-                        .persistent(false)
                         .bind(ms(at))
                         .bind(batch.as_str())
                         .execute(&self.write)
