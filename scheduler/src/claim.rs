@@ -5,6 +5,12 @@
 //! owner, whether the slice's firings are all published, and a lease instant
 //! after which another replica may take the slice over with a
 //! revision-checked `update`.
+//!
+//! Each replica also keeps `replica.<id>` fresh in the same bucket (a
+//! liveness instant, renewed several times a second). A claim whose owner's
+//! liveness has lapsed is taken over at once, not when its lease ends: the
+//! slices a killed replica had claimed ahead are then published on time by
+//! another replica instead of up to a slice and a lease late.
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -33,15 +39,33 @@ pub struct ClaimValue {
 }
 
 impl ClaimValue {
-    /// True when a replica other than `me` may take this claim over at `now_ms`.
-    pub fn takeable_by(&self, me: &str, now_ms: i64) -> bool {
+    /// True when a replica other than `me` may take this claim over at
+    /// `now_ms`; `owner_gone` says the owner's liveness has lapsed.
+    pub fn takeable_by(&self, me: &str, now_ms: i64, owner_gone: bool) -> bool {
         self.owner != me
             && match self.state {
-                ClaimState::Claimed => self.until_ms < now_ms,
+                ClaimState::Claimed => owner_gone || self.until_ms < now_ms,
                 ClaimState::Released => true,
                 ClaimState::Published => false,
             }
     }
+}
+
+/// The value of a replica's liveness key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Liveness {
+    /// The replica counts as gone after this instant (UTC ms) unless renewed.
+    pub alive_until_ms: i64,
+}
+
+/// The liveness key of replica `id`.
+pub fn liveness_key(id: &str) -> String {
+    format!("replica.{id}")
+}
+
+/// The replica id a liveness key names.
+pub fn liveness_owner(key: &str) -> Option<&str> {
+    key.strip_prefix("replica.")
 }
 
 /// The key of partition `partition` of the slice starting at `start_ms`.
@@ -126,11 +150,14 @@ mod tests {
             state,
             until_ms,
         };
-        assert!(claim("a", ClaimState::Claimed, 100).takeable_by("b", 101));
-        assert!(!claim("a", ClaimState::Claimed, 100).takeable_by("b", 100));
-        assert!(!claim("a", ClaimState::Claimed, 100).takeable_by("a", 500));
-        assert!(!claim("a", ClaimState::Published, 100).takeable_by("b", 500));
-        assert!(claim("a", ClaimState::Released, 10_000).takeable_by("b", 0));
+        assert!(claim("a", ClaimState::Claimed, 100).takeable_by("b", 101, false));
+        assert!(!claim("a", ClaimState::Claimed, 100).takeable_by("b", 100, false));
+        assert!(claim("a", ClaimState::Claimed, 100).takeable_by("b", 0, true));
+        assert!(!claim("a", ClaimState::Claimed, 100).takeable_by("a", 500, true));
+        assert!(!claim("a", ClaimState::Published, 100).takeable_by("b", 500, true));
+        assert!(claim("a", ClaimState::Released, 10_000).takeable_by("b", 0, false));
+        assert_eq!(liveness_owner(&liveness_key("r1-2")), Some("r1-2"));
+        assert_eq!(liveness_owner("slice.1.0"), None);
     }
 
     #[test]

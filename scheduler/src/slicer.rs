@@ -9,10 +9,14 @@
 //! double stage impossible even if two replicas overlap.
 //!
 //! Every replica watches the bucket. A claim still unpublished when its lease
-//! runs out (the owner died) is taken over with a revision-checked `update`,
-//! and its unpublished firings are published from the store.
+//! runs out, or whose owner's liveness key has lapsed (the owner died), is
+//! taken over with a revision-checked `update`, and its unpublished firings
+//! are published from the store.
 
-use crate::claim::{slice_key, slice_start, ClaimState, ClaimValue, SliceProgress};
+use crate::claim::{
+    liveness_key, liveness_owner, slice_key, slice_start, ClaimState, ClaimValue, Liveness,
+    SliceProgress,
+};
 use crate::metrics::Metrics;
 use crate::store::{StageRequest, Store};
 use crate::wheel::Wheel;
@@ -38,6 +42,9 @@ pub struct SlicerConfig {
     pub tick: Duration,
     /// A claim not marked published this long after its slice ends may be taken over.
     pub takeover_after: Duration,
+    /// A replica's claims are taken over once its liveness key is this
+    /// stale; it renews the key four times as often.
+    pub liveness: Duration,
     /// Claims older than this are forgotten (housekeeping rescues anything older).
     pub takeover_window: Duration,
     /// `misfire: fire_all` catches up at most this many instants per job per slice.
@@ -54,6 +61,7 @@ impl Default for SlicerConfig {
             partitions: 1,
             tick: Duration::from_millis(100),
             takeover_after: Duration::from_millis(500),
+            liveness: Duration::from_secs(1),
             takeover_window: Duration::from_secs(300),
             max_catch_up: 100,
             max_jobs: 5_000,
@@ -77,6 +85,9 @@ impl SlicerConfig {
         }
         if self.tick.is_zero() || self.tick > self.slice {
             return Err("the slicer tick must be longer than zero and at most one slice".into());
+        }
+        if self.liveness < Duration::from_millis(100) {
+            return Err("the replica liveness must be at least 100ms".into());
         }
         if self.max_catch_up == 0 || self.max_jobs == 0 {
             return Err("--max-catch-up and the job batch must be at least 1".into());
@@ -112,6 +123,8 @@ pub struct Slicer {
     progress: SliceProgress,
     metrics: Metrics,
     claims: Arc<Mutex<HashMap<String, Known>>>,
+    /// Each replica's liveness instant (UTC ms), as last seen in the bucket.
+    alive: Arc<Mutex<HashMap<String, i64>>>,
 }
 
 impl Slicer {
@@ -134,7 +147,16 @@ impl Slicer {
             progress,
             metrics,
             claims: Arc::new(Mutex::new(HashMap::new())),
+            alive: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    /// Whether `owner` is known to be gone at `now_ms`: its liveness key was
+    /// seen and has lapsed. A replica never seen (an older version, or one
+    /// that died before its first beat) is judged by its claims' leases only.
+    fn gone(&self, owner: &str, now_ms: i64) -> bool {
+        let alive = self.alive.lock().unwrap_or_else(|p| p.into_inner());
+        alive.get(owner).is_some_and(|until| *until < now_ms)
     }
 
     fn claims(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {
@@ -262,15 +284,15 @@ impl Slicer {
 
     async fn take_over_stale(&self, now: DateTime<Utc>, outcome: &mut SlicerOutcome) {
         let now_ms = now.timestamp_millis();
-        let stale: Vec<(String, u64)> = self
+        let known: Vec<(String, u64, ClaimValue)> = self
             .claims()
             .iter()
-            .filter(|(_, k)| {
-                k.value
-                    .as_ref()
-                    .is_some_and(|v| v.takeable_by(&self.replica, now_ms))
-            })
-            .map(|(key, k)| (key.clone(), k.revision))
+            .filter_map(|(key, k)| Some((key.clone(), k.revision, k.value.clone()?)))
+            .collect();
+        let stale: Vec<(String, u64)> = known
+            .into_iter()
+            .filter(|(_, _, v)| v.takeable_by(&self.replica, now_ms, self.gone(&v.owner, now_ms)))
+            .map(|(key, revision, _)| (key, revision))
             .collect();
         for (key, revision) in stale {
             let value = ClaimValue {
@@ -371,9 +393,33 @@ impl Slicer {
         }
     }
 
-    /// Follows the bucket so every replica knows every claim's owner and revision.
+    /// Keeps this replica's liveness key fresh until `shutdown`.
+    async fn beat(replica: String, kv: kv::Store, liveness: Duration, shutdown: CancellationToken) {
+        let key = liveness_key(&replica);
+        let mut tick = tokio::time::interval(liveness / 4);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.cancelled() => return,
+            }
+            let value = Liveness {
+                alive_until_ms: Utc::now().timestamp_millis() + liveness.as_millis() as i64,
+            };
+            let Ok(bytes) = serde_json::to_vec(&value) else {
+                continue;
+            };
+            if let Err(e) = kv.put(key.as_str(), bytes.into()).await {
+                tracing::warn!(error = %e, "cannot renew this replica's liveness");
+            }
+        }
+    }
+
+    /// Follows the bucket so every replica knows every claim's owner and
+    /// revision, and every replica's liveness.
     async fn watch(
         claims: Arc<Mutex<HashMap<String, Known>>>,
+        alive: Arc<Mutex<HashMap<String, i64>>>,
         kv: kv::Store,
         shutdown: CancellationToken,
     ) {
@@ -394,6 +440,21 @@ impl Slicer {
                     _ = shutdown.cancelled() => return,
                 };
                 match next {
+                    Some(Ok(entry)) if liveness_owner(&entry.key).is_some() => {
+                        let owner = liveness_owner(&entry.key).unwrap_or_default().to_string();
+                        let mut alive = alive.lock().unwrap_or_else(|p| p.into_inner());
+                        match entry.operation {
+                            Operation::Put => {
+                                if let Ok(value) = serde_json::from_slice::<Liveness>(&entry.value)
+                                {
+                                    alive.insert(owner, value.alive_until_ms);
+                                }
+                            }
+                            Operation::Delete | Operation::Purge => {
+                                alive.remove(&owner);
+                            }
+                        }
+                    }
                     Some(Ok(entry)) => {
                         let mut claims = claims.lock().unwrap_or_else(|p| p.into_inner());
                         match entry.operation {
@@ -439,7 +500,14 @@ impl Slicer {
     ) {
         let watching = tokio::spawn(Self::watch(
             self.claims.clone(),
+            self.alive.clone(),
             self.kv.clone(),
+            drained.clone(),
+        ));
+        let beating = tokio::spawn(Self::beat(
+            self.replica.clone(),
+            self.kv.clone(),
+            self.config.liveness,
             drained.clone(),
         ));
         // Each pass waits a random 50–150 % of the tick: with a fixed period
@@ -464,5 +532,6 @@ impl Slicer {
         }
         self.release_unfinished().await;
         watching.abort();
+        beating.abort();
     }
 }

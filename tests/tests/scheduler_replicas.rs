@@ -142,7 +142,7 @@ async fn three_replicas_publish_every_instant_exactly_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_the_replica_holding_the_next_slices_loses_and_duplicates_nothing() {
+async fn killing_a_replica_hands_its_slices_over_on_time_and_loses_and_duplicates_nothing() {
     init_tracing();
     let nats = NatsServer::start().await;
     let db = PgDatabase::create().await;
@@ -168,26 +168,42 @@ async fn killing_the_replica_holding_the_next_slices_loses_and_duplicates_nothin
     ))
     .await;
 
-    // The owner of the earliest slice that has not started yet.
+    // Every claimed slice that has not started yet, with its owner.
     let now_ms = chrono::Utc::now().timestamp_millis();
     let mut keys = kv.keys().await.expect("keys");
-    let mut next: Option<(i64, String)> = None;
+    let mut future: Vec<(i64, String)> = Vec::new();
     while let Some(Ok(key)) = keys.next().await {
-        let start: i64 = key
-            .split('.')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        if start > now_ms && next.as_ref().is_none_or(|(s, _)| start < *s) {
+        let Some(start) = key
+            .strip_prefix("slice.")
+            .and_then(|k| k.split('.').next())
+            .and_then(|s| s.parse::<i64>().ok())
+        else {
+            continue;
+        };
+        if start > now_ms {
             let value = kv.get(&key).await.expect("get").expect("value");
             let claim: serde_json::Value = serde_json::from_slice(&value).expect("claim JSON");
-            next = Some((start, claim["owner"].as_str().expect("owner").to_string()));
+            future.push((start, claim["owner"].as_str().expect("owner").to_string()));
         }
     }
-    let (slice, owner) = next.expect("a claimed future slice");
+    future.sort();
+    // The victim holds the slice beginning about 2 s from now: claimed and
+    // staged a second ago, so only a takeover can publish it. (A slice
+    // claimed just before the kill may not be staged yet; its instants then
+    // stay due and the next slice's owner stages them on time anyway.)
+    let (_, owner) = future
+        .iter()
+        .find(|(s, _)| *s >= now_ms + 1_500)
+        .cloned()
+        .expect("a claimed slice beginning 1.5 s from now or later");
+    let victim_slices: Vec<i64> = future
+        .iter()
+        .filter(|(_, o)| *o == owner)
+        .map(|(s, _)| *s)
+        .collect();
     println!(
-        "killing {owner}, which holds slice {slice} ({} ms ahead)",
-        slice - now_ms
+        "killing {owner}, which holds slices starting {:?} ms from now",
+        victim_slices.iter().map(|s| s - now_ms).collect::<Vec<_>>()
     );
     let killed_at = chrono::Utc::now().timestamp_millis();
     processes
@@ -209,6 +225,33 @@ async fn killing_the_replica_holding_the_next_slices_loses_and_duplicates_nothin
         .unwrap_or(0);
     println!("largest publish delay after the kill: {worst} ms");
     assert_each_instant_once(&published, "kill", jobs, start_ms, count);
+    // Its liveness lapses within a second of the kill and another replica
+    // takes its claims over at once: slices it held that begin 1.5 s or more
+    // after the kill are published on time, not at their lease's end (which
+    // would make them 0.5–1.5 s late).
+    let handed_over: Vec<i64> = victim_slices
+        .iter()
+        .copied()
+        .filter(|s| *s >= killed_at + 1_500)
+        .collect();
+    assert!(
+        !handed_over.is_empty(),
+        "the victim held no slice starting 1.5 s after the kill: {victim_slices:?}, killed at {killed_at}"
+    );
+    let late = published
+        .iter()
+        .filter(|p| {
+            handed_over
+                .iter()
+                .any(|s| p.scheduled_ms >= *s && p.scheduled_ms < s + 1_000)
+        })
+        .map(|p| p.stored_ms - p.scheduled_ms)
+        .max()
+        .expect("firings in the handed-over slices");
+    assert!(
+        late < 1_000,
+        "slices {handed_over:?} of the killed replica were published up to {late} ms late"
+    );
     for (_, mut process) in processes {
         process.terminate(Duration::from_secs(15)).await;
     }
