@@ -31,7 +31,8 @@ pub struct WorkerConfig {
     pub flush_grace: Duration,
     /// Output tail kept per firing (64 KiB).
     pub max_output_bytes: usize,
-    /// How long a start request waits for the scheduler's reply (5 s).
+    /// How long a start request waits for the scheduler's reply (2 s; the
+    /// first of the two requests waits a quarter of it).
     pub start_timeout: Duration,
     /// How long a firing that was not started comes back after (NAK delay, 1 s).
     pub nak_delay: Duration,

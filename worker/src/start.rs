@@ -10,6 +10,13 @@ use std::time::Duration;
 /// same worker idempotently).
 const START_ATTEMPTS: u32 = 2;
 
+/// The first request waits this share of the start timeout, the repeat the
+/// whole of it. A request that reached a replica just as it was killed gets
+/// no answer; asking again after a quarter of the timeout (500 ms by
+/// default) reaches a live replica sooner, while a slow but live store
+/// still gets the full timeout on the second request.
+const FIRST_ATTEMPT_SHARE: u32 = 4;
+
 /// The scheduler's decision on one delivery.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum StartDecision {
@@ -49,12 +56,17 @@ pub(crate) async fn request_start(
     };
     let mut last = String::new();
     for attempt in 1..=START_ATTEMPTS {
+        let wait = if attempt == 1 {
+            timeout / FIRST_ATTEMPT_SHARE
+        } else {
+            timeout
+        };
         let sent = client
             .send_request(
                 subject.to_string(),
                 Request::new()
                     .payload(body.clone().into())
-                    .timeout(Some(timeout)),
+                    .timeout(Some(wait)),
             )
             .await;
         match sent {
