@@ -94,6 +94,11 @@ pub(crate) async fn run(
     let deadline_at = tokio::time::Instant::now() + remaining;
 
     let stop = tokio::select! {
+        // A cancel comes first: the handler's token is a child of the
+        // control's, so a handler that returns as soon as it notices the
+        // cancel is often ready in the same poll, and must not read as failed.
+        biased;
+        _ = control.token().cancelled() => Stop::Cancelled,
         joined = &mut task => {
             return match joined {
                 Ok(Ok(output)) => finish(Outcome::Succeeded, None, output),
@@ -108,7 +113,6 @@ pub(crate) async fn run(
             };
         }
         _ = tokio::time::sleep_until(deadline_at) => Stop::Deadline,
-        _ = control.token().cancelled() => Stop::Cancelled,
     };
 
     handler_token.cancel();
