@@ -414,13 +414,17 @@ impl Store {
         // deadlocked (PostgreSQL then stalls a second). A row skipped here is
         // being started, which moves it past `published` anyway, or is left
         // `staged` for housekeeping, whose republish JetStream drops as a duplicate.
-        // The rows are found by id alone: with `state = 'staged'` beside it
-        // PostgreSQL read every staged firing (the whole lookahead) through
-        // the partial index to mark a handful.
+        // Only staged rows are locked (most firings are started before their
+        // mark is written; locking those too cost a heap write each), and
+        // they are found by id: with a plain `f.state = 'staged'` PostgreSQL
+        // may read every staged firing of the lookahead through the partial
+        // indexes instead. `IN ('staged', '')` filters the same rows but
+        // matches no partial index's predicate.
         let sql = format!(
             "UPDATE firings SET state = 'published', published_at = $1 \
              WHERE state = 'staged' AND id IN (SELECT f.id FROM firings f \
-             WHERE f.id IN (SELECT r.id FROM {}) ORDER BY f.id{})",
+             WHERE f.id IN (SELECT r.id FROM {}) AND f.state IN ('staged', '') \
+             ORDER BY f.id{})",
             self.backend.json_rows(2, &[("id", Col::Text)]),
             self.backend.for_update_skip_locked()
         );
