@@ -34,6 +34,17 @@ struct Cast {
 }
 
 impl Cast {
+    fn new(nats_url: String, database_url: String, runs_file: PathBuf) -> Cast {
+        Cast {
+            nats_url,
+            database_url,
+            runs_file,
+            schedulers: Vec::new(),
+            workers: Vec::new(),
+            started: 0,
+        }
+    }
+
     async fn scheduler(&mut self) -> ChimeProcess {
         self.started += 1;
         start_scheduler(
@@ -264,14 +275,7 @@ async fn chaos_on_postgres_every_instant_final_no_attempt_twice() {
     let db = PgDatabase::create().await;
     let dir = tempfile::tempdir().expect("tmp");
     let runs = dir.path().join("runs.log");
-    let mut cast = Cast {
-        nats_url: nats.url(),
-        database_url: db.url().to_string(),
-        runs_file: runs.clone(),
-        schedulers: Vec::new(),
-        workers: Vec::new(),
-        started: 0,
-    };
+    let mut cast = Cast::new(nats.url(), db.url().to_string(), runs.clone());
     for _ in 0..3 {
         let s = cast.scheduler().await;
         cast.schedulers.push(s);
@@ -339,14 +343,7 @@ async fn chaos_on_sqlite_with_one_scheduler() {
     let db = SqliteDatabase::create();
     let dir = tempfile::tempdir().expect("tmp");
     let runs = dir.path().join("runs.log");
-    let mut cast = Cast {
-        nats_url: nats.url(),
-        database_url: db.url(),
-        runs_file: runs.clone(),
-        schedulers: Vec::new(),
-        workers: Vec::new(),
-        started: 0,
-    };
+    let mut cast = Cast::new(nats.url(), db.url(), runs.clone());
     let s = cast.scheduler().await;
     cast.schedulers.push(s);
     for group in ["alpha", "beta"] {
@@ -397,14 +394,7 @@ async fn a_nats_restart_mid_run_loses_nothing() {
     let db = PgDatabase::create().await;
     let dir = tempfile::tempdir().expect("tmp");
     let runs = dir.path().join("runs.log");
-    let mut cast = Cast {
-        nats_url: nats.url(),
-        database_url: db.url().to_string(),
-        runs_file: runs.clone(),
-        schedulers: Vec::new(),
-        workers: Vec::new(),
-        started: 0,
-    };
+    let mut cast = Cast::new(nats.url(), db.url().to_string(), runs.clone());
     let s = cast.scheduler().await;
     cast.schedulers.push(s);
     for group in ["alpha", "beta"] {
@@ -459,14 +449,7 @@ async fn a_postgres_outage_does_not_need_a_scheduler_restart() {
     );
     let dir = tempfile::tempdir().expect("tmp");
     let runs = dir.path().join("runs.log");
-    let mut cast = Cast {
-        nats_url: nats.url(),
-        database_url: proxied,
-        runs_file: runs.clone(),
-        schedulers: Vec::new(),
-        workers: Vec::new(),
-        started: 0,
-    };
+    let mut cast = Cast::new(nats.url(), proxied, runs.clone());
     let s = cast.scheduler().await;
     cast.schedulers.push(s);
     for group in ["alpha", "beta"] {

@@ -110,21 +110,14 @@ impl Store {
         let now = ms(now);
         self.retrying(|| async {
             let mut tx = self.begin().await?;
-            let rows = self
-                .lock_batch(&mut tx, requests.iter().map(|r| &r.firing_id))
-                .await?;
-            let repeated = repeated_ids(requests.iter().map(|r| &r.firing_id));
-            let (plain, mut other): (Vec<usize>, Vec<usize>) =
-                (0..requests.len()).partition(|&i| {
-                    let id = &requests[i].firing_id;
-                    !repeated.contains(&id) && rows.get(id).is_some_and(BatchRow::plain_start)
-                });
+            let ids: Vec<&FiringId> = requests.iter().map(|r| &r.firing_id).collect();
+            let rows = self.lock_batch(&mut tx, &ids).await?;
+            let (plain, other) = split_batch(&ids, |i| {
+                rows.get(ids[i]).is_some_and(BatchRow::plain_start)
+            });
             let mut decisions: Vec<Option<StartDecision>> = vec![None; requests.len()];
             self.start_plain(&mut tx, requests, &plain, &rows, now, &mut decisions)
                 .await?;
-            // In firing-id order: later locks (jobs, queued firings) are then
-            // taken in one order by every batch.
-            other.sort_by(|&a, &b| requests[a].firing_id.cmp(&requests[b].firing_id));
             for i in other {
                 decisions[i] = Some(self.start_one(&mut tx, &requests[i], now).await?);
             }
@@ -138,16 +131,16 @@ impl Store {
     /// batches never wait on each other in a cycle), with their executing
     /// rows and their jobs' policies. Missing and corrupt firings are left
     /// out; the per-firing path then answers for them.
-    async fn lock_batch<'a>(
+    async fn lock_batch(
         &self,
         tx: &mut Tx,
-        ids: impl Iterator<Item = &'a FiringId>,
+        ids: &[&FiringId],
     ) -> Result<HashMap<FiringId, BatchRow>, StoreError> {
         #[derive(Serialize)]
         struct Id {
             id: String,
         }
-        let ids: Vec<Id> = ids.map(|id| Id { id: id.to_string() }).collect();
+        let ids: Vec<Id> = ids.iter().map(|id| Id { id: id.to_string() }).collect();
         let sql = format!(
             "SELECT f.id, f.state, f.group_name, f.timeout_ms, e.worker_id, j.spec, \
                  CAST(CASE WHEN EXISTS (SELECT 1 FROM pending p WHERE p.job_id = f.job_id) \
@@ -534,21 +527,15 @@ impl Store {
         let now = truncate(now);
         self.retrying(|| async {
             let mut tx = self.begin().await?;
-            let rows = self
-                .lock_batch(&mut tx, events.iter().map(|e| &e.firing_id))
-                .await?;
-            let repeated = repeated_ids(events.iter().map(|e| &e.firing_id));
-            let (plain, mut other): (Vec<usize>, Vec<usize>) = (0..events.len()).partition(|&i| {
-                let event = &events[i];
-                !repeated.contains(&&event.firing_id)
-                    && rows
-                        .get(&event.firing_id)
-                        .is_some_and(|row| row.plain_success(event))
+            let ids: Vec<&FiringId> = events.iter().map(|e| &e.firing_id).collect();
+            let rows = self.lock_batch(&mut tx, &ids).await?;
+            let (plain, other) = split_batch(&ids, |i| {
+                rows.get(ids[i])
+                    .is_some_and(|row| row.plain_success(&events[i]))
             });
             let mut outcomes: Vec<Option<FinishOutcome>> = vec![None; events.len()];
             self.finish_plain(&mut tx, events, &plain, &rows, now, &mut outcomes)
                 .await?;
-            other.sort_by(|&a, &b| events[a].firing_id.cmp(&events[b].firing_id));
             for i in other {
                 outcomes[i] = Some(
                     self.finish_one(&mut tx, &events[i], now, retry_delay)
@@ -628,7 +615,9 @@ impl Store {
             .await?;
         for &i in plain {
             let event = &events[i];
-            let applied = removed.contains(&event.firing_id.to_string());
+            let applied = rows
+                .get(&event.firing_id)
+                .is_some_and(|row| removed.contains(&row.firing.text));
             outcomes[i] = Some(FinishOutcome {
                 firing_id: event.firing_id.clone(),
                 applied,
@@ -1037,15 +1026,17 @@ impl Store {
     }
 }
 
-/// Firing ids named more than once in a batch: those take the per-firing
-/// path, which decides them one after the other.
-fn repeated_ids<'a>(ids: impl Iterator<Item = &'a FiringId>) -> HashSet<&'a FiringId> {
+/// Splits a batch (`ids[i]` is item i's firing) into its plain items,
+/// `is_plain` and their firing named once, and the rest. A firing named
+/// twice goes the per-firing way, which decides its requests one after the
+/// other. The rest comes in firing-id order (stable, so a firing's items keep
+/// their order): the locks it takes later (jobs, queued firings) are then
+/// taken in one order by every batch.
+fn split_batch(ids: &[&FiringId], is_plain: impl Fn(usize) -> bool) -> (Vec<usize>, Vec<usize>) {
     let mut seen = HashSet::new();
-    let mut repeated = HashSet::new();
-    for id in ids {
-        if !seen.insert(id) {
-            repeated.insert(id);
-        }
-    }
-    repeated
+    let repeated: HashSet<&FiringId> = ids.iter().copied().filter(|id| !seen.insert(*id)).collect();
+    let (plain, mut other): (Vec<usize>, Vec<usize>) =
+        (0..ids.len()).partition(|&i| !repeated.contains(ids[i]) && is_plain(i));
+    other.sort_by(|&a, &b| ids[a].cmp(ids[b]));
+    (plain, other)
 }
