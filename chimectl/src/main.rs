@@ -8,6 +8,7 @@ mod api;
 mod preview;
 mod table;
 
+use chime_common::connection::ConnectError;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -18,14 +19,8 @@ struct Cli {
     #[arg(long, global = true)]
     json: bool,
 
-    /// NATS server to reach the schedulers through.
-    #[arg(
-        long,
-        global = true,
-        env = "CHIME_NATS_URL",
-        default_value = "nats://127.0.0.1:4222"
-    )]
-    nats_url: String,
+    #[command(flatten)]
+    nats: chime_common::connection::NatsConnection,
 
     /// Subject prefix of the installation.
     #[arg(
@@ -35,10 +30,6 @@ struct Cli {
         default_value = "chime"
     )]
     subject_prefix: String,
-
-    /// NATS credentials file.
-    #[arg(long, global = true, env = "CHIME_NATS_CREDS")]
-    nats_creds: Option<std::path::PathBuf>,
 
     /// How long to wait for a reply.
     #[arg(long, global = true, default_value = "5s", value_parser = timeout)]
@@ -64,28 +55,23 @@ fn timeout(s: &str) -> Result<std::time::Duration, String> {
 async fn client(cli: &Cli) -> Result<chime_common::client::Client, Failure> {
     chime_common::Subjects::validate_prefix(&cli.subject_prefix)
         .map_err(|e| Failure::Usage(format!("--subject-prefix: {e}")))?;
-    let mut options = async_nats::ConnectOptions::new().name("chimectl");
-    if let Some(creds) = &cli.nats_creds {
-        options = options
-            .credentials_file(creds)
-            .await
-            .map_err(|e| Failure::Other(anyhow::anyhow!("cannot read {}: {e}", creds.display())))?;
-    }
-    let nats = tokio::time::timeout(cli.timeout, options.connect(&cli.nats_url))
-        .await
-        .map_err(|_| {
-            Failure::Other(anyhow::anyhow!(
-                "cannot connect to NATS at {} within {:?}",
-                cli.nats_url,
-                cli.timeout
-            ))
-        })?
-        .map_err(|e| {
-            Failure::Other(anyhow::anyhow!(
-                "cannot connect to NATS at {}: {e}",
-                cli.nats_url
-            ))
-        })?;
+    // One attempt: a command line fails fast rather than waiting for a server.
+    let nats = tokio::time::timeout(
+        cli.timeout,
+        cli.nats.connect("chimectl", std::time::Duration::ZERO),
+    )
+    .await
+    .map_err(|_| {
+        Failure::Other(anyhow::anyhow!(
+            "cannot connect to NATS at {} within {:?}",
+            cli.nats.url,
+            cli.timeout
+        ))
+    })?
+    .map_err(|e| match e {
+        ConnectError::Settings(message) => Failure::Usage(message),
+        other => Failure::Other(other.into()),
+    })?;
     Ok(chime_common::client::Client::new(nats)
         .with_subjects(chime_common::Subjects::new(cli.subject_prefix.clone()))
         .with_timeout(cli.timeout))

@@ -4,9 +4,11 @@
 //! job specifications and their validation ([`job`]), schedules ([`schedule`]),
 //! firing identities and states ([`firing`]), subject, stream and header names
 //! ([`subjects`], [`headers`]), the worker protocol messages ([`protocol`]),
-//! the error shape ([`error`]) and a typed API client ([`client`]).
+//! the error shape ([`error`]), how to connect to NATS ([`connection`]) and a
+//! typed API client ([`client`]).
 
 pub mod client;
+pub mod connection;
 pub mod duration;
 pub mod error;
 pub mod firing;

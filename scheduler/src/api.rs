@@ -288,12 +288,19 @@ impl Api {
         }
     }
 
-    /// Serves requests until `shutdown`.
-    pub async fn run(self, shutdown: CancellationToken) -> Result<(), async_nats::SubscribeError> {
-        let mut requests = self
-            .nats
+    /// Joins the replicas' queue group for API requests.
+    ///
+    /// Separate from [`Api::run`] so a replica is subscribed (and has
+    /// flushed the subscription to the server) before it reports ready: a
+    /// request sent right after start-up must find a responder.
+    pub async fn subscribe(&self) -> Result<async_nats::Subscriber, async_nats::SubscribeError> {
+        self.nats
             .queue_subscribe(self.subjects.api_wildcard(), "chime-api".to_string())
-            .await?;
+            .await
+    }
+
+    /// Serves the requests of `requests` (from [`Api::subscribe`]) until `shutdown`.
+    pub async fn run(self, mut requests: async_nats::Subscriber, shutdown: CancellationToken) {
         let prefix = format!("{}.", self.subjects.api("").trim_end_matches('.'));
         let permits = Arc::new(Semaphore::new(self.config.concurrency));
         loop {
@@ -346,7 +353,6 @@ impl Api {
                 drop(permit);
             });
         }
-        Ok(())
     }
 }
 

@@ -97,15 +97,25 @@ impl Lifecycle {
         Ok(decisions)
     }
 
-    /// Answers start requests until `shutdown`.
+    /// Joins the replicas' queue group for workers' start requests.
+    ///
+    /// Separate from [`Lifecycle::serve_starts`] for the same reason as
+    /// [`crate::api::Api::subscribe`]: subscribed before the replica is ready.
+    pub async fn subscribe_starts(
+        &self,
+    ) -> Result<async_nats::Subscriber, async_nats::SubscribeError> {
+        self.nats
+            .queue_subscribe(self.subjects.worker_start(), "chime-lifecycle".to_string())
+            .await
+    }
+
+    /// Answers the start requests of `requests` (from
+    /// [`Lifecycle::subscribe_starts`]) until `shutdown`.
     pub async fn serve_starts(
         self,
+        mut requests: async_nats::Subscriber,
         shutdown: CancellationToken,
-    ) -> Result<(), async_nats::SubscribeError> {
-        let mut requests = self
-            .nats
-            .queue_subscribe(self.subjects.worker_start(), "chime-lifecycle".to_string())
-            .await?;
+    ) {
         let permits = Arc::new(Semaphore::new(self.config.start_concurrency));
         loop {
             let first = tokio::select! {
@@ -131,7 +141,6 @@ impl Lifecycle {
                 drop(permit);
             });
         }
-        Ok(())
     }
 
     async fn answer(&self, batch: Vec<async_nats::Message>) {

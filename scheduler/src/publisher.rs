@@ -1,11 +1,20 @@
 //! Publishes each firing at its instant: the wheel's run loop.
 //!
 //! Publishing is pipelined: the loop sends every due firing without waiting
-//! for its ack; a collector awaits the acks concurrently and rings the
-//! group's doorbell so idle workers fetch at once; a marker writes acked
-//! firings `published` in the store in batches and reports finished slices. A publish that
-//! fails goes back into the wheel; `Nats-Msg-Id` = firing id makes the retry
-//! (or another replica's takeover) harmless inside the duplicate window.
+//! for its ack; a collector awaits the acks concurrently, counts them
+//! towards their slice and rings the group's doorbell so idle workers fetch
+//! at once; a marker later writes the firings no worker has started yet
+//! `published` in the store, in batches. A publish that fails goes back into
+//! the wheel; `Nats-Msg-Id` = firing id makes the retry (or another
+//! replica's takeover) harmless inside the duplicate window.
+//!
+//! A slice is done when JetStream holds all its firings, not when the store
+//! says so: the store's `published` state is bookkeeping (history, the
+//! not-started alert), and the marker waits `mark_delay` before writing it,
+//! by which time nearly every firing has been started and needs no write at
+//! all. Marking each firing at once cost PostgreSQL a non-HOT update per
+//! firing, the most expensive write of its lifecycle, and in a burst of
+//! 100,000 it competed with publishing for the CPU.
 
 use crate::claim::SliceProgress;
 use crate::metrics::Metrics;
@@ -18,7 +27,7 @@ use chime_common::protocol::doorbell_body;
 use chime_common::{headers, Band, FiringId, Subjects};
 use chrono::Utc;
 use futures::stream::{FuturesUnordered, StreamExt};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -30,9 +39,14 @@ pub struct PublisherConfig {
     /// (a batch is whatever arrived since the previous one was written).
     pub mark_batch: usize,
     /// Marks are written at most this often unless a batch is full, and
-    /// this is the pause after a failed write. Nothing waits on a mark but
-    /// the slice's bookkeeping, so fewer, larger writes are pure gain.
+    /// this is the pause after a failed write. Nothing waits on a mark, so
+    /// fewer, larger writes are pure gain.
     pub flush_interval: Duration,
+    /// An acked firing is marked `published` this long after its ack, if no
+    /// worker has started it by then (a started firing needs no mark). Keep
+    /// it well below the housekeeping's `rescue_after`, which republishes
+    /// firings still `staged` (harmless inside the duplicate window).
+    pub mark_delay: Duration,
     /// A failed publish is tried again after this long.
     pub retry_after: Duration,
     /// A group's doorbell rings at most this often (more acks in between ring at the next flush).
@@ -44,6 +58,7 @@ impl Default for PublisherConfig {
         PublisherConfig {
             mark_batch: 2_000,
             flush_interval: Duration::from_millis(20),
+            mark_delay: Duration::from_secs(1),
             retry_after: Duration::from_millis(250),
             doorbell_interval: Duration::from_millis(1),
         }
@@ -169,13 +184,13 @@ impl Publisher {
             nats: self.nats.clone(),
             subjects: self.subjects.clone(),
             wheel: self.wheel.clone(),
+            progress: self.progress.clone(),
             metrics: self.metrics.clone(),
             marks,
         };
         let marker = Marker {
             config: self.config.clone(),
             store: self.store.clone(),
-            progress: self.progress.clone(),
             metrics: self.metrics.clone(),
         };
         let collecting = tokio::spawn(collector.run(rx));
@@ -216,14 +231,15 @@ impl Publisher {
     }
 }
 
-/// Awaits publish acks, rings doorbells and hands acked firings to the
-/// [`Marker`]. It never waits on the store, so a slow database cannot delay
-/// a doorbell (an idle worker waits for one).
+/// Awaits publish acks, counts them towards their slices, rings doorbells
+/// and hands acked firings to the [`Marker`]. It never waits on the store,
+/// so a slow database cannot delay a doorbell (an idle worker waits for one).
 struct Collector {
     config: PublisherConfig,
     nats: async_nats::Client,
     subjects: Subjects,
     wheel: Wheel,
+    progress: SliceProgress,
     metrics: Metrics,
     marks: mpsc::UnboundedSender<Acked>,
 }
@@ -231,7 +247,8 @@ struct Collector {
 /// A firing JetStream acknowledged, to be marked published.
 struct Acked {
     id: FiringId,
-    slice: Option<std::sync::Arc<str>>,
+    /// When the ack arrived.
+    at: chrono::DateTime<Utc>,
 }
 
 impl Collector {
@@ -297,9 +314,12 @@ impl Collector {
                     .with_label_values(&[firing.group.as_str()])
                     .inc();
                 let rung = (firing.group.clone(), Band::of_priority(firing.priority));
+                if let Some(slice) = &entry.slice {
+                    self.progress.acked(slice);
+                }
                 let _ = self.marks.send(Acked {
                     id: entry.firing.id,
-                    slice: entry.slice,
+                    at: Utc::now(),
                 });
                 Some(rung)
             }
@@ -333,43 +353,59 @@ async fn sleep_until_some(at: Option<tokio::time::Instant>) {
     }
 }
 
-/// Marks acknowledged firings published in the store, in batches of
-/// whatever arrived while the previous batch was being written, and reports
-/// a slice once all its firings are marked.
+/// Marks acknowledged firings `published` in the store once they are
+/// `mark_delay` old, in batches; rows a worker started meanwhile are left as
+/// they are (the start recorded them, `published_at` included).
 struct Marker {
     config: PublisherConfig,
     store: Store,
-    progress: SliceProgress,
     metrics: Metrics,
 }
 
 impl Marker {
     async fn run(self, mut marks: mpsc::UnboundedReceiver<Acked>) {
-        let mut batch: Vec<Acked> = Vec::new();
+        let mut waiting: VecDeque<Acked> = VecDeque::new();
         let mut failures = 0u32;
+        let delay = chrono::Duration::from_std(self.config.mark_delay)
+            .unwrap_or_else(|_| chrono::Duration::seconds(1));
         loop {
-            if batch.is_empty() {
+            if waiting.is_empty() {
                 match marks.recv().await {
-                    Some(first) => batch.push(first),
+                    Some(first) => waiting.push_back(first),
                     None => return,
                 }
             }
+            while let Ok(next) = marks.try_recv() {
+                waiting.push_back(next);
+            }
+            // Draining (the publisher stopped): mark everything now.
+            let closing = marks.is_closed();
+            let cutoff = Utc::now() - delay;
+            let Some(oldest) = waiting.front().map(|a| a.at) else {
+                continue;
+            };
+            if !closing && oldest > cutoff {
+                let wait = (oldest - cutoff).to_std().unwrap_or_default();
+                tokio::time::sleep(wait.max(self.config.flush_interval)).await;
+                continue;
+            }
+            let mut batch = Vec::new();
             while batch.len() < self.config.mark_batch {
-                match marks.try_recv() {
-                    Ok(next) => batch.push(next),
-                    Err(_) => break,
+                match waiting.front() {
+                    Some(acked) if closing || acked.at <= cutoff => {
+                        batch.extend(waiting.pop_front());
+                    }
+                    _ => break,
                 }
             }
             let ids: Vec<FiringId> = batch.iter().map(|a| a.id.clone()).collect();
-            match self.store.mark_published(&ids, Utc::now()).await {
+            // Acks arrive in order, so the batch's last is its latest: the
+            // time JetStream held all of them.
+            let at = batch.last().map_or_else(Utc::now, |a| a.at);
+            match self.store.mark_published(&ids, at).await {
                 Ok(_) => {
                     failures = 0;
-                    for acked in batch.drain(..) {
-                        if let Some(slice) = &acked.slice {
-                            self.progress.acked(slice);
-                        }
-                    }
-                    if ids.len() < self.config.mark_batch && !marks.is_closed() {
+                    if ids.len() < self.config.mark_batch && !closing {
                         tokio::time::sleep(self.config.flush_interval).await;
                     }
                 }
@@ -382,8 +418,11 @@ impl Marker {
                     failures += 1;
                     // Closed and still failing: leave them `staged`; housekeeping
                     // republishes them inside the dedup window, where JetStream drops the copy.
-                    if marks.is_closed() && failures >= 50 {
+                    if closing && failures >= 50 {
                         return;
+                    }
+                    for acked in batch.into_iter().rev() {
+                        waiting.push_front(acked);
                     }
                     tokio::time::sleep(self.config.flush_interval).await;
                 }

@@ -16,65 +16,20 @@ use crate::store::{Store, StoreOptions};
 use crate::submit::{Submit, SubmitConfig};
 use crate::wheel::Wheel;
 use anyhow::Context as _;
+use chime_common::connection::NatsConnection;
 use chime_common::topology::{Topology, TopologyConfig};
 use chime_common::Subjects;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// How to reach NATS.
-#[derive(Debug, Clone)]
-pub struct NatsConfig {
-    pub url: String,
-    /// A `.creds` file (JWT + NKey).
-    pub creds: Option<PathBuf>,
-    /// A CA certificate; setting it requires TLS.
-    pub tls_ca: Option<PathBuf>,
-    /// Client certificate and key for mutual TLS.
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
-}
-
-impl NatsConfig {
-    /// Plain connection to `url`.
-    pub fn new(url: impl Into<String>) -> Self {
-        NatsConfig {
-            url: url.into(),
-            creds: None,
-            tls_ca: None,
-            tls_cert: None,
-            tls_key: None,
-        }
-    }
-
-    /// Connects, naming the connection `name`.
-    pub async fn connect(&self, name: &str) -> anyhow::Result<async_nats::Client> {
-        let mut options = async_nats::ConnectOptions::new().name(name);
-        if let Some(creds) = &self.creds {
-            options = options
-                .credentials_file(creds)
-                .await
-                .with_context(|| format!("cannot read NATS credentials {}", creds.display()))?;
-        }
-        if let Some(ca) = &self.tls_ca {
-            options = options.add_root_certificates(ca.clone()).require_tls(true);
-        }
-        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
-            options = options.add_client_certificate(cert.clone(), key.clone());
-        }
-        options
-            .connect(&self.url)
-            .await
-            .with_context(|| format!("cannot connect to NATS at {}", self.url))
-    }
-}
-
 /// Everything a replica needs.
 #[derive(Debug, Clone)]
 pub struct SchedulerConfig {
-    pub nats: NatsConfig,
+    pub nats: NatsConnection,
+    /// How long start-up keeps trying to reach NATS before giving up.
+    pub nats_connect_wait: Duration,
     pub database_url: String,
     /// None: no metrics endpoint (tests).
     pub metrics_addr: Option<SocketAddr>,
@@ -98,7 +53,8 @@ impl SchedulerConfig {
     /// Defaults for a replica on `nats_url` and `database_url`.
     pub fn new(nats_url: impl Into<String>, database_url: impl Into<String>) -> Self {
         SchedulerConfig {
-            nats: NatsConfig::new(nats_url),
+            nats: NatsConnection::new(nats_url),
+            nats_connect_wait: Duration::from_secs(60),
             database_url: database_url.into(),
             metrics_addr: None,
             subjects: Subjects::default(),
@@ -118,6 +74,7 @@ impl SchedulerConfig {
 
     /// Checks every service's settings; the message names the setting.
     pub fn validate(&self) -> Result<(), String> {
+        self.nats.validate()?;
         Subjects::validate_prefix(self.subjects.prefix())?;
         self.slicer.validate()?;
         self.publisher.validate()?;
@@ -171,14 +128,23 @@ impl Replica {
         config.validate().map_err(anyhow::Error::msg)?;
         let nats = config
             .nats
-            .connect(&format!("chime-scheduler {}", config.replica_id))
+            .connect(
+                &format!("chime-scheduler {}", config.replica_id),
+                config.nats_connect_wait,
+            )
             .await?;
         let store = Store::connect(&config.database_url, config.store.clone())
             .await
             .with_context(|| {
                 format!("cannot open the store at {}", redact(&config.database_url))
             })?;
-        let jetstream = async_nats::jetstream::new(nats.clone());
+        // async-nats holds at most 5,000 publishes awaiting their ack by
+        // default; a burst of 100,000 firings due at one instant then
+        // publishes 5,000 per ack round trip, which a busy server stretches
+        // to a few hundred ms (BENCHMARKS.md).
+        let jetstream = async_nats::jetstream::ContextBuilder::new()
+            .max_ack_inflight(50_000)
+            .build(nats.clone());
         let topology = Topology::new(
             jetstream.clone(),
             config.subjects.clone(),
@@ -303,21 +269,22 @@ impl Replica {
             config.housekeeping.lease_ttl,
         );
 
+        // Subscribed and flushed before "ready": a request sent the moment
+        // start returns finds a responder.
+        let start_requests = lifecycle.subscribe_starts().await?;
+        let api_requests = api.subscribe().await?;
+        nats.flush()
+            .await
+            .context("cannot reach NATS to confirm subscriptions")?;
+
         // Lifecycle keeps serving until the wheel has drained: workers still start what we publish.
-        let starts = lifecycle.clone();
-        let stop = drained.clone();
-        tracker.spawn(async move {
-            if let Err(e) = starts.serve_starts(stop).await {
-                tracing::error!(error = %e, "start service failed");
-            }
-        });
+        tracker.spawn(
+            lifecycle
+                .clone()
+                .serve_starts(start_requests, drained.clone()),
+        );
         tracker.spawn(lifecycle.consume_finished(finished_consumer, drained.clone()));
-        let stop = shutdown.clone();
-        tracker.spawn(async move {
-            if let Err(e) = api.run(stop).await {
-                tracing::error!(error = %e, "API service failed");
-            }
-        });
+        tracker.spawn(api.run(api_requests, shutdown.clone()));
         tracker.spawn(submit.run(submit_consumer, shutdown.clone()));
         tracker.spawn(slicer.run(done, shutdown.clone(), drained.clone()));
         tracker.spawn(publisher.run(shutdown.clone(), config.shutdown_drain, drained));

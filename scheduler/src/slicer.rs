@@ -23,7 +23,7 @@ use crate::wheel::Wheel;
 use async_nats::jetstream::kv::{self, Operation};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -51,6 +51,14 @@ pub struct SlicerConfig {
     pub max_catch_up: u32,
     /// Jobs staged per store transaction.
     pub max_jobs: u32,
+    /// How far ahead the slicer looks for dense slices: a slice partition
+    /// with at least `dense_jobs` jobs due is claimed and staged as soon as
+    /// it comes within this horizon, not at `lookahead`, so a burst of
+    /// 100,000 firings due at one instant is in the wheel before it. Equal
+    /// to `lookahead`: no early claims.
+    pub dense_horizon: Duration,
+    /// Jobs due in one slice partition that make it dense.
+    pub dense_jobs: u32,
 }
 
 impl Default for SlicerConfig {
@@ -65,6 +73,8 @@ impl Default for SlicerConfig {
             takeover_window: Duration::from_secs(300),
             max_catch_up: 100,
             max_jobs: 5_000,
+            dense_horizon: Duration::from_secs(15),
+            dense_jobs: 20_000,
         }
     }
 }
@@ -88,6 +98,12 @@ impl SlicerConfig {
         }
         if self.liveness < Duration::from_millis(100) {
             return Err("the replica liveness must be at least 100ms".into());
+        }
+        if self.dense_horizon < self.lookahead {
+            return Err("--dense-horizon must be at least --lookahead".into());
+        }
+        if self.dense_jobs == 0 {
+            return Err("--dense-jobs must be at least 1".into());
         }
         if self.max_catch_up == 0 || self.max_jobs == 0 {
             return Err("--max-catch-up and the job batch must be at least 1".into());
@@ -125,6 +141,12 @@ pub struct Slicer {
     claims: Arc<Mutex<HashMap<String, Known>>>,
     /// Each replica's liveness instant (UTC ms), as last seen in the bucket.
     alive: Arc<Mutex<HashMap<String, i64>>>,
+    /// Slices starting before this (UTC ms) were checked for density once,
+    /// as they came within the dense horizon.
+    dense_checked: Mutex<i64>,
+    /// Slices this replica claimed early as dense, not yet topped up at the
+    /// lookahead.
+    claimed_early: Mutex<HashSet<String>>,
 }
 
 impl Slicer {
@@ -148,6 +170,8 @@ impl Slicer {
             metrics,
             claims: Arc::new(Mutex::new(HashMap::new())),
             alive: Arc::new(Mutex::new(HashMap::new())),
+            dense_checked: Mutex::new(i64::MIN),
+            claimed_early: Mutex::new(HashSet::new()),
         }
     }
 
@@ -180,9 +204,14 @@ impl Slicer {
             for partition in 0..self.config.partitions {
                 let key = slice_key(start, partition);
                 if self.claims().contains_key(&key) {
+                    if self.take_early(&key) {
+                        // Jobs that became due in it since the early claim,
+                        // like the every-second ones that were due before it.
+                        outcome.staged += self.stage(&key, partition, None, start + len, now).await;
+                    }
                     continue;
                 }
-                match self.claim(&key, start + len, now).await {
+                match self.claim(&key, None, start + len, now).await {
                     Ok(Some(staged)) => {
                         outcome.claimed.push(key);
                         outcome.staged += staged;
@@ -193,13 +222,98 @@ impl Slicer {
             }
             start += len;
         }
+        if self.claim_dense(start, now, &mut outcome).await.is_err() {
+            return outcome;
+        }
         self.take_over_stale(now, &mut outcome).await;
         self.forget_old(now_ms);
         outcome
     }
 
-    /// Tries to win `key`; on a win stages its firings. Err: NATS unreachable, stop this pass.
-    async fn claim(&self, key: &str, end_ms: i64, now: DateTime<Utc>) -> Result<Option<usize>, ()> {
+    /// Whether `key` is an early claim of this replica's still to be topped
+    /// up; forgets it either way.
+    fn take_early(&self, key: &str) -> bool {
+        let early = self
+            .claimed_early
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+        early
+            && self
+                .claims()
+                .get(key)
+                .and_then(|k| k.value.as_ref())
+                .is_some_and(|v| v.owner == self.replica)
+    }
+
+    /// Claims the dense slices between `from` (the first slice start past
+    /// the lookahead) and the dense horizon. Each slice is checked once, as
+    /// it comes within the horizon: a check reads at most `dense_jobs` index
+    /// entries, and a slice filled later is claimed at the lookahead as
+    /// usual. An early claim stages only the slice's own instants; catch-ups
+    /// and the slices in between are left to their own claims.
+    async fn claim_dense(
+        &self,
+        from: i64,
+        now: DateTime<Utc>,
+        outcome: &mut SlicerOutcome,
+    ) -> Result<(), ()> {
+        let len = self.slice_ms();
+        let horizon = now.timestamp_millis() + self.config.dense_horizon.as_millis() as i64;
+        let last = horizon.div_euclid(len) * len;
+        let checked = *self.dense_checked.lock().unwrap_or_else(|p| p.into_inner());
+        let mut start = from.max(checked);
+        while start <= last {
+            let (from_at, to_at) = (
+                chime_common::duration::from_millis(start),
+                chime_common::duration::from_millis(start + len),
+            );
+            for partition in 0..self.config.partitions {
+                let key = slice_key(start, partition);
+                if self.claims().contains_key(&key) {
+                    continue;
+                }
+                let dense = self
+                    .store
+                    .due_jobs_reach(partition, from_at, to_at, self.config.dense_jobs)
+                    .await;
+                match dense {
+                    Ok(true) => {
+                        if let Some(staged) =
+                            self.claim(&key, Some(start), start + len, now).await?
+                        {
+                            tracing::info!(key, staged, "claimed a dense slice early");
+                            self.claimed_early
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .insert(key.clone());
+                            outcome.claimed.push(key);
+                            outcome.staged += staged;
+                        }
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        // Checked again next pass; the lookahead still claims it.
+                        tracing::warn!(key, error = %e, "cannot check a slice's density");
+                        return Ok(());
+                    }
+                }
+            }
+            start += len;
+            *self.dense_checked.lock().unwrap_or_else(|p| p.into_inner()) = start;
+        }
+        Ok(())
+    }
+
+    /// Tries to win `key`; on a win stages its firings from `start_ms` (all
+    /// due ones if `None`) to `end_ms`. Err: NATS unreachable, stop this pass.
+    async fn claim(
+        &self,
+        key: &str,
+        start_ms: Option<i64>,
+        end_ms: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<usize>, ()> {
         let value = ClaimValue {
             owner: self.replica.clone(),
             state: ClaimState::Claimed,
@@ -221,7 +335,9 @@ impl Slicer {
                     .next()
                     .and_then(|p| p.parse().ok())
                     .unwrap_or(0);
-                Ok(Some(self.stage(key, partition, end_ms, now).await))
+                Ok(Some(
+                    self.stage(key, partition, start_ms, end_ms, now).await,
+                ))
             }
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
                 // The watch fills in the owner and revision.
@@ -239,10 +355,18 @@ impl Slicer {
     }
 
     /// Stages a won slice in the store and puts its firings in the wheel.
-    async fn stage(&self, key: &str, partition: u32, end_ms: i64, now: DateTime<Utc>) -> usize {
+    async fn stage(
+        &self,
+        key: &str,
+        partition: u32,
+        start_ms: Option<i64>,
+        end_ms: i64,
+        now: DateTime<Utc>,
+    ) -> usize {
         let request = StageRequest {
             slice: key.to_string(),
             partition,
+            slice_start: start_ms.map(chime_common::duration::from_millis),
             slice_end: chime_common::duration::from_millis(end_ms),
             now,
             max_catch_up: self.config.max_catch_up,
@@ -341,6 +465,10 @@ impl Slicer {
         let horizon = now_ms - self.config.takeover_window.as_millis() as i64;
         self.claims()
             .retain(|key, _| slice_start(key).is_some_and(|s| s >= horizon));
+        self.claimed_early
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|key| slice_start(key).is_some_and(|s| s >= horizon));
     }
 
     /// Marks an owned slice published once all its firings are acknowledged.

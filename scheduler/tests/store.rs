@@ -212,6 +212,7 @@ both_backends!(
     pause_and_resume_keep_next_fire_at,
     corrupt_rows_are_reported_with_their_id,
     stage_slice_stages_each_due_instant_once,
+    an_early_claim_stages_only_its_own_slice,
     misfire_skip_records_skipped_instants,
     misfire_fire_once_stages_only_the_last,
     misfire_fire_all_stages_a_bounded_catch_up,
@@ -399,8 +400,9 @@ async fn concurrent_connects_all_succeed(db: &TestDb) {
         let store = store.as_ref().expect("every concurrent connect succeeds");
         store.ping().await.expect("ping");
     }
+    // Each of the two migrations applied once.
     let migrations = db.scalar("SELECT COUNT(*) FROM _sqlx_migrations").await;
-    assert_eq!(migrations, 1);
+    assert_eq!(migrations, 2);
 }
 
 #[tokio::test]
@@ -769,6 +771,59 @@ async fn stage_slice_stages_each_due_instant_once(db: &TestDb) {
     assert_eq!(next.firings.len(), 5);
     assert_eq!(firings_of(&store, "a").await.len(), 9);
     assert_eq!(store.slice_firings("s1").await.expect("slice").len(), 4);
+}
+
+/// A dense slice claimed ahead of the lookahead (`slice_start` set) takes
+/// its own instants only: the jobs due in the slices before it stay due.
+async fn an_early_claim_stages_only_its_own_slice(db: &TestDb) {
+    let store = db.store().await;
+    store
+        .put_job(&every("steady", "1s", json!({})), t(0))
+        .await
+        .expect("put");
+    for i in 0..3 {
+        let job = spec(json!({
+            "id": format!("burst-{i}"),
+            "schedule": {"at": "2030-01-01T00:00:10.500Z"},
+            "handler": "test",
+        }));
+        store.put_job(&job, t(0)).await.expect("put");
+    }
+    assert!(store
+        .due_jobs_reach(0, t(10), t(11), 3)
+        .await
+        .expect("count"));
+    assert!(!store
+        .due_jobs_reach(0, t(10), t(11), 4)
+        .await
+        .expect("count"));
+    assert!(!store
+        .due_jobs_reach(0, t(11), t(12), 1)
+        .await
+        .expect("count"));
+    assert!(!store
+        .due_jobs_reach(1, t(10), t(11), 1)
+        .await
+        .expect("count"));
+
+    let early = StageRequest {
+        slice_start: Some(t(10)),
+        ..stage("dense", t(11), t(0))
+    };
+    let staged = store.stage_slice(&early).await.expect("stage");
+    let mut jobs: Vec<_> = staged.firings.iter().map(|f| f.job_id.as_str()).collect();
+    jobs.sort_unstable();
+    assert_eq!(jobs, ["burst-0", "burst-1", "burst-2"]);
+    let steady = store.get_job("steady").await.expect("get").expect("job");
+    assert_eq!(steady.next_fire_at, Some(t(1)), "the steady job stays due");
+
+    // The slices in between still stage the steady job, and not the burst again.
+    let between = store
+        .stage_slice(&stage("s1", t(11), t(0)))
+        .await
+        .expect("stage");
+    assert_eq!(between.firings.len(), 10);
+    assert!(between.firings.iter().all(|f| f.job_id == "steady"));
 }
 
 /// A 1 s job, put at 0, found 10 minutes later: instants 1..=539 are

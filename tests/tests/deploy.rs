@@ -831,6 +831,11 @@ async fn kubernetes_settings_ports_probes_and_autoscalers_fit_the_binaries() {
             "{origin}: liveness on /healthz"
         );
         assert_eq!(
+            container["readinessProbe"]["httpGet"]["path"].as_str(),
+            Some("/readyz"),
+            "{origin}: readiness on /readyz"
+        );
+        assert_eq!(
             pod["spec"]["securityContext"]["runAsNonRoot"].as_bool(),
             Some(true),
             "{origin}: runAsNonRoot"
@@ -846,11 +851,6 @@ async fn kubernetes_settings_ports_probes_and_autoscalers_fit_the_binaries() {
                     deployment["spec"]["replicas"].as_u64(),
                     Some(3),
                     "{origin}: 3 replicas"
-                );
-                assert_eq!(
-                    container["readinessProbe"]["httpGet"]["path"].as_str(),
-                    Some("/readyz"),
-                    "{origin}: readiness on /readyz"
                 );
                 assert_eq!(
                     settings.get("CHIME_STREAM_REPLICAS"),

@@ -1,5 +1,6 @@
 //! The nets under slice takeover: housekeeping publishes firings that were
-//! staged and never published; the expiry lease has one holder at a time.
+//! staged and never published; the expiry lease has one holder at a time; a
+//! replica started before NATS waits for it.
 
 use chime_common::{JobSpec, Limits};
 use chime_scheduler::housekeeping::{Housekeeping, HousekeepingConfig};
@@ -7,7 +8,10 @@ use chime_scheduler::lease::Lease;
 use chime_scheduler::metrics::Metrics;
 use chime_scheduler::store::{StageRequest, Store, StoreOptions};
 use chime_scheduler::wheel::Wheel;
-use chime_tests::{backend_tests, init_tracing, NatsServer, TestDatabase};
+use chime_tests::{
+    backend_tests, free_port, init_tracing, Binary, ChimeProcess, NatsServer, SqliteDatabase,
+    TestDatabase,
+};
 use chrono::{Duration as Span, Utc};
 use serde_json::json;
 use std::time::Duration;
@@ -78,4 +82,35 @@ async fn a_lease_has_one_holder_until_it_expires_or_is_released() {
         a.acquire_or_renew(now + Span::seconds(9)).await,
         "released: a takes it at once"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_started_before_nats_waits_for_it() {
+    let mut nats = NatsServer::start().await;
+    nats.stop().await;
+    let db = SqliteDatabase::create();
+    let mut command = Binary::Scheduler.command();
+    command.args([
+        "--nats-url",
+        &nats.url(),
+        "--database-url",
+        &db.url(),
+        "--metrics-addr",
+        &format!("127.0.0.1:{}", free_port()),
+    ]);
+    let mut scheduler = ChimeProcess::spawn(command);
+    scheduler
+        .wait_for_log_line("NATS is not reachable yet", Duration::from_secs(10))
+        .await;
+    assert!(scheduler.try_status().is_none(), "{}", scheduler.log());
+    nats.restart().await;
+    scheduler
+        .wait_for_log_line("chime-scheduler ready", Duration::from_secs(15))
+        .await;
+    let client = chime_common::client::Client::new(nats.connect().await);
+    client
+        .put_job(&json!({"id": "after-wait", "handler": "noop", "schedule": {"every": "1h"}}))
+        .await
+        .expect("the replica answers once NATS is up");
+    assert!(scheduler.terminate(Duration::from_secs(20)).await.success());
 }

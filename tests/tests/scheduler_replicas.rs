@@ -256,3 +256,104 @@ async fn killing_a_replica_hands_its_slices_over_on_time_and_loses_and_duplicate
         process.terminate(Duration::from_secs(15)).await;
     }
 }
+
+/// A slice with at least `dense_jobs` jobs due is claimed and staged as it
+/// enters the dense horizon, seconds before the lookahead would reach it,
+/// and only its own instants go with it; a sparse slice waits for the
+/// lookahead. Every instant is still published once, on time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dense_slice_is_staged_before_the_lookahead_and_published_once() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = PgDatabase::create().await;
+    let mut replicas = Vec::new();
+    for i in 0..2 {
+        let mut config = SchedulerConfig::new(nats.url(), db.url());
+        config.replica_id = format!("replica-{i}");
+        config.slicer.lookahead = Duration::from_secs(1);
+        config.slicer.dense_horizon = Duration::from_secs(10);
+        config.slicer.dense_jobs = 50;
+        replicas.push(Replica::start(config).await.expect("replica starts"));
+    }
+    let connection = nats.connect().await;
+    let client = Client::new(connection.clone());
+    // Beyond the dense horizon while the jobs are put: each slice is
+    // checked once, as it enters the horizon.
+    let dense_ms = aligned_start(Duration::from_secs(12));
+    let sparse_ms = dense_ms + 1_000;
+    let (dense, sparse) = (80, 5);
+    for (prefix, n, at) in [("dense", dense, dense_ms), ("sparse", sparse, sparse_ms)] {
+        for i in 0..n {
+            let spec = json!({
+                "id": format!("{prefix}-{i}"),
+                "group": "load",
+                "schedule": {"at": rfc3339(at + i as i64)},
+                "handler": "noop",
+            });
+            client.put_job(&spec).await.expect("put job");
+        }
+    }
+    put_every_second_jobs(&client, "steady", 3, dense_ms - 3_000, 6).await;
+
+    let js = async_nats::jetstream::new(connection);
+    let kv = js
+        .get_key_value("chime-slices")
+        .await
+        .expect("slices bucket");
+    let dense_key = format!("slice.{dense_ms}.0");
+    // The claim is in the bucket a moment before its firings are staged.
+    let metrics: Vec<_> = replicas.iter().map(|r| r.metrics.clone()).collect();
+    let staged = || {
+        metrics
+            .iter()
+            .map(|m| metric_sum(&m.render(), "chime_wheel_staged_firings"))
+            .sum::<f64>()
+    };
+    eventually(
+        Duration::from_secs(8),
+        "the dense slice claimed and staged",
+        || {
+            let (kv, key) = (kv.clone(), dense_key.clone());
+            let in_wheels = staged();
+            async move { kv.get(&key).await.expect("get").is_some() && in_wheels >= dense as f64 }
+        },
+    )
+    .await;
+    let ahead_ms = dense_ms - chrono::Utc::now().timestamp_millis();
+    assert!(
+        ahead_ms > 2_500,
+        "claimed only {ahead_ms} ms before its instant; the lookahead is 1 s"
+    );
+    assert!(
+        kv.get(&format!("slice.{sparse_ms}.0"))
+            .await
+            .expect("get")
+            .is_none(),
+        "the sparse slice after it waits for the lookahead"
+    );
+
+    let total = (dense + sparse + 3 * 6) as u64;
+    eventually(Duration::from_secs(15), "all firings published", || {
+        let js = js.clone();
+        async move {
+            let mut stream = js.get_stream("CHIME_FIRE").await.expect("stream");
+            stream.info().await.expect("info").state.messages >= total
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let published = read_fire_stream(&js, "CHIME_FIRE").await;
+    let counts = count_by_instant(&published);
+    assert!(counts.values().all(|n| *n == 1), "each instant once");
+    assert_eq!(published.len() as u64, total);
+    let late: Vec<_> = published
+        .iter()
+        .filter(|p| p.job_id.starts_with("dense-"))
+        .map(|p| p.stored_ms - p.scheduled_ms)
+        .filter(|late| *late > 1_000)
+        .collect();
+    assert!(late.is_empty(), "dense firings published late: {late:?}");
+    for replica in replicas {
+        replica.shutdown().await;
+    }
+}

@@ -1,6 +1,6 @@
 //! The `chime-worker` binary as users run it: flags and their environment
-//! twins, start-up validation, the ready line, /metrics and /healthz, and a
-//! clean exit on SIGTERM.
+//! twins, start-up validation, waiting for NATS, the ready line, /metrics,
+//! /healthz and /readyz, and a clean exit on SIGTERM.
 
 mod worker_support;
 
@@ -40,6 +40,17 @@ async fn chime_worker_rejects_bad_flags_naming_them() {
         (vec!["--worker-id", "a.b"], "--worker-id"),
         (vec!["--heartbeat-interval", "1m"], "--heartbeat-interval"),
         (vec!["--nats-tls-ca", "/no/such/ca.pem"], "--nats-tls-ca"),
+        (vec!["--nats-tls-cert", "/etc/hostname"], "--nats-tls-key"),
+        (
+            vec![
+                "--nats-tls-cert",
+                "/no/cert.pem",
+                "--nats-tls-key",
+                "/no/key.pem",
+            ],
+            "--nats-tls-cert",
+        ),
+        (vec!["--nats-connect-wait", "soon"], "--nats-connect-wait"),
     ] {
         let mut command = Binary::Worker.command();
         command.args(&args);
@@ -48,6 +59,46 @@ async fn chime_worker_rejects_bad_flags_naming_them() {
         assert_eq!(status.code(), Some(2), "{args:?}");
         assert!(worker.log().contains(flag), "{args:?}: {}", worker.log());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chime_worker_waits_for_a_nats_server_that_is_not_up_yet() {
+    let mut nats = chime_tests::NatsServer::start().await;
+    nats.stop().await;
+    let mut command = Binary::Worker.command();
+    command.args(["--nats-url", &nats.url(), "--metrics-addr", "off"]);
+    let mut worker = ChimeProcess::spawn(command);
+    worker
+        .wait_for_log_line("NATS is not reachable yet", Duration::from_secs(10))
+        .await;
+    assert!(worker.try_status().is_none(), "{}", worker.log());
+    nats.restart().await;
+    worker
+        .wait_for_log_line("chime-worker ready", Duration::from_secs(15))
+        .await;
+    assert!(worker.terminate(Duration::from_secs(15)).await.success());
+
+    // With nothing to wait for, it gives up after the wait, naming the server.
+    nats.stop().await;
+    let mut command = Binary::Worker.command();
+    command.args([
+        "--nats-url",
+        &nats.url(),
+        "--metrics-addr",
+        "off",
+        "--nats-connect-wait",
+        "1s",
+    ]);
+    let mut worker = ChimeProcess::spawn(command);
+    let status = worker.wait(Duration::from_secs(15)).await;
+    assert!(!status.success());
+    assert!(
+        worker
+            .log()
+            .contains(&format!("cannot connect to NATS at {}", nats.url())),
+        "{}",
+        worker.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,6 +147,8 @@ async fn chime_worker_runs_firings_serves_metrics_and_stops_on_sigterm() {
 
     let (status, body) = http_get(&metrics_addr, "/healthz").await;
     assert_eq!(status, 200, "{body}");
+    let (status, body) = http_get(&metrics_addr, "/readyz").await;
+    assert_eq!((status, body.as_str()), (200, "ready\n"));
     let (status, body) = http_get(&metrics_addr, "/metrics").await;
     assert_eq!(status, 200);
     assert!(

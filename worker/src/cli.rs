@@ -1,29 +1,24 @@
 //! The `chime-worker` command line: every flag has a `CHIME_…` twin.
 
 use crate::config::{validate_group, validate_worker_id, WorkerConfig, DEFAULT_GROUP};
+use chime_common::connection::NatsConnection;
 use chime_common::topology::TopologyConfig;
 use chime_common::Subjects;
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Parser, ValueEnum};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// Runs Chime firings of one group: the built-in `http` and (opt-in) `shell` handlers.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "chime-worker", version, about, long_about = None)]
 pub struct Args {
-    /// NATS server URL(s), comma-separated.
-    #[arg(long, env = "CHIME_NATS_URL", default_value = "nats://127.0.0.1:4222")]
-    pub nats_url: String,
+    #[command(flatten)]
+    pub nats: NatsConnection,
 
-    /// NATS credentials file (JWT and NKey seed).
-    #[arg(long, env = "CHIME_NATS_CREDS")]
-    pub nats_creds: Option<PathBuf>,
-
-    /// CA certificate (PEM) to verify the NATS server with; TLS is then required.
-    #[arg(long, env = "CHIME_NATS_TLS_CA")]
-    pub nats_tls_ca: Option<PathBuf>,
+    /// At start-up, keep trying to reach NATS this long before giving up.
+    #[arg(long, env = "CHIME_NATS_CONNECT_WAIT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub nats_connect_wait: Duration,
 
     /// Subject prefix, for several isolated installations on one NATS.
     #[arg(long, env = "CHIME_SUBJECT_PREFIX", default_value = chime_common::subjects::DEFAULT_PREFIX)]
@@ -76,8 +71,7 @@ pub enum LogFormat {
 impl Args {
     /// Checks every flag; the message names the flag to fix.
     pub fn validate(&self) -> Result<(), String> {
-        self.nats_servers()
-            .map_err(|e| format!("--nats-url: {e}"))?;
+        self.nats.validate()?;
         Subjects::validate_prefix(&self.subject_prefix)
             .map_err(|e| format!("--subject-prefix: {e}"))?;
         validate_group(&self.group).map_err(|e| format!("--group: {e}"))?;
@@ -89,16 +83,6 @@ impl Args {
         }
         self.metrics_addr()
             .map_err(|e| format!("--metrics-addr: {e}"))?;
-        for (flag, path) in [
-            ("--nats-creds", &self.nats_creds),
-            ("--nats-tls-ca", &self.nats_tls_ca),
-        ] {
-            if let Some(path) = path {
-                if !path.is_file() {
-                    return Err(format!("{flag}: {} is not a readable file", path.display()));
-                }
-            }
-        }
         let ttl = TopologyConfig::default().worker_ttl;
         if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= ttl {
             return Err(format!(
@@ -111,24 +95,6 @@ impl Args {
             return Err("--poll-interval must be at least 1ms".into());
         }
         Ok(())
-    }
-
-    /// The NATS server addresses of `--nats-url` (comma-separated).
-    pub fn nats_servers(&self) -> Result<Vec<async_nats::ServerAddr>, String> {
-        let servers: Vec<_> = self
-            .nats_url
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                s.parse::<async_nats::ServerAddr>()
-                    .map_err(|e| format!("{s:?} is not a NATS URL ({e})"))
-            })
-            .collect::<Result<_, _>>()?;
-        if servers.is_empty() {
-            return Err("at least one URL is needed, e.g. nats://127.0.0.1:4222".into());
-        }
-        Ok(servers)
     }
 
     /// The metrics address, `None` when `off`.
@@ -169,7 +135,8 @@ mod tests {
     fn defaults_match_the_contract() {
         let args = parse(&[]);
         args.validate().unwrap();
-        assert_eq!(args.nats_url, "nats://127.0.0.1:4222");
+        assert_eq!(args.nats.url, "nats://127.0.0.1:4222");
+        assert_eq!(args.nats_connect_wait, Duration::from_secs(60));
         assert_eq!(args.group, "default");
         assert!(!args.allow_shell);
         assert_eq!(
@@ -184,13 +151,23 @@ mod tests {
 
     #[test]
     fn bad_flags_are_named() {
-        let cases: [(&[&str], &str); 6] = [
+        let cases: [(&[&str], &str); 8] = [
             (&["--threads", "0"], "--threads"),
             (&["--group", "a b"], "--group"),
             (&["--worker-id", "a.b"], "--worker-id"),
             (&["--metrics-addr", "nowhere"], "--metrics-addr"),
             (&["--heartbeat-interval", "10s"], "--heartbeat-interval"),
             (&["--nats-creds", "/no/such/file"], "--nats-creds"),
+            (&["--nats-url", " , "], "--nats-url"),
+            (
+                &[
+                    "--nats-tls-cert",
+                    "/no/cert.pem",
+                    "--nats-tls-key",
+                    "/no/key.pem",
+                ],
+                "--nats-tls-cert",
+            ),
         ];
         for (args, flag) in cases {
             let error = parse(args).validate().unwrap_err();

@@ -12,6 +12,11 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
+/// As in `chime-scheduler`: glibc's allocator cost the scheduler about a third
+/// of its CPU in a burst, and a worker allocates per firing the same way.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
@@ -40,28 +45,16 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn connect(args: &Args, worker_id: &str) -> Result<async_nats::Client> {
-    let mut options = async_nats::ConnectOptions::new().name(format!("chime-worker {worker_id}"));
-    if let Some(creds) = &args.nats_creds {
-        options = options
-            .credentials_file(creds)
-            .await
-            .with_context(|| format!("cannot read --nats-creds {}", creds.display()))?;
-    }
-    if let Some(ca) = &args.nats_tls_ca {
-        options = options.add_root_certificates(ca.clone()).require_tls(true);
-    }
-    let servers = args.nats_servers().map_err(anyhow::Error::msg)?;
-    options
-        .connect(servers)
-        .await
-        .with_context(|| format!("cannot connect to NATS at {} (--nats-url)", args.nats_url))
-}
-
 async fn run(args: Args) -> Result<()> {
     let config = args.worker_config();
     let threads = config.threads;
-    let client = connect(&args, &config.worker_id).await?;
+    let client = args
+        .nats
+        .connect(
+            &format!("chime-worker {}", config.worker_id),
+            args.nats_connect_wait,
+        )
+        .await?;
     let worker = Worker::builder()
         .nats(client.clone())
         .config(config)
@@ -75,6 +68,7 @@ async fn run(args: Args) -> Result<()> {
         .context("invalid worker settings")?;
 
     let stop_admin = CancellationToken::new();
+    let readiness = admin::Readiness::default();
     let admin_task = match args.metrics_addr().map_err(anyhow::Error::msg)? {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
@@ -84,6 +78,7 @@ async fn run(args: Args) -> Result<()> {
                 listener,
                 worker.metrics().clone(),
                 client.clone(),
+                readiness.clone(),
                 stop_admin.clone(),
             );
             Some(tokio::spawn(async move {
@@ -98,6 +93,7 @@ async fn run(args: Args) -> Result<()> {
     let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
     let handle = worker.start().await.context("cannot start the worker")?;
+    readiness.set(true);
     tracing::info!(
         worker_id = handle.id(),
         group = handle.group(),
@@ -111,6 +107,7 @@ async fn run(args: Args) -> Result<()> {
         _ = terminate.recv() => tracing::info!("SIGTERM received"),
         _ = interrupt.recv() => tracing::info!("SIGINT received"),
     }
+    readiness.set(false);
     let report = handle.shutdown().await;
     stop_admin.cancel();
     if let Some(task) = admin_task {

@@ -67,10 +67,10 @@ impl Store {
             .retrying(|| async {
                 let row = sqlx::query(
                     "INSERT INTO jobs (id, group_name, spec, state, next_fire_at, anchor_ms, part, \
-                         version, consecutive_failures, created_at, updated_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, 1, 0, $6, $6) \
+                         version, consecutive_failures, created_at, updated_at, overlap) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, 1, 0, $6, $6, $8) \
                      ON CONFLICT (id) DO UPDATE SET group_name = excluded.group_name, \
-                         spec = excluded.spec, state = excluded.state, \
+                         spec = excluded.spec, overlap = excluded.overlap, state = excluded.state, \
                          next_fire_at = excluded.next_fire_at, anchor_ms = excluded.anchor_ms, \
                          part = excluded.part, version = jobs.version + 1, \
                          updated_at = excluded.updated_at \
@@ -83,6 +83,7 @@ impl Store {
                 .bind(next)
                 .bind(now_ms)
                 .bind(partition)
+                .bind(spec.overlap.as_str())
                 .fetch_one(&self.write)
                 .await?;
                 Ok(row)
@@ -380,12 +381,14 @@ pub(crate) async fn write_spec_and_state(
     updated_at: i64,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "UPDATE jobs SET spec = $2, state = $3, version = version + 1, updated_at = $4 WHERE id = $1",
+        "UPDATE jobs SET spec = $2, overlap = $5, state = $3, version = version + 1, \
+         updated_at = $4 WHERE id = $1",
     )
     .bind(spec.id.as_str())
     .bind(spec_text(spec)?)
     .bind(state.as_str())
     .bind(updated_at)
+    .bind(spec.overlap.as_str())
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -6,6 +6,12 @@
 //! row, then a queued firing. The rare deadlock that is left
 //! is retried by [`Store::retrying`].
 //!
+//! On PostgreSQL the plain items of a batch (a start under `overlap: allow`
+//! with nothing queued, a success with no `on_success`) are first decided in
+//! one statement outside any transaction (`start_at_once`,
+//! `finish_at_once`): a round trip costs more than the work. What is left
+//! takes the transaction path below.
+//!
 //! A batch first reads and locks all its firings, with their executing rows
 //! and their jobs' policies, in one statement. The common case (a start
 //! under `overlap: allow`, a success with no `on_success` and nothing queued)
@@ -15,7 +21,7 @@
 //! 5–7 round trips per firing and capped the scheduler at about 2,000
 //! firings/s (BENCHMARKS.md).
 
-use super::dialect::Col;
+use super::dialect::{Backend, Col};
 use super::jobs::write_spec_and_state;
 use super::rows::{self, EXECUTING_COLUMNS, FIRING_COLUMNS};
 use super::types::{ExecutingRow, FinishOutcome, RequeueOutcome, Running, StartDecision};
@@ -29,6 +35,7 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use sqlx::{Any, Transaction};
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::time::Duration;
 
 /// The retry delay callback of [`Store::finish`] and [`Store::requeue`]: the
@@ -95,8 +102,9 @@ struct JobRow {
 }
 
 impl Store {
-    /// Decides start requests, in order, in one transaction (see
-    /// docs/PROTOCOL.md). A firing's attempt is accepted at most once: a
+    /// Decides start requests (see docs/PROTOCOL.md): on PostgreSQL the
+    /// plain ones in one statement, then the rest, in order, in one
+    /// transaction. A firing's attempt is accepted at most once: a
     /// second worker is refused `already_started`, the same worker gets the
     /// same deadline again.
     pub async fn start(
@@ -108,6 +116,109 @@ impl Store {
             return Ok(Vec::new());
         }
         let now = ms(now);
+        let mut decided: Vec<Option<StartDecision>> = vec![None; requests.len()];
+        if self.backend == Backend::Postgres {
+            self.start_at_once(requests, now, &mut decided).await;
+        }
+        complete(requests, decided, |rest| async move {
+            self.start_in_transaction(&rest, now).await
+        })
+        .await
+    }
+
+    /// PostgreSQL: accepts the plain starts of a batch (each firing named
+    /// once, waiting to start, its job's overlap `allow`, nothing queued) in
+    /// one statement outside any transaction, and leaves the rest undecided.
+    ///
+    /// A start is on the path of every firing, and each round trip to the
+    /// database costs about 1.5 ms on a busy 2-core machine where PostgreSQL,
+    /// NATS and the workers share the CPUs (BEGIN, lock, insert, update,
+    /// COMMIT measured 1.6 + 1.7 + 3.2 + 2.6 ms at 1,000 firings/s, with 0.7 ms
+    /// of it executing). The conditional update takes the row locks and
+    /// re-checks the state of a row another start changed meanwhile, so a
+    /// firing is still started once. Any error (a conflicting executing row,
+    /// a deadlock, the database down) leaves the whole batch to
+    /// [`Store::start_in_transaction`], which decides it and reports errors.
+    async fn start_at_once(
+        &self,
+        requests: &[StartRequest],
+        now: i64,
+        decided: &mut [Option<StartDecision>],
+    ) {
+        #[derive(Serialize)]
+        struct Ask<'a> {
+            id: String,
+            worker_id: &'a str,
+        }
+        let ids: Vec<&FiringId> = requests.iter().map(|r| &r.firing_id).collect();
+        let (once, _) = split_batch(&ids, |_| true);
+        let mut asks: Vec<Ask> = once
+            .into_iter()
+            .map(|i| Ask {
+                id: requests[i].firing_id.to_string(),
+                worker_id: requests[i].worker_id.as_str(),
+            })
+            .collect();
+        if asks.is_empty() {
+            return;
+        }
+        // Firing-id order, so concurrent batches lock in one order.
+        asks.sort_by(|a, b| a.id.cmp(&b.id));
+        let sql = format!(
+            "WITH started AS ( \
+                 UPDATE firings f SET state = 'executing', worker = r.worker_id, started_at = $2, \
+                     published_at = COALESCE(f.published_at, $2) \
+                 FROM {} \
+                 WHERE f.id = r.id AND f.state IN ('staged', 'published') \
+                     AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = f.job_id AND j.overlap = 'allow') \
+                     AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.job_id = f.job_id) \
+                 RETURNING f.id, f.job_id, f.group_name, r.worker_id, f.attempt, f.timeout_ms), \
+             executing_rows AS ( \
+                 INSERT INTO executing (firing_id, job_id, group_name, worker_id, attempt, \
+                     started_at, deadline_at) \
+                 SELECT id, job_id, group_name, worker_id, attempt, $2, $2 + timeout_ms \
+                 FROM started) \
+             SELECT id, timeout_ms FROM started",
+            self.backend
+                .json_rows(1, &[("id", Col::Text), ("worker_id", Col::Text)])
+        );
+        let body = match json_text(&asks) {
+            Ok(body) => body,
+            Err(e) => {
+                tracing::debug!(error = %e, "start batch left to the transaction path");
+                return;
+            }
+        };
+        let started: Vec<(String, i64)> = match sqlx::query_as(&sql)
+            .bind(body)
+            .bind(now)
+            .fetch_all(&self.write)
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::debug!(error = %e, "start batch left to the transaction path");
+                return;
+            }
+        };
+        let deadlines: HashMap<String, i64> = started.into_iter().collect();
+        for (request, decision) in requests.iter().zip(decided.iter_mut()) {
+            if let Some(timeout_ms) = deadlines.get(&request.firing_id.to_string()) {
+                *decision = Some(StartDecision {
+                    reply: StartReply::accepted(at_ms(now.saturating_add(*timeout_ms))),
+                    cancel: Vec::new(),
+                });
+            }
+        }
+    }
+
+    /// Decides start requests in one transaction: the plain ones set-based,
+    /// the rest one by one.
+    async fn start_in_transaction(
+        &self,
+        requests: &[StartRequest],
+        now: i64,
+    ) -> Result<Vec<StartDecision>, StoreError> {
         self.retrying(|| async {
             let mut tx = self.begin().await?;
             let ids: Vec<&FiringId> = requests.iter().map(|r| &r.firing_id).collect();
@@ -256,7 +367,8 @@ impl Store {
         started.retain(|s| inserted.contains(s.id));
         if !started.is_empty() {
             let update = format!(
-                "UPDATE firings SET state = 'executing', worker = r.worker_id, started_at = $2 \
+                "UPDATE firings SET state = 'executing', worker = r.worker_id, started_at = $2, \
+                     published_at = COALESCE(published_at, $2) \
                  FROM {} WHERE firings.id = r.id",
                 self.backend
                     .json_rows(1, &[("id", Col::Text), ("worker_id", Col::Text)])
@@ -405,7 +517,8 @@ impl Store {
             return Ok(refused(StartRefusal::AlreadyStarted));
         }
         sqlx::query(
-            "UPDATE firings SET state = 'executing', worker = $2, started_at = $3 WHERE id = $1",
+            "UPDATE firings SET state = 'executing', worker = $2, started_at = $3, \
+             published_at = COALESCE(published_at, $3) WHERE id = $1",
         )
         .bind(id)
         .bind(request.worker_id.as_str())
@@ -512,8 +625,9 @@ impl Store {
         Ok(())
     }
 
-    /// Applies finished events, in order, in one transaction. An event applies
-    /// only while its worker holds the firing's executing row, so a
+    /// Applies finished events: on PostgreSQL the plain successes in one
+    /// statement, then the rest, in order, in one transaction. An event
+    /// applies only while its worker holds the firing's executing row, so a
     /// re-delivered event changes nothing (`applied: false`).
     pub async fn finish(
         &self,
@@ -525,6 +639,118 @@ impl Store {
             return Ok(Vec::new());
         }
         let now = truncate(now);
+        let mut applied: Vec<Option<FinishOutcome>> = vec![None; events.len()];
+        if self.backend == Backend::Postgres {
+            self.finish_at_once(events, now, &mut applied).await;
+        }
+        complete(events, applied, |rest| async move {
+            self.finish_in_transaction(&rest, now, retry_delay).await
+        })
+        .await
+    }
+
+    /// PostgreSQL: applies the plain successes of a batch (each firing named
+    /// once, reported by the worker running it, its job with no `on_success`
+    /// and nothing queued) in one statement outside any transaction, and
+    /// leaves the rest unapplied; see [`Store::start_at_once`] for why. The
+    /// firing row is locked first, as on the transaction path, and its state
+    /// re-checked if a concurrent expiry changed it. Any error (a corrupt
+    /// spec, a deadlock, the database down) leaves the whole batch to
+    /// [`Store::finish_in_transaction`].
+    async fn finish_at_once(
+        &self,
+        events: &[Finished],
+        now: DateTime<Utc>,
+        applied: &mut [Option<FinishOutcome>],
+    ) {
+        #[derive(Serialize)]
+        struct Done<'a> {
+            id: String,
+            worker_id: &'a str,
+            output: Option<&'a str>,
+        }
+        let ids: Vec<&FiringId> = events.iter().map(|e| &e.firing_id).collect();
+        let (succeeded, _) = split_batch(&ids, |i| events[i].outcome == Outcome::Succeeded);
+        let mut done: Vec<Done> = succeeded
+            .into_iter()
+            .map(|i| Done {
+                id: events[i].firing_id.to_string(),
+                worker_id: events[i].worker_id.as_str(),
+                output: events[i].output.as_deref(),
+            })
+            .collect();
+        if done.is_empty() {
+            return;
+        }
+        // Firing-id order, so concurrent batches lock in one order.
+        done.sort_by(|a, b| a.id.cmp(&b.id));
+        let sql = format!(
+            "WITH succeeded AS ( \
+                 UPDATE firings f SET state = 'succeeded', finished_at = $2, error = NULL, \
+                     output = r.output \
+                 FROM {} \
+                 WHERE f.id = r.id AND f.state = 'executing' \
+                     AND EXISTS (SELECT 1 FROM executing e \
+                         WHERE e.firing_id = f.id AND e.worker_id = r.worker_id) \
+                     AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.job_id = f.job_id) \
+                     AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = f.job_id \
+                         AND COALESCE(jsonb_array_length(j.spec::jsonb -> 'on_success'), 0) = 0) \
+                 RETURNING f.id, f.job_id), \
+             ended AS (DELETE FROM executing e USING succeeded s WHERE e.firing_id = s.id), \
+             reset AS (UPDATE jobs SET consecutive_failures = 0 \
+                 WHERE consecutive_failures <> 0 AND id IN (SELECT job_id FROM succeeded)) \
+             SELECT id FROM succeeded",
+            self.backend.json_rows(
+                1,
+                &[
+                    ("id", Col::Text),
+                    ("worker_id", Col::Text),
+                    ("output", Col::Text)
+                ]
+            )
+        );
+        let body = match json_text(&done) {
+            Ok(body) => body,
+            Err(e) => {
+                tracing::debug!(error = %e, "finish batch left to the transaction path");
+                return;
+            }
+        };
+        let succeeded: HashSet<String> = match sqlx::query_scalar(&sql)
+            .bind(body)
+            .bind(ms(now))
+            .fetch_all(&self.write)
+            .await
+        {
+            Ok(ids) => ids.into_iter().collect(),
+            Err(e) => {
+                tracing::debug!(error = %e, "finish batch left to the transaction path");
+                return;
+            }
+        };
+        for (event, outcome) in events.iter().zip(applied.iter_mut()) {
+            if succeeded.contains(&event.firing_id.to_string()) {
+                *outcome = Some(FinishOutcome {
+                    firing_id: event.firing_id.clone(),
+                    applied: true,
+                    state: Some(FiringState::Succeeded),
+                    retry: None,
+                    released: None,
+                    triggered: Vec::new(),
+                    alerts: Vec::new(),
+                });
+            }
+        }
+    }
+
+    /// Applies finished events in one transaction: the plain successes
+    /// set-based, the rest one by one.
+    async fn finish_in_transaction(
+        &self,
+        events: &[Finished],
+        now: DateTime<Utc>,
+        retry_delay: &RetryDelay,
+    ) -> Result<Vec<FinishOutcome>, StoreError> {
         self.retrying(|| async {
             let mut tx = self.begin().await?;
             let ids: Vec<&FiringId> = events.iter().map(|e| &e.firing_id).collect();
@@ -1024,6 +1250,28 @@ impl Store {
         }
         Ok(out)
     }
+}
+
+/// Fills in the items `decided` leaves open with `decide_rest` (called
+/// with those items, in order, only if there are any) and returns every
+/// item's answer in order: the fast path's answers and the transaction
+/// path's merged back.
+async fn complete<T: Clone, R, Fut>(
+    items: &[T],
+    mut decided: Vec<Option<R>>,
+    decide_rest: impl FnOnce(Vec<T>) -> Fut,
+) -> Result<Vec<R>, StoreError>
+where
+    Fut: Future<Output = Result<Vec<R>, StoreError>>,
+{
+    let open: Vec<usize> = (0..items.len()).filter(|&i| decided[i].is_none()).collect();
+    if !open.is_empty() {
+        let rest = open.iter().map(|&i| items[i].clone()).collect();
+        for (i, answer) in open.into_iter().zip(decide_rest(rest).await?) {
+            decided[i] = Some(answer);
+        }
+    }
+    Ok(decided.into_iter().flatten().collect())
 }
 
 /// Splits a batch (`ids[i]` is item i's firing) into its plain items,

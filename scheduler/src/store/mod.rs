@@ -124,6 +124,13 @@ impl Store {
                 let pool = AnyPoolOptions::new()
                     .max_connections(max_connections)
                     .acquire_timeout(Duration::from_secs(10))
+                    // sqlx pings a connection (one round trip) before handing
+                    // it out unless told not to, on top of the ping when it
+                    // comes back. A start is one statement, so that ping was
+                    // a third of its latency. A connection that broke while
+                    // idle (PostgreSQL restarted) now fails the one operation
+                    // that gets it, and is closed on release.
+                    .test_before_acquire(false)
                     .after_connect(|conn, _meta| {
                         Box::pin(async move {
                             // Statements stay prepared (parsed once per

@@ -170,11 +170,12 @@ impl Store {
         let mut tx = self.begin().await?;
         let due = sqlx::query(&format!(
             "SELECT id, spec, anchor_ms, next_fire_at FROM jobs \
-             WHERE part = $1 AND state = 'active' AND next_fire_at < $2 \
-             ORDER BY next_fire_at, id LIMIT $3{}",
+             WHERE part = $1 AND state = 'active' AND next_fire_at >= $2 AND next_fire_at < $3 \
+             ORDER BY next_fire_at, id LIMIT $4{}",
             self.backend.for_update_skip_locked()
         ))
         .bind(i64::from(req.partition))
+        .bind(start_ms(req))
         .bind(end)
         .bind(max_jobs as i64)
         .fetch_all(&mut *tx)
@@ -355,15 +356,41 @@ impl Store {
     ) -> Result<(Vec<StagedFiring>, Vec<(String, String)>), StoreError> {
         let rows = sqlx::query(&format!(
             "UPDATE firings SET slice = $1 \
-             WHERE state = 'staged' AND slice IS NULL AND part = $2 AND due_at < $3 \
+             WHERE state = 'staged' AND slice IS NULL AND part = $2 \
+                 AND due_at >= $3 AND due_at < $4 \
              RETURNING {STAGED_COLUMNS}"
         ))
         .bind(req.slice.as_str())
         .bind(i64::from(req.partition))
+        .bind(start_ms(req))
         .bind(ms(req.slice_end))
         .fetch_all(&self.write)
         .await?;
         Ok(decode_staged(&rows))
+    }
+
+    /// Whether at least `count` active jobs of `partition` are due in
+    /// `[from, to)`: how the slicer finds a dense slice to stage early. Reads
+    /// at most `count` entries of the due index, however dense the slice.
+    pub async fn due_jobs_reach(
+        &self,
+        partition: u32,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        count: u32,
+    ) -> Result<bool, StoreError> {
+        let found: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM jobs \
+             WHERE part = $1 AND state = 'active' AND next_fire_at >= $2 AND next_fire_at < $3 \
+             LIMIT $4) due",
+        )
+        .bind(i64::from(partition))
+        .bind(ms(from))
+        .bind(ms(to))
+        .bind(i64::from(count))
+        .fetch_one(&self.read)
+        .await?;
+        Ok(found >= i64::from(count))
     }
 
     /// Staged (unpublished) firings owned by a slice: what a replica taking
@@ -449,6 +476,11 @@ impl Store {
 
 /// Decodes staged rows, setting corrupt ones aside (and logging them): one
 /// bad row must not stop the others from being published.
+/// The lower bound of a staging request's instants (UTC ms).
+fn start_ms(req: &StageRequest) -> i64 {
+    req.slice_start.map_or(i64::MIN, ms)
+}
+
 fn decode_staged(rows: &[sqlx::any::AnyRow]) -> (Vec<StagedFiring>, Vec<(String, String)>) {
     let mut firings = Vec::with_capacity(rows.len());
     let mut corrupt = Vec::new();

@@ -114,6 +114,11 @@ pub struct StageRequest {
     /// The claim key; staged and adopted firings record it as their owner.
     pub slice: String,
     pub partition: u32,
+    /// Instants before this are left to earlier slices; `None` stages
+    /// everything due before `slice_end`, catch-ups included. Set when a
+    /// dense slice is claimed early (see `SlicerConfig::dense_horizon`), so
+    /// that claim does not take the jobs of the slices in between.
+    pub slice_start: Option<DateTime<Utc>>,
     /// Instants strictly before this are staged.
     pub slice_end: DateTime<Utc>,
     /// The present, against which misfires are judged.
@@ -136,6 +141,7 @@ impl StageRequest {
         StageRequest {
             slice: slice.into(),
             partition,
+            slice_start: None,
             slice_end,
             now,
             max_catch_up: DEFAULT_MAX_CATCH_UP,

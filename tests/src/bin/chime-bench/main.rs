@@ -15,6 +15,11 @@
 //! Set `CHIME_BIN_DIR=target/release` to skip the harness's own
 //! `cargo build` of the workspace binaries.
 
+/// The same allocator as the `chime-scheduler` and `chime-worker` binaries,
+/// for the in-process workers.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod burst;
 mod env;
 mod failover;
