@@ -152,10 +152,15 @@ async fn chime_worker_runs_firings_serves_metrics_and_stops_on_sigterm() {
     let (status, body) = http_get(&metrics_addr, "/metrics").await;
     assert_eq!(status, 200);
     assert!(
-        body.contains(r#"chime_worker_firings_total{handler="shell",outcome="succeeded"} 1"#),
+        body.contains(
+            r#"chime_worker_firings_total{handler="shell",outcome="succeeded",group="bin"} 1"#
+        ),
         "{body}"
     );
-    assert!(body.contains("chime_worker_threads 2"), "{body}");
+    assert!(
+        body.contains(r#"chime_worker_threads{group="bin"} 2"#),
+        "{body}"
+    );
 
     let kv = env.topology.workers().await.unwrap();
     assert!(kv.get("bin-worker").await.unwrap().is_some());

@@ -142,7 +142,7 @@ impl WorkerBuilder {
         self
     }
 
-    /// Reports into `metrics` instead of a fresh registry.
+    /// Reports into `metrics` instead of a fresh registry labelled with the group.
     pub fn metrics(mut self, metrics: Metrics) -> Self {
         self.metrics = Some(metrics);
         self
@@ -172,13 +172,16 @@ impl WorkerBuilder {
             }
         })?;
         let client = self.client.ok_or(WorkerError::NoNats)?;
+        let metrics = self
+            .metrics
+            .unwrap_or_else(|| Metrics::new(&self.config.group));
         Ok(Worker {
             config: self.config,
             client,
             subjects: self.subjects,
             topology_config: self.topology_config,
             handlers: self.handlers,
-            metrics: self.metrics.unwrap_or_default(),
+            metrics,
         })
     }
 }

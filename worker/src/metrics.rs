@@ -1,7 +1,11 @@
 //! The worker's Prometheus metrics, all in one registry.
 //!
-//! Labels are small bounded sets: `handler` is a registered handler name or
-//! `unknown`, `outcome` one of four, `reason` one of the start refusals.
+//! Every series carries the worker's `group`, so dashboards split and sum
+//! workers by group. Other labels are small bounded sets: `handler` is a
+//! registered handler name or `unknown`, `outcome` one of four, `reason` one
+//! of the start refusals.
+
+use std::collections::HashMap;
 
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
@@ -35,16 +39,13 @@ pub struct Metrics {
     pub report_retries: IntCounter,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Metrics::new()
-    }
-}
-
 impl Metrics {
-    /// Creates and registers every metric in a fresh registry.
-    pub fn new() -> Self {
-        let registry = Registry::new();
+    /// Creates and registers every metric in a fresh registry whose series
+    /// are labelled `group="<group>"`.
+    pub fn new(group: &str) -> Self {
+        let labels = HashMap::from([("group".to_string(), group.to_string())]);
+        let registry =
+            Registry::new_custom(None, Some(labels)).expect("`group` is a valid label name");
         let lateness_buckets = vec![
             0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
             60.0,
@@ -180,7 +181,7 @@ mod tests {
 
     #[test]
     fn every_metric_is_exposed_under_its_contract_name() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::new("reports");
         metrics.threads.set(4);
         metrics.set_in_flight(1, 4);
         metrics
@@ -198,15 +199,15 @@ mod tests {
         metrics.start_lateness.observe(0.004);
         let text = metrics.render();
         for name in [
-            "chime_worker_in_flight 1",
-            "chime_worker_free_threads 3",
-            "chime_worker_threads 4",
-            "chime_worker_firings_total{handler=\"shell\",outcome=\"succeeded\"} 1",
-            "chime_worker_run_duration_seconds_bucket",
-            "chime_worker_start_lateness_seconds_bucket{le=\"0.001\"} 0",
-            "chime_worker_fetch_errors_total 0",
-            "chime_worker_start_refusals_total{reason=\"already_started\"} 1",
-            "chime_worker_bad_messages_total 0",
+            "chime_worker_in_flight{group=\"reports\"} 1",
+            "chime_worker_free_threads{group=\"reports\"} 3",
+            "chime_worker_threads{group=\"reports\"} 4",
+            "chime_worker_firings_total{handler=\"shell\",outcome=\"succeeded\",group=\"reports\"} 1",
+            "chime_worker_run_duration_seconds_bucket{handler=\"shell\",group=\"reports\"",
+            "chime_worker_start_lateness_seconds_bucket{group=\"reports\",le=\"0.001\"} 0",
+            "chime_worker_fetch_errors_total{group=\"reports\"} 0",
+            "chime_worker_start_refusals_total{reason=\"already_started\",group=\"reports\"} 1",
+            "chime_worker_bad_messages_total{group=\"reports\"} 0",
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");
         }

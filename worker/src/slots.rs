@@ -88,7 +88,7 @@ mod tests {
 
     #[tokio::test]
     async fn slots_bound_in_flight_and_wake_on_release() {
-        let slots = Slots::new(2, Metrics::new());
+        let slots = Slots::new(2, Metrics::new("default"));
         let a = slots.try_take().unwrap();
         let _b = slots.try_take().unwrap();
         assert!(slots.try_take().is_none());

@@ -135,7 +135,7 @@ impl Env {
     async fn start_worker(&mut self, threads: usize, poll: Duration) -> anyhow::Result<()> {
         let client = async_nats::connect(self.nats.url()).await?;
         let recorder = self.recorder.clone();
-        let metrics = chime_worker::Metrics::new();
+        let metrics = chime_worker::Metrics::new(GROUP);
         self.worker_metrics.push(metrics.clone());
         let worker = Worker::builder()
             .nats(client)
