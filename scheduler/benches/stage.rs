@@ -1,6 +1,8 @@
 //! Store throughput on PostgreSQL: staging a slice of 10,000 firings (10,000
 //! jobs due in one slice, one `stage_slice` call) and marking 10,000 firings
-//! published (one `mark_published` call).
+//! published (one `mark_published` call); and the latency of starting one
+//! firing (one `start` call for one request, what a worker waits for on an
+//! idle machine).
 //!
 //! Needs a PostgreSQL server where the user may create databases:
 //! `$CHIME_TEST_PG_URL`, default `postgres://postgres@127.0.0.1:5432/postgres`.
@@ -10,6 +12,7 @@
 //! cargo bench -p chime-scheduler --bench stage -- --sample-size 10
 //! ```
 
+use chime_common::protocol::StartRequest;
 use chime_common::{FiringId, JobSpec, Limits};
 use chime_scheduler::store::{StageRequest, Store, StoreOptions};
 use chrono::{DateTime, Utc};
@@ -86,8 +89,13 @@ impl Bench {
         }
     }
 
-    /// Puts every job back before its instant and removes the firings.
+    /// Puts every job back before its instant and removes the firings and
+    /// their executing rows.
     async fn reset(&self) {
+        sqlx::query("DELETE FROM executing")
+            .execute(&self.raw)
+            .await
+            .expect("reset executing");
         sqlx::query("DELETE FROM firings")
             .execute(&self.raw)
             .await
@@ -187,6 +195,45 @@ fn store_benches(c: &mut Criterion) {
         })
     });
     group.finish();
+
+    let mut latency = c.benchmark_group("store_latency");
+    latency.measurement_time(Duration::from_secs(20));
+    // Staged firings not started yet, shared by all samples: restaging
+    // (and its VACUUM) only when they run out keeps the timed starts on
+    // warm tables, as in a running scheduler.
+    let unstarted = std::sync::Mutex::new(Vec::<FiringId>::new());
+    latency.bench_function("start_1_firing", |b| {
+        b.to_async(&runtime).iter_custom(|iters| {
+            let bench = &bench;
+            let unstarted = &unstarted;
+            async move {
+                let mut total = Duration::ZERO;
+                let mut ids = std::mem::take(&mut *unstarted.lock().expect("not poisoned"));
+                for _ in 0..iters {
+                    if ids.is_empty() {
+                        bench.reset().await;
+                        ids = bench.stage().await;
+                    }
+                    let request = StartRequest {
+                        firing_id: ids.pop().expect("restaged when empty"),
+                        worker_id: "bench-worker".into(),
+                        group: "g0".into(),
+                    };
+                    let started = Instant::now();
+                    let decisions = bench
+                        .store
+                        .start(std::slice::from_ref(&request), t(3600))
+                        .await
+                        .expect("start");
+                    total += started.elapsed();
+                    assert!(decisions[0].reply.accepted, "{:?}", decisions[0]);
+                }
+                *unstarted.lock().expect("not poisoned") = ids;
+                total
+            }
+        })
+    });
+    latency.finish();
 
     runtime.block_on(bench.drop_database());
 }
