@@ -149,6 +149,9 @@ impl Store {
         struct Ask<'a> {
             id: String,
             worker_id: &'a str,
+            /// Which request it answers (not sent).
+            #[serde(skip)]
+            request: usize,
         }
         let ids: Vec<&FiringId> = requests.iter().map(|r| &r.firing_id).collect();
         let (once, _) = split_batch(&ids, |_| true);
@@ -157,6 +160,7 @@ impl Store {
             .map(|i| Ask {
                 id: requests[i].firing_id.to_string(),
                 worker_id: requests[i].worker_id.as_str(),
+                request: i,
             })
             .collect();
         if asks.is_empty() {
@@ -202,9 +206,9 @@ impl Store {
             }
         };
         let deadlines: HashMap<String, i64> = started.into_iter().collect();
-        for (request, decision) in requests.iter().zip(decided.iter_mut()) {
-            if let Some(timeout_ms) = deadlines.get(&request.firing_id.to_string()) {
-                *decision = Some(StartDecision {
+        for ask in &asks {
+            if let Some(timeout_ms) = deadlines.get(&ask.id) {
+                decided[ask.request] = Some(StartDecision {
                     reply: StartReply::accepted(at_ms(now.saturating_add(*timeout_ms))),
                     cancel: Vec::new(),
                 });
@@ -668,6 +672,9 @@ impl Store {
             id: String,
             worker_id: &'a str,
             output: Option<&'a str>,
+            /// Which event it records (not sent).
+            #[serde(skip)]
+            event: usize,
         }
         let ids: Vec<&FiringId> = events.iter().map(|e| &e.firing_id).collect();
         let (succeeded, _) = split_batch(&ids, |i| events[i].outcome == Outcome::Succeeded);
@@ -677,6 +684,7 @@ impl Store {
                 id: events[i].firing_id.to_string(),
                 worker_id: events[i].worker_id.as_str(),
                 output: events[i].output.as_deref(),
+                event: i,
             })
             .collect();
         if done.is_empty() {
@@ -728,18 +736,16 @@ impl Store {
                 return;
             }
         };
-        for (event, outcome) in events.iter().zip(applied.iter_mut()) {
-            if succeeded.contains(&event.firing_id.to_string()) {
-                *outcome = Some(FinishOutcome {
-                    firing_id: event.firing_id.clone(),
-                    applied: true,
-                    state: Some(FiringState::Succeeded),
-                    retry: None,
-                    released: None,
-                    triggered: Vec::new(),
-                    alerts: Vec::new(),
-                });
-            }
+        for row in done.iter().filter(|row| succeeded.contains(&row.id)) {
+            applied[row.event] = Some(FinishOutcome {
+                firing_id: events[row.event].firing_id.clone(),
+                applied: true,
+                state: Some(FiringState::Succeeded),
+                retry: None,
+                released: None,
+                triggered: Vec::new(),
+                alerts: Vec::new(),
+            });
         }
     }
 
