@@ -2,7 +2,8 @@
 //! jobs due in one slice, one `stage_slice` call) and marking 10,000 firings
 //! published (one `mark_published` call); and the latency of starting one
 //! firing (one `start` call for one request, what a worker waits for on an
-//! idle machine).
+//! idle machine); and staging the same slice with 1,000,000 jobs held
+//! (990,000 of them idle).
 //!
 //! Needs a PostgreSQL server where the user may create databases:
 //! `$CHIME_TEST_PG_URL`, default `postgres://postgres@127.0.0.1:5432/postgres`.
@@ -100,14 +101,46 @@ impl Bench {
             .execute(&self.raw)
             .await
             .expect("reset firings");
-        sqlx::query("UPDATE jobs SET next_fire_at = $1, state = 'active'")
-            .bind(t(3600).timestamp_millis())
-            .execute(&self.raw)
-            .await
-            .expect("reset jobs");
+        sqlx::query(
+            "UPDATE job_schedule SET next_fire_at = $1, state = 'active' WHERE job_id LIKE 'job-%'",
+        )
+        .bind(t(3600).timestamp_millis())
+        .execute(&self.raw)
+        .await
+        .expect("reset jobs");
         // Autovacuum's job in production; here every iteration rewrites
         // every row, so clean up to measure the same table each time.
-        sqlx::query("VACUUM ANALYZE jobs, firings")
+        sqlx::query("VACUUM ANALYZE job_schedule, firings")
+            .execute(&self.raw)
+            .await
+            .expect("vacuum");
+    }
+
+    /// Adds `count` idle jobs (due in a year) beside the benchmark's jobs,
+    /// copies of the first one's rows: what a scheduler holding a large job
+    /// set has to keep indexed while it stages the few due ones.
+    async fn hold_idle_jobs(&self, count: usize) {
+        sqlx::query(
+            "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, consecutive_failures, \
+                 created_at, updated_at, overlap) \
+             SELECT 'idle-' || lpad(g::text, 7, '0'), j.group_name, \
+                 replace(j.spec, j.id, 'idle-' || lpad(g::text, 7, '0')), j.anchor_ms, 1, 0, \
+                 j.created_at + g, j.updated_at, j.overlap \
+             FROM jobs j, generate_series(1, $1) g WHERE j.id = 'job-00000'",
+        )
+        .bind(count as i64)
+        .execute(&self.raw)
+        .await
+        .expect("idle jobs");
+        sqlx::query(
+            "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
+             SELECT id, 0, 'active', $1 FROM jobs WHERE id LIKE 'idle-%'",
+        )
+        .bind(t(365 * 86_400).timestamp_millis())
+        .execute(&self.raw)
+        .await
+        .expect("idle schedules");
+        sqlx::query("VACUUM ANALYZE jobs")
             .execute(&self.raw)
             .await
             .expect("vacuum");
@@ -234,6 +267,31 @@ fn store_benches(c: &mut Criterion) {
         })
     });
     latency.finish();
+
+    // The same staging with a million jobs held: the 10,000 due ones and
+    // 990,000 idle ones (the scale scenario's shape, one slice's worth).
+    runtime.block_on(bench.hold_idle_jobs(1_000_000 - JOBS));
+    let mut held = c.benchmark_group("store_held");
+    held.sampling_mode(SamplingMode::Flat);
+    held.measurement_time(Duration::from_secs(20));
+    held.throughput(Throughput::Elements(JOBS as u64));
+    held.bench_function("stage_slice_10000_of_1000000_jobs", |b| {
+        b.to_async(&runtime).iter_custom(|iters| {
+            let bench = &bench;
+            async move {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    bench.reset().await;
+                    let started = Instant::now();
+                    let staged = bench.stage().await;
+                    total += started.elapsed();
+                    assert_eq!(staged.len(), JOBS);
+                }
+                total
+            }
+        })
+    });
+    held.finish();
 
     runtime.block_on(bench.drop_database());
 }

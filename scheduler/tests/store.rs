@@ -96,6 +96,33 @@ mod fixture {
                 .unwrap_or_else(|e| panic!("connecting to {}: {e}", self.url))
         }
 
+        /// Applies the store's migrations older than `version`: the schema
+        /// a store of an earlier release left behind.
+        pub async fn migrate_before(&self, version: i64) {
+            let mut migrator = match self.backend {
+                Backend::Postgres => sqlx::migrate!("./migrations/postgres"),
+                Backend::Sqlite => sqlx::migrate!("./migrations/sqlite"),
+            };
+            let older: Vec<_> = migrator
+                .migrations
+                .iter()
+                .filter(|m| m.version < version)
+                .cloned()
+                .collect();
+            migrator.migrations = older.into();
+            sqlx::any::install_default_drivers();
+            let url = if self.backend == Backend::Sqlite {
+                format!("{}?mode=rwc", self.url)
+            } else {
+                self.url.clone()
+            };
+            let mut conn = sqlx::AnyConnection::connect(&url)
+                .await
+                .expect("raw connection");
+            migrator.run(&mut conn).await.expect("older migrations");
+            let _ = conn.close().await;
+        }
+
         /// Runs SQL directly, bypassing the store (to plant bad rows).
         pub async fn exec(&self, sql: &str) {
             sqlx::any::install_default_drivers();
@@ -202,6 +229,7 @@ macro_rules! both_backends {
 
 both_backends!(
     migrations_are_idempotent,
+    an_upgrade_keeps_every_job_where_it_was,
     concurrent_connects_all_succeed,
     put_and_get_round_trip,
     replace_bumps_version_and_keeps_created_at,
@@ -393,6 +421,57 @@ async fn migrations_are_idempotent(db: &TestDb) {
     assert!(again.get_job("a").await.expect("get").is_some());
 }
 
+/// Jobs written before a job's schedule position had a table of its own
+/// (`20261123000000_job_schedule`) keep their state and next instant, and
+/// the active one is staged.
+async fn an_upgrade_keeps_every_job_where_it_was(db: &TestDb) {
+    db.migrate_before(20261123000000).await;
+    for (id, state, next) in [
+        ("due", "active", "1893456001000"),
+        ("held", "paused", "1893456001000"),
+        ("done", "completed", "NULL"),
+    ] {
+        let spec_text = serde_json::to_string(&every(id, "1s", json!({})).to_json()).expect("json");
+        db.exec(&format!(
+            "INSERT INTO jobs (id, group_name, spec, state, next_fire_at, anchor_ms, part, \
+                 version, consecutive_failures, created_at, updated_at, overlap) \
+             VALUES ('{id}', 'default', '{spec_text}', '{state}', {next}, 1893456000000, 0, 4, 0, \
+                 1893456000000, 1893456000000, 'allow')"
+        ))
+        .await;
+    }
+
+    let store = db.store().await;
+    let read = |id: &'static str| {
+        let store = &store;
+        async move { store.get_job(id).await.expect("get").expect("kept") }
+    };
+    let due = read("due").await;
+    assert_eq!(
+        (due.state, due.next_fire_at, due.version),
+        (JobState::Active, Some(t(1)), 4)
+    );
+    let held = read("held").await;
+    assert_eq!(
+        (held.state, held.next_fire_at),
+        (JobState::Paused, Some(t(1)))
+    );
+    let done = read("done").await;
+    assert_eq!((done.state, done.next_fire_at), (JobState::Completed, None));
+
+    let outcome = store
+        .stage_slice(&stage("s1", t(2), t(0)))
+        .await
+        .expect("stage");
+    let staged: Vec<&str> = outcome.firings.iter().map(|f| f.job_id.as_str()).collect();
+    assert_eq!(
+        staged,
+        ["due"],
+        "only the active job fires, once in [1 s, 2 s)"
+    );
+    assert_eq!(read("due").await.next_fire_at, Some(t(2)));
+}
+
 async fn concurrent_connects_all_succeed(db: &TestDb) {
     let connects = (0..4).map(|_| Store::connect(&db.url, StoreOptions::default()));
     let stores = futures::future::join_all(connects).await;
@@ -400,9 +479,9 @@ async fn concurrent_connects_all_succeed(db: &TestDb) {
         let store = store.as_ref().expect("every concurrent connect succeeds");
         store.ping().await.expect("ping");
     }
-    // Each of the two migrations applied once.
+    // Each of the three migrations applied once.
     let migrations = db.scalar("SELECT COUNT(*) FROM _sqlx_migrations").await;
-    assert_eq!(migrations, 2);
+    assert_eq!(migrations, 3);
 }
 
 #[tokio::test]
@@ -421,6 +500,61 @@ async fn in_memory_sqlite_works() {
         .expect("stage");
     assert_eq!(outcome.firings.len(), 2);
     assert!(store.get_job("a").await.expect("get").is_some());
+}
+
+/// A start's plan is cached per connection on PostgreSQL (`PLANNED_ONCE` in
+/// store/mod.rs). A plan made while `firings` was nearly empty must still
+/// probe it by key once it holds thousands of rows and has not been analyzed
+/// since: a sequential scan there cost 7–10 ms per start batch at scale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_plan_made_on_an_empty_database_probes_by_key() {
+    const ROWS: i64 = 20_000;
+    let db = TestDb::create(Backend::Postgres).await;
+    let store = db.store().await;
+    // Nothing may refresh the statistics (which would re-plan) in between.
+    db.exec("ALTER TABLE firings SET (autovacuum_enabled = false)")
+        .await;
+    let job = every("a", "1h", json!({}));
+    let first = put_and_trigger(&store, &job, t(0)).await;
+    let second = store
+        .trigger("a", None, t(0))
+        .await
+        .expect("trigger")
+        .expect("the job exists");
+    assert!(start(&store, &first, "w1", t(1)).await.reply.accepted);
+    let updates = "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'firings'";
+    wait_for_stat(&db, updates, 1).await;
+
+    db.exec(&format!(
+        "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, handler, \
+             payload, timeout_ms, due_at, state, part, created_at) \
+         SELECT 'bulk@' || g || '#1', 'bulk', g, 1, 'default', 5, 'noop', 'null', 1000, g, \
+             'succeeded', 0, g \
+         FROM generate_series(1, {ROWS}) g"
+    ))
+    .await;
+    let read_by_scans = "SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'firings'";
+    let before = db.scalar(read_by_scans).await;
+    assert!(start(&store, &second, "w1", t(2)).await.reply.accepted);
+    wait_for_stat(&db, updates, 2).await;
+    let scanned = db.scalar(read_by_scans).await - before;
+    assert!(
+        scanned < ROWS,
+        "the second start read {scanned} rows by sequential scan"
+    );
+}
+
+/// Waits (at most 30 s) until `sql`'s statistic reaches `value`: a backend
+/// reports its table statistics when idle, within about 10 s.
+async fn wait_for_stat(db: &TestDb, sql: &str, value: i64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while db.scalar(sql).await < value {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{sql} did not reach {value}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test]
@@ -668,18 +802,28 @@ async fn corrupt_rows_are_reported_with_their_id(db: &TestDb) {
         .await
         .expect("put");
     db.exec(
-        "INSERT INTO jobs (id, group_name, spec, state, next_fire_at, anchor_ms, part, version, \
-             consecutive_failures, created_at, updated_at) \
-         VALUES ('garbage', 'default', '{not json', 'active', 1893456001000, 1893456000000, 0, 1, 0, 1893456000000, 1893456000000)",
+        "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, consecutive_failures, \
+             created_at, updated_at) \
+         VALUES ('garbage', 'default', '{not json', 1893456000000, 1, 0, 1893456000000, 1893456000000)",
+    )
+    .await;
+    db.exec(
+        "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
+         VALUES ('garbage', 0, 'active', 1893456001000)",
     )
     .await;
     let spec_text =
         serde_json::to_string(&every("odd-state", "1s", json!({})).to_json()).expect("json");
     db.exec(&format!(
-        "INSERT INTO jobs (id, group_name, spec, state, next_fire_at, anchor_ms, part, version, \
-             consecutive_failures, created_at, updated_at) \
-         VALUES ('odd-state', 'default', '{spec_text}', 'sleeping', NULL, 1893456000000, 0, 1, 0, 1893456000000, 1893456000000)"
+        "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, consecutive_failures, \
+             created_at, updated_at) \
+         VALUES ('odd-state', 'default', '{spec_text}', 1893456000000, 1, 0, 1893456000000, 1893456000000)"
     ))
+    .await;
+    db.exec(
+        "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
+         VALUES ('odd-state', 0, 'sleeping', NULL)",
+    )
     .await;
 
     match store.get_job("garbage").await {

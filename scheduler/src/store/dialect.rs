@@ -58,12 +58,13 @@ impl Backend {
         }
     }
 
-    /// Row lock for the slicer's job selection: replicas staging the same
-    /// partition split the due jobs between them instead of waiting.
-    pub(crate) fn for_update_skip_locked(self) -> &'static str {
+    /// Row lock on one table of a query (`alias`) that passes over rows
+    /// another transaction holds: replicas staging the same partition split
+    /// the due jobs between them instead of waiting.
+    pub(crate) fn for_update_skip_locked(self, alias: &str) -> String {
         match self {
-            Backend::Postgres => " FOR UPDATE SKIP LOCKED",
-            Backend::Sqlite => "",
+            Backend::Postgres => format!(" FOR UPDATE OF {alias} SKIP LOCKED"),
+            Backend::Sqlite => String::new(),
         }
     }
 

@@ -1,6 +1,6 @@
 //! Job definitions: put, get, list, delete, pause and resume, trigger.
 
-use super::rows::{self, JOB_COLUMNS};
+use super::rows::{self, JOB_COLUMNS, JOB_TABLES};
 use super::types::{Deleted, JobFilter, Page, Running};
 use super::{at_ms, ms, page_limit, truncate, RowExt, Store, StoreError};
 use chime_common::schedule::Schedule;
@@ -65,27 +65,37 @@ impl Store {
         let partition = i64::from(self.partition_of(&spec.id));
         let row = self
             .retrying(|| async {
+                let mut tx = self.begin().await?;
                 let row = sqlx::query(
-                    "INSERT INTO jobs (id, group_name, spec, state, next_fire_at, anchor_ms, part, \
-                         version, consecutive_failures, created_at, updated_at, overlap) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, 1, 0, $6, $6, $8) \
+                    "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, \
+                         consecutive_failures, created_at, updated_at, overlap) \
+                     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5) \
                      ON CONFLICT (id) DO UPDATE SET group_name = excluded.group_name, \
-                         spec = excluded.spec, overlap = excluded.overlap, state = excluded.state, \
-                         next_fire_at = excluded.next_fire_at, anchor_ms = excluded.anchor_ms, \
-                         part = excluded.part, version = jobs.version + 1, \
+                         spec = excluded.spec, overlap = excluded.overlap, \
+                         anchor_ms = excluded.anchor_ms, version = jobs.version + 1, \
                          updated_at = excluded.updated_at \
                      RETURNING version, created_at",
                 )
                 .bind(spec.id.as_str())
                 .bind(spec.group.as_str())
                 .bind(text.as_str())
+                .bind(now_ms)
+                .bind(spec.overlap.as_str())
+                .fetch_one(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
+                     VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (job_id) DO UPDATE SET part = excluded.part, \
+                         state = excluded.state, next_fire_at = excluded.next_fire_at",
+                )
+                .bind(spec.id.as_str())
+                .bind(partition)
                 .bind(state.as_str())
                 .bind(next)
-                .bind(now_ms)
-                .bind(partition)
-                .bind(spec.overlap.as_str())
-                .fetch_one(&self.write)
+                .execute(&mut *tx)
                 .await?;
+                tx.commit().await?;
                 Ok(row)
             })
             .await?;
@@ -102,10 +112,12 @@ impl Store {
 
     /// The job, if it exists.
     pub async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
-        let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(&self.read)
-            .await?;
+        let row = sqlx::query(&format!(
+            "SELECT {JOB_COLUMNS} FROM {JOB_TABLES} WHERE j.id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.read)
+        .await?;
         row.as_ref().map(rows::job).transpose()
     }
 
@@ -120,13 +132,13 @@ impl Store {
             format!("${n}")
         };
         if filter.group.is_some() {
-            conditions.push(format!("group_name = {}", param()));
+            conditions.push(format!("j.group_name = {}", param()));
         }
         if filter.state.is_some() {
-            conditions.push(format!("state = {}", param()));
+            conditions.push(format!("s.state = {}", param()));
         }
         if after.is_some() {
-            conditions.push(format!("(created_at, id) < ({}, {})", param(), param()));
+            conditions.push(format!("(j.created_at, j.id) < ({}, {})", param(), param()));
         }
         let limit_param = param();
         let where_clause = if conditions.is_empty() {
@@ -135,8 +147,8 @@ impl Store {
             format!("WHERE {}", conditions.join(" AND "))
         };
         let sql = format!(
-            "SELECT {JOB_COLUMNS} FROM jobs {where_clause} \
-             ORDER BY created_at DESC, id DESC LIMIT {limit_param}"
+            "SELECT {JOB_COLUMNS} FROM {JOB_TABLES} {where_clause} \
+             ORDER BY j.created_at DESC, j.id DESC LIMIT {limit_param}"
         );
         let mut query = sqlx::query(&sql);
         if let Some(group) = &filter.group {
@@ -179,7 +191,8 @@ impl Store {
     async fn delete_job_once(&self, id: &str, now_ms: i64) -> Result<Option<Deleted>, StoreError> {
         let mut tx = self.begin().await?;
         let Some(row) = sqlx::query(&format!(
-            "DELETE FROM jobs WHERE id = $1 RETURNING {JOB_COLUMNS}"
+            "SELECT {JOB_COLUMNS} FROM {JOB_TABLES} WHERE j.id = $1{}",
+            self.backend.for_update_of("j")
         ))
         .bind(id)
         .fetch_optional(&mut *tx)
@@ -188,6 +201,14 @@ impl Store {
             return Ok(None);
         };
         let job = rows::job(&row)?;
+        sqlx::query("DELETE FROM job_schedule WHERE job_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM jobs WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query(
             "UPDATE firings SET state = 'cancelled', error = 'job deleted', finished_at = $2 \
              WHERE job_id = $1 AND state IN ('staged', 'published')",
@@ -240,8 +261,8 @@ impl Store {
     ) -> Result<Option<Job>, StoreError> {
         let mut tx = self.begin().await?;
         let Some(row) = sqlx::query(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1{}",
-            self.backend.for_update()
+            "SELECT {JOB_COLUMNS} FROM {JOB_TABLES} WHERE j.id = $1{}",
+            self.backend.for_update_of("j")
         ))
         .bind(id)
         .fetch_optional(&mut *tx)
@@ -373,7 +394,8 @@ impl Store {
     }
 }
 
-/// Stores a job's spec and state, bumping its version.
+/// Stores a job's spec and state, bumping its version. The caller holds the
+/// job's `jobs` row lock (taken before its `job_schedule` row, as everywhere).
 pub(crate) async fn write_spec_and_state(
     tx: &mut Transaction<'static, Any>,
     spec: &JobSpec,
@@ -381,16 +403,20 @@ pub(crate) async fn write_spec_and_state(
     updated_at: i64,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "UPDATE jobs SET spec = $2, overlap = $5, state = $3, version = version + 1, \
-         updated_at = $4 WHERE id = $1",
+        "UPDATE jobs SET spec = $2, overlap = $4, version = version + 1, updated_at = $3 \
+         WHERE id = $1",
     )
     .bind(spec.id.as_str())
     .bind(spec_text(spec)?)
-    .bind(state.as_str())
     .bind(updated_at)
     .bind(spec.overlap.as_str())
     .execute(&mut **tx)
     .await?;
+    sqlx::query("UPDATE job_schedule SET state = $2 WHERE job_id = $1")
+        .bind(spec.id.as_str())
+        .bind(state.as_str())
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 

@@ -23,7 +23,7 @@
 
 use super::dialect::{Backend, Col};
 use super::jobs::write_spec_and_state;
-use super::rows::{self, EXECUTING_COLUMNS, FIRING_COLUMNS};
+use super::rows::{self, EXECUTING_COLUMNS, FIRING_COLUMNS, JOB_TABLES};
 use super::types::{ExecutingRow, FinishOutcome, RequeueOutcome, Running, StartDecision};
 use super::{at_ms, instant, json_text, ms, truncate, RowExt, Store, StoreError};
 use chime_common::protocol::{
@@ -196,7 +196,7 @@ impl Store {
         let started: Vec<(String, i64)> = match sqlx::query_as(&sql)
             .bind(body)
             .bind(now)
-            .fetch_all(&self.write)
+            .fetch_all(&self.lifecycle)
             .await
         {
             Ok(rows) => rows,
@@ -593,11 +593,17 @@ impl Store {
         job_id: &str,
         lock: bool,
     ) -> Result<Option<JobRow>, StoreError> {
-        let lock = if lock { self.backend.for_update() } else { "" };
-        let Some(row) = sqlx::query(&format!("SELECT spec, state FROM jobs WHERE id = $1{lock}"))
-            .bind(job_id)
-            .fetch_optional(&mut **tx)
-            .await?
+        let lock = if lock {
+            self.backend.for_update_of("j")
+        } else {
+            String::new()
+        };
+        let Some(row) = sqlx::query(&format!(
+            "SELECT j.spec, s.state FROM {JOB_TABLES} WHERE j.id = $1{lock}"
+        ))
+        .bind(job_id)
+        .fetch_optional(&mut **tx)
+        .await?
         else {
             return Ok(None);
         };
@@ -727,7 +733,7 @@ impl Store {
         let succeeded: HashSet<String> = match sqlx::query_scalar(&sql)
             .bind(body)
             .bind(ms(now))
-            .fetch_all(&self.write)
+            .fetch_all(&self.lifecycle)
             .await
         {
             Ok(ids) => ids.into_iter().collect(),

@@ -88,6 +88,10 @@ pub struct Store {
     read: AnyPool,
     /// Write transactions (the same pool as `read` on PostgreSQL).
     write: AnyPool,
+    /// The one-statement start and finish of a batch, the hottest
+    /// statements (the same pool as `write` on SQLite). On PostgreSQL its
+    /// connections plan each statement once ([`PLANNED_ONCE`]).
+    lifecycle: AnyPool,
     partitions: u32,
     limits: Limits,
 }
@@ -119,36 +123,15 @@ impl Store {
             return Err(StoreError::invalid("partitions", "must be at least 1"));
         }
         let max_connections = options.max_connections.max(1);
-        let (read, write) = match backend {
+        let (read, write, lifecycle) = match backend {
             Backend::Postgres => {
-                let pool = AnyPoolOptions::new()
-                    .max_connections(max_connections)
-                    .acquire_timeout(Duration::from_secs(10))
-                    // sqlx pings a connection (one round trip) before handing
-                    // it out unless told not to, on top of the ping when it
-                    // comes back. A start is one statement, so that ping was
-                    // a third of its latency. A connection that broke while
-                    // idle (PostgreSQL restarted) now fails the one operation
-                    // that gets it, and is closed on release.
-                    .test_before_acquire(false)
-                    .after_connect(|conn, _meta| {
-                        Box::pin(async move {
-                            // Statements stay prepared (parsed once per
-                            // connection) but are planned for each execution:
-                            // a cached generic plan made while `firings` was
-                            // small (a fresh database) joined batches by
-                            // scanning the whole table, and kept doing so as it
-                            // grew (7–10 ms per start batch after a minute at
-                            // 1,000 firings/s instead of index probes).
-                            sqlx::query("SET plan_cache_mode = force_custom_plan")
-                                .execute(conn)
-                                .await?;
-                            Ok(())
-                        })
-                    })
+                let pool = postgres_pool(max_connections, PLANNED_PER_EXECUTION)
                     .connect(url)
                     .await?;
-                (pool.clone(), pool)
+                let lifecycle = postgres_pool(max_connections, PLANNED_ONCE)
+                    .connect(url)
+                    .await?;
+                (pool.clone(), pool, lifecycle)
             }
             Backend::Sqlite => {
                 let memory = url.contains(":memory:") || url.contains("mode=memory");
@@ -161,12 +144,12 @@ impl Store {
                         .max_lifetime(None)
                         .connect(url)
                         .await?;
-                    (pool.clone(), pool)
+                    (pool.clone(), pool.clone(), pool)
                 } else {
                     let url = sqlite_url(url);
                     let write = sqlite_pool(1).connect(&url).await?;
                     let read = sqlite_pool(max_connections).connect(&url).await?;
-                    (read, write)
+                    (read, write.clone(), write)
                 }
             }
         };
@@ -187,6 +170,7 @@ impl Store {
             backend,
             read,
             write,
+            lifecycle,
             partitions: options.partitions,
             limits: options.limits,
         };
@@ -212,6 +196,7 @@ impl Store {
 
     /// Closes the pools; later operations fail with `Unavailable`.
     pub async fn close(&self) {
+        self.lifecycle.close().await;
         self.write.close().await;
         self.read.close().await;
     }
@@ -261,7 +246,7 @@ impl Store {
         if stored.as_deref() == Some(wanted.as_str()) {
             return Ok(());
         }
-        let ids: Vec<String> = sqlx::query_scalar("SELECT id FROM jobs")
+        let ids: Vec<String> = sqlx::query_scalar("SELECT job_id FROM job_schedule")
             .fetch_all(&mut *tx)
             .await?;
         if !ids.is_empty() {
@@ -283,7 +268,7 @@ impl Store {
             );
             let batch = json_text(&rows)?;
             sqlx::query(&format!(
-                "UPDATE jobs SET part = r.part FROM {src} WHERE jobs.id = r.id"
+                "UPDATE job_schedule SET part = r.part FROM {src} WHERE job_schedule.job_id = r.id"
             ))
             .bind(batch.clone())
             .execute(&mut *tx)
@@ -306,6 +291,47 @@ impl Store {
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// Session settings of the general PostgreSQL pool. Statements stay
+/// prepared (parsed once per connection) but are planned for each execution:
+/// a cached generic plan made while `firings` was small (a fresh database)
+/// joined batches by scanning the whole table, and kept doing so as it grew
+/// (7–10 ms per start batch after a minute at 1,000 firings/s instead of
+/// index probes), and list filters deserve plans for their actual values.
+const PLANNED_PER_EXECUTION: &[&str] = &["SET plan_cache_mode = force_custom_plan"];
+
+/// Session settings of the lifecycle pool (the one-statement start and
+/// finish). Planning them cost more than running them (a one-firing start on
+/// an idle machine: 0.62–0.67 ms planned each time, 0.46 ms with a cached
+/// plan), so each connection plans them once and keeps the generic plan. Every row they touch is found by a key, so
+/// sequential scans are switched off: without that, the generic plan made on
+/// an empty database scans `firings` (the failure described above); with it,
+/// the plan is index probes whatever the table statistics say.
+const PLANNED_ONCE: &[&str] = &[
+    "SET plan_cache_mode = force_generic_plan",
+    "SET enable_seqscan = off",
+];
+
+/// A PostgreSQL pool whose connections start with `settings`.
+fn postgres_pool(max_connections: u32, settings: &'static [&'static str]) -> AnyPoolOptions {
+    AnyPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(10))
+        // sqlx pings a connection (one round trip) before handing it out
+        // unless told not to, on top of the ping when it comes back. A start
+        // is one statement, so that ping was a third of its latency. A
+        // connection that broke while idle (PostgreSQL restarted) now fails
+        // the one operation that gets it, and is closed on release.
+        .test_before_acquire(false)
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                for setting in settings {
+                    sqlx::query(setting).execute(&mut *conn).await?;
+                }
+                Ok(())
+            })
+        })
 }
 
 /// Pool options for SQLite: pragmas on every new connection.

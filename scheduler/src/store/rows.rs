@@ -8,9 +8,12 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 use std::time::Duration;
 
-/// Columns [`job`] reads.
+/// Columns [`job`] reads, from [`JOB_TABLES`].
 pub(crate) const JOB_COLUMNS: &str =
-    "id, spec, state, next_fire_at, version, created_at, updated_at";
+    "j.id, j.spec, s.state, s.next_fire_at, j.version, j.created_at, j.updated_at";
+
+/// A job's definition (`j`) joined with where it is in its schedule (`s`).
+pub(crate) const JOB_TABLES: &str = "jobs j JOIN job_schedule s ON s.job_id = j.id";
 
 /// Columns [`firing`] reads.
 pub(crate) const FIRING_COLUMNS: &str = "id, job_id, scheduled_at, attempt, state, group_name, \

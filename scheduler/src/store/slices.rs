@@ -55,7 +55,7 @@ struct NewFiring<'a> {
     finished_at: Option<i64>,
 }
 
-/// One row of the jobs batch update.
+/// One row of the job_schedule batch update.
 #[derive(Serialize)]
 struct Advance<'a> {
     id: &'a str,
@@ -168,11 +168,15 @@ impl Store {
         let now = ms(req.now);
         let end = ms(req.slice_end);
         let mut tx = self.begin().await?;
+        // Only the schedule rows are locked: the definitions are read, and a
+        // concurrent put waits on the schedule row (it takes `jobs` first).
         let due = sqlx::query(&format!(
-            "SELECT id, spec, anchor_ms, next_fire_at FROM jobs \
-             WHERE part = $1 AND state = 'active' AND next_fire_at >= $2 AND next_fire_at < $3 \
-             ORDER BY next_fire_at, id LIMIT $4{}",
-            self.backend.for_update_skip_locked()
+            "SELECT s.job_id AS id, j.spec, j.anchor_ms, s.next_fire_at \
+             FROM job_schedule s JOIN jobs j ON j.id = s.job_id \
+             WHERE s.part = $1 AND s.state = 'active' \
+                 AND s.next_fire_at >= $2 AND s.next_fire_at < $3 \
+             ORDER BY s.next_fire_at, s.job_id LIMIT $4{}",
+            self.backend.for_update_skip_locked("s")
         ))
         .bind(i64::from(req.partition))
         .bind(start_ms(req))
@@ -269,8 +273,8 @@ impl Store {
         }
 
         let update = format!(
-            "UPDATE jobs SET next_fire_at = r.next_fire_at, state = r.state \
-             FROM {} WHERE jobs.id = r.id",
+            "UPDATE job_schedule SET next_fire_at = r.next_fire_at, state = r.state \
+             FROM {} WHERE job_schedule.job_id = r.id",
             self.backend.json_rows(
                 1,
                 &[
@@ -380,7 +384,7 @@ impl Store {
         count: u32,
     ) -> Result<bool, StoreError> {
         let found: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM jobs \
+            "SELECT COUNT(*) FROM (SELECT 1 FROM job_schedule \
              WHERE part = $1 AND state = 'active' AND next_fire_at >= $2 AND next_fire_at < $3 \
              LIMIT $4) due",
         )
@@ -453,7 +457,7 @@ impl Store {
              WHERE f.id IN (SELECT r.id FROM {}) AND f.state IN ('staged', '') \
              ORDER BY f.id{})",
             self.backend.json_rows(2, &[("id", Col::Text)]),
-            self.backend.for_update_skip_locked()
+            self.backend.for_update_skip_locked("f")
         );
         let mut changed = 0;
         for chunk in ids.chunks(BATCH_ROWS) {

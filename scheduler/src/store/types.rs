@@ -13,7 +13,9 @@ pub struct StoreOptions {
     /// different number than the database was written with re-partitions the
     /// jobs at connect.
     pub partitions: u32,
-    /// Most connections in the pool (for SQLite: readers; there is one writer).
+    /// Most connections per pool. PostgreSQL has two pools (general, and
+    /// the start/finish statements'), so up to twice this many connections;
+    /// SQLite: readers (there is one writer).
     pub max_connections: u32,
     /// Limits applied to input the store receives directly (trigger payloads).
     pub limits: Limits,
