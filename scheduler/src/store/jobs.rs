@@ -2,7 +2,7 @@
 
 use super::rows::{self, JOB_COLUMNS, JOB_TABLES};
 use super::types::{Deleted, JobFilter, Page, Running};
-use super::{at_ms, ms, page_limit, truncate, RowExt, Store, StoreError};
+use super::{at_ms, ms, page_limit, truncate, Backend, RowExt, Store, StoreError};
 use chime_common::schedule::Schedule;
 use chime_common::{FiringId, Job, JobSpec, JobState};
 use chrono::{DateTime, Utc};
@@ -44,6 +44,63 @@ fn parse_job_cursor(cursor: &str) -> Result<(i64, String), StoreError> {
         })
 }
 
+/// A statement with its parameters bound so far.
+type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
+
+/// The `jobs` half of a put: `$1` id, `$2` group, `$3` spec, `$4` now, `$5`
+/// overlap. A replace keeps `created_at` and bumps `version`.
+const UPSERT_JOB: &str = "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, \
+         consecutive_failures, created_at, updated_at, overlap) \
+     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5) \
+     ON CONFLICT (id) DO UPDATE SET group_name = excluded.group_name, spec = excluded.spec, \
+         overlap = excluded.overlap, anchor_ms = excluded.anchor_ms, \
+         version = jobs.version + 1, updated_at = excluded.updated_at \
+     RETURNING version, created_at";
+
+/// The `job_schedule` half of a put: `$1` id, `$6` partition, `$7` state,
+/// `$8` next instant (numbered after [`UPSERT_JOB`]'s, so PostgreSQL can run
+/// both as one statement).
+const UPSERT_SCHEDULE: &str = "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
+     VALUES ($1, $6, $7, $8) \
+     ON CONFLICT (job_id) DO UPDATE SET part = excluded.part, state = excluded.state, \
+         next_fire_at = excluded.next_fire_at";
+
+/// The parameters of a put's two upserts.
+struct Put<'a> {
+    spec: &'a JobSpec,
+    text: &'a str,
+    now_ms: i64,
+    partition: i64,
+    state: &'static str,
+    next: Option<i64>,
+}
+
+impl<'a> Put<'a> {
+    /// Binds [`UPSERT_JOB`]'s parameters.
+    fn bind_job<'q>(&self, query: AnyQuery<'q>) -> AnyQuery<'q>
+    where
+        'a: 'q,
+    {
+        query
+            .bind(self.spec.id.as_str())
+            .bind(self.spec.group.as_str())
+            .bind(self.text)
+            .bind(self.now_ms)
+            .bind(self.spec.overlap.as_str())
+    }
+
+    /// Binds [`UPSERT_JOB`]'s and [`UPSERT_SCHEDULE`]'s parameters.
+    fn bind_all<'q>(&self, query: AnyQuery<'q>) -> AnyQuery<'q>
+    where
+        'a: 'q,
+    {
+        self.bind_job(query)
+            .bind(self.partition)
+            .bind(self.state)
+            .bind(self.next)
+    }
+}
+
 impl Store {
     /// Inserts or replaces a job (a replace keeps `created_at` and bumps
     /// `version`). The job is anchored at `now`; its next instant is the
@@ -63,40 +120,42 @@ impl Store {
         };
         let text = spec_text(spec)?;
         let partition = i64::from(self.partition_of(&spec.id));
+        let put = Put {
+            spec,
+            text: &text,
+            now_ms,
+            partition,
+            state: state.as_str(),
+            next,
+        };
         let row = self
             .retrying(|| async {
-                let mut tx = self.begin().await?;
-                let row = sqlx::query(
-                    "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, \
-                         consecutive_failures, created_at, updated_at, overlap) \
-                     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5) \
-                     ON CONFLICT (id) DO UPDATE SET group_name = excluded.group_name, \
-                         spec = excluded.spec, overlap = excluded.overlap, \
-                         anchor_ms = excluded.anchor_ms, version = jobs.version + 1, \
-                         updated_at = excluded.updated_at \
-                     RETURNING version, created_at",
-                )
-                .bind(spec.id.as_str())
-                .bind(spec.group.as_str())
-                .bind(text.as_str())
-                .bind(now_ms)
-                .bind(spec.overlap.as_str())
-                .fetch_one(&mut *tx)
-                .await?;
-                sqlx::query(
-                    "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
-                     VALUES ($1, $2, $3, $4) \
-                     ON CONFLICT (job_id) DO UPDATE SET part = excluded.part, \
-                         state = excluded.state, next_fire_at = excluded.next_fire_at",
-                )
-                .bind(spec.id.as_str())
-                .bind(partition)
-                .bind(state.as_str())
-                .bind(next)
-                .execute(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                Ok(row)
+                match self.backend {
+                    // One round trip instead of four (begin, two upserts,
+                    // commit): with the two-statement transaction a bulk
+                    // load put 3,300-4,100 jobs/s where one statement had
+                    // put 7,000-7,800. `job` runs first (the query reads it),
+                    // `schedule` after it: `jobs` is locked first, as always.
+                    Backend::Postgres => Ok(put
+                        .bind_all(sqlx::query(&format!(
+                            "WITH job AS ({UPSERT_JOB}), schedule AS ({UPSERT_SCHEDULE}) \
+                         SELECT version, created_at FROM job"
+                        )))
+                        .fetch_one(&self.write)
+                        .await?),
+                    Backend::Sqlite => {
+                        let mut tx = self.begin().await?;
+                        let row = put
+                            .bind_job(sqlx::query(UPSERT_JOB))
+                            .fetch_one(&mut *tx)
+                            .await?;
+                        put.bind_all(sqlx::query(UPSERT_SCHEDULE))
+                            .execute(&mut *tx)
+                            .await?;
+                        tx.commit().await?;
+                        Ok(row)
+                    }
+                }
             })
             .await?;
         let created_ms = row.int(&spec.id, "created_at")?;
