@@ -96,6 +96,20 @@ mod fixture {
                 .unwrap_or_else(|e| panic!("connecting to {}: {e}", self.url))
         }
 
+        /// A connection that bypasses the store; `sqlite_mode` is `rw`, or
+        /// `rwc` where the database file may not exist yet.
+        async fn raw_connection(&self, sqlite_mode: &str) -> sqlx::AnyConnection {
+            sqlx::any::install_default_drivers();
+            let url = if self.backend == Backend::Sqlite {
+                format!("{}?mode={sqlite_mode}", self.url)
+            } else {
+                self.url.clone()
+            };
+            sqlx::AnyConnection::connect(&url)
+                .await
+                .expect("raw connection")
+        }
+
         /// Applies the store's migrations older than `version`: the schema
         /// a store of an earlier release left behind.
         pub async fn migrate_before(&self, version: i64) {
@@ -110,30 +124,14 @@ mod fixture {
                 .cloned()
                 .collect();
             migrator.migrations = older.into();
-            sqlx::any::install_default_drivers();
-            let url = if self.backend == Backend::Sqlite {
-                format!("{}?mode=rwc", self.url)
-            } else {
-                self.url.clone()
-            };
-            let mut conn = sqlx::AnyConnection::connect(&url)
-                .await
-                .expect("raw connection");
+            let mut conn = self.raw_connection("rwc").await;
             migrator.run(&mut conn).await.expect("older migrations");
             let _ = conn.close().await;
         }
 
         /// Runs SQL directly, bypassing the store (to plant bad rows).
         pub async fn exec(&self, sql: &str) {
-            sqlx::any::install_default_drivers();
-            let url = if self.backend == Backend::Sqlite {
-                format!("{}?mode=rw", self.url)
-            } else {
-                self.url.clone()
-            };
-            let mut conn = sqlx::AnyConnection::connect(&url)
-                .await
-                .expect("raw connection");
+            let mut conn = self.raw_connection("rw").await;
             sqlx::query(sql)
                 .execute(&mut conn)
                 .await
@@ -143,15 +141,7 @@ mod fixture {
 
         /// Runs a query returning one integer.
         pub async fn scalar(&self, sql: &str) -> i64 {
-            sqlx::any::install_default_drivers();
-            let url = if self.backend == Backend::Sqlite {
-                format!("{}?mode=rw", self.url)
-            } else {
-                self.url.clone()
-            };
-            let mut conn = sqlx::AnyConnection::connect(&url)
-                .await
-                .expect("raw connection");
+            let mut conn = self.raw_connection("rw").await;
             let n: i64 = sqlx::query_scalar(sql)
                 .fetch_one(&mut conn)
                 .await
