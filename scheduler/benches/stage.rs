@@ -91,12 +91,14 @@ impl Bench {
     }
 
     /// Puts every job back before its instant and removes the firings and
-    /// their executing rows.
+    /// their executing and waiting rows.
     async fn reset(&self) {
-        sqlx::query("DELETE FROM executing")
-            .execute(&self.raw)
-            .await
-            .expect("reset executing");
+        for table in ["executing", "waiting"] {
+            sqlx::query(&format!("DELETE FROM {table}"))
+                .execute(&self.raw)
+                .await
+                .unwrap_or_else(|e| panic!("reset {table}: {e}"));
+        }
         sqlx::query("DELETE FROM firings")
             .execute(&self.raw)
             .await
@@ -110,7 +112,7 @@ impl Bench {
         .expect("reset jobs");
         // Autovacuum's job in production; here every iteration rewrites
         // every row, so clean up to measure the same table each time.
-        sqlx::query("VACUUM ANALYZE job_schedule, firings")
+        sqlx::query("VACUUM ANALYZE job_schedule, firings, waiting")
             .execute(&self.raw)
             .await
             .expect("vacuum");

@@ -196,7 +196,8 @@ mod fixture {
 
 use fixture::TestDb;
 
-/// Runs each named test body (`async fn name(db: TestDb)`) on both backends.
+/// Runs each named test body (`async fn name(db: TestDb)`) on both backends,
+/// then checks the `waiting` table against the firings it indexes.
 macro_rules! both_backends {
     ($($name:ident),* $(,)?) => {
         $(
@@ -205,12 +206,14 @@ macro_rules! both_backends {
                 async fn postgres() {
                     let db = super::TestDb::create(super::Backend::Postgres).await;
                     super::$name(&db).await;
+                    super::assert_waiting_in_step(&db).await;
                 }
 
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn sqlite() {
                     let db = super::TestDb::create(super::Backend::Sqlite).await;
                     super::$name(&db).await;
+                    super::assert_waiting_in_step(&db).await;
                 }
             }
         )*
@@ -220,6 +223,7 @@ macro_rules! both_backends {
 both_backends!(
     migrations_are_idempotent,
     an_upgrade_keeps_every_job_where_it_was,
+    an_upgrade_keeps_every_waiting_firing_findable,
     concurrent_connects_all_succeed,
     put_and_get_round_trip,
     replace_bumps_version_and_keeps_created_at,
@@ -265,6 +269,24 @@ both_backends!(
 
 // ---------------------------------------------------------------------------
 // Helpers
+
+/// Every firing that waits to start (`staged`, `published`) has exactly one
+/// `waiting` row, published exactly when it is, and no other row is there:
+/// the searches for staged and published firings read only that table.
+async fn assert_waiting_in_step(db: &TestDb) {
+    let out_of_step = db
+        .scalar(
+            "SELECT COUNT(*) FROM firings f FULL JOIN waiting w ON w.firing_id = f.id \
+             WHERE CASE WHEN f.state IN ('staged', 'published') THEN 1 ELSE 0 END \
+                     <> CASE WHEN w.firing_id IS NULL THEN 0 ELSE 1 END \
+                 OR (w.firing_id IS NOT NULL AND (f.id IS NULL \
+                     OR CASE WHEN f.state = 'published' THEN 1 ELSE 0 END \
+                         <> CASE WHEN w.published_at IS NULL THEN 0 ELSE 1 END \
+                     OR f.due_at <> w.due_at OR f.group_name <> w.group_name))",
+        )
+        .await;
+    assert_eq!(out_of_step, 0, "firings and waiting rows out of step");
+}
 
 /// 2030-01-01T00:00:00Z plus `seconds`.
 fn t(seconds: i64) -> DateTime<Utc> {
@@ -462,6 +484,58 @@ async fn an_upgrade_keeps_every_job_where_it_was(db: &TestDb) {
     assert_eq!(read("due").await.next_fire_at, Some(t(2)));
 }
 
+/// Firings staged or published before they waited in a table of their own
+/// (`20261123120000_waiting`) are still found by the takeover, the safety
+/// net, the not-started alert and adoption.
+async fn an_upgrade_keeps_every_waiting_firing_findable(db: &TestDb) {
+    db.migrate_before(20261123120000).await;
+    for (id, at, state, slice, published_at) in [
+        ("a@1893456001000#1", 1, "staged", "'s-old'", "NULL"),
+        ("a@1893456002000#2", 2, "staged", "NULL", "NULL"),
+        (
+            "a@1893456003000#1",
+            3,
+            "published",
+            "'s-old'",
+            "1893456003000",
+        ),
+        (
+            "a@1893456004000#1",
+            4,
+            "succeeded",
+            "'s-old'",
+            "1893456004000",
+        ),
+    ] {
+        let ms = 1893456000000_i64 + at * 1000;
+        db.exec(&format!(
+            "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
+                 handler, payload, timeout_ms, due_at, state, slice, part, published_at, \
+                 created_at) \
+             VALUES ('{id}', 'a', {ms}, 1, 'default', 5, 'h', 'null', 1000, {ms}, '{state}', \
+                 {slice}, 0, {published_at}, {ms})"
+        ))
+        .await;
+    }
+
+    let store = db.store().await;
+    let ids = |firings: &[StagedFiring]| -> Vec<String> {
+        firings.iter().map(|f| f.id.to_string()).collect()
+    };
+    let owned = store.slice_firings("s-old").await.expect("slice");
+    assert_eq!(ids(&owned), ["a@1893456001000#1"]);
+    let overdue = store.overdue_staged(t(10), 10).await.expect("overdue");
+    assert_eq!(ids(&overdue), ["a@1893456001000#1", "a@1893456002000#2"]);
+    let not_started = store.unstarted(t(10), 10).await.expect("unstarted");
+    let not_started: Vec<String> = not_started.iter().map(|f| f.id.to_string()).collect();
+    assert_eq!(not_started, ["a@1893456003000#1"]);
+    let adopted = store
+        .stage_slice(&stage("s-new", t(5), t(0)))
+        .await
+        .expect("stage");
+    assert_eq!(ids(&adopted.firings), ["a@1893456002000#2"]);
+}
+
 async fn concurrent_connects_all_succeed(db: &TestDb) {
     let connects = (0..4).map(|_| Store::connect(&db.url, StoreOptions::default()));
     let stores = futures::future::join_all(connects).await;
@@ -469,9 +543,9 @@ async fn concurrent_connects_all_succeed(db: &TestDb) {
         let store = store.as_ref().expect("every concurrent connect succeeds");
         store.ping().await.expect("ping");
     }
-    // Each of the three migrations applied once.
+    // Each of the four migrations applied once.
     let migrations = db.scalar("SELECT COUNT(*) FROM _sqlx_migrations").await;
-    assert_eq!(migrations, 3);
+    assert_eq!(migrations, 4);
 }
 
 #[tokio::test]
@@ -517,9 +591,9 @@ async fn a_start_plan_made_on_an_empty_database_probes_by_key() {
 
     db.exec(&format!(
         "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, handler, \
-             payload, timeout_ms, due_at, state, part, created_at) \
+             payload, timeout_ms, due_at, state, created_at) \
          SELECT 'bulk@' || g || '#1', 'bulk', g, 1, 'default', 5, 'noop', 'null', 1000, g, \
-             'succeeded', 0, g \
+             'succeeded', g \
          FROM generate_series(1, {ROWS}) g"
     ))
     .await;
@@ -846,8 +920,8 @@ async fn corrupt_rows_are_reported_with_their_id(db: &TestDb) {
     // A firing with an unknown state.
     db.exec(
         "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, handler, \
-             payload, timeout_ms, due_at, state, part, created_at) \
-         VALUES ('good@1#1', 'good', 1, 1, 'default', 5, 'h', 'null', 1000, 1, 'exploded', 0, 1)",
+             payload, timeout_ms, due_at, state, created_at) \
+         VALUES ('good@1#1', 'good', 1, 1, 'default', 5, 'h', 'null', 1000, 1, 'exploded', 1)",
     )
     .await;
     match store.list_firings(&FiringFilter::default()).await {

@@ -118,11 +118,11 @@ impl Store {
     /// gauges). Groups with none in a state are absent.
     pub async fn counts_by_state(&self) -> Result<Vec<(String, FiringState, i64)>, StoreError> {
         let found = sqlx::query(
-            "SELECT group_name, 'staged' AS state, COUNT(*) AS n FROM firings \
-                 WHERE state = 'staged' GROUP BY group_name \
+            "SELECT group_name, 'staged' AS state, COUNT(*) AS n FROM waiting \
+                 WHERE published_at IS NULL GROUP BY group_name \
              UNION ALL \
-             SELECT group_name, 'published' AS state, COUNT(*) AS n FROM firings \
-                 WHERE state = 'published' GROUP BY group_name \
+             SELECT group_name, 'published' AS state, COUNT(*) AS n FROM waiting \
+                 WHERE published_at IS NOT NULL GROUP BY group_name \
              UNION ALL \
              SELECT group_name, 'executing' AS state, COUNT(*) AS n FROM executing \
                  GROUP BY group_name \

@@ -2,6 +2,7 @@
 
 use super::rows::{self, JOB_COLUMNS, JOB_TABLES};
 use super::types::{Deleted, JobFilter, Page, Running};
+use super::waiting::Waiting;
 use super::{at_ms, ms, page_limit, truncate, Backend, RowExt, Store, StoreError};
 use chime_common::schedule::Schedule;
 use chime_common::{FiringId, Job, JobSpec, JobState};
@@ -268,14 +269,16 @@ impl Store {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        sqlx::query(
+        let cancelled: Vec<String> = sqlx::query_scalar(
             "UPDATE firings SET state = 'cancelled', error = 'job deleted', finished_at = $2 \
-             WHERE job_id = $1 AND state IN ('staged', 'published')",
+             WHERE job_id = $1 AND state IN ('staged', 'published') RETURNING id",
         )
         .bind(id)
         .bind(now_ms)
-        .execute(&mut *tx)
+        .fetch_all(&mut *tx)
         .await?;
+        let cancelled: Vec<&str> = cancelled.iter().map(String::as_str).collect();
+        self.remove_waiting(&mut tx, &cancelled).await?;
         sqlx::query("DELETE FROM pending WHERE job_id = $1")
             .bind(id)
             .execute(&mut *tx)
@@ -425,13 +428,14 @@ impl Store {
                 break;
             };
             let id = FiringId::new(job_id, at, 1);
+            let text = id.to_string();
             let inserted = sqlx::query(
                 "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
-                     handler, payload, timeout_ms, due_at, state, slice, part, created_at) \
-                 VALUES ($1, $2, $3, 1, $4, $5, $6, $7, $8, $9, 'staged', NULL, $10, $9) \
+                     handler, payload, timeout_ms, due_at, state, created_at) \
+                 VALUES ($1, $2, $3, 1, $4, $5, $6, $7, $8, $9, 'staged', $9) \
                  ON CONFLICT DO NOTHING",
             )
-            .bind(id.to_string())
+            .bind(text.as_str())
             .bind(job_id)
             .bind(at)
             .bind(spec.group.as_str())
@@ -440,10 +444,17 @@ impl Store {
             .bind(payload.as_str())
             .bind(spec.timeout.as_millis() as i64)
             .bind(now_ms)
-            .bind(i64::from(self.partition_of(job_id)))
             .execute(&mut **tx)
             .await?;
             if inserted.rows_affected() == 1 {
+                let waiting = Waiting {
+                    id: &text,
+                    group_name: &spec.group,
+                    part: self.partition_of(job_id),
+                    due_at: now_ms,
+                    slice: None,
+                };
+                self.add_waiting(tx, &[waiting]).await?;
                 return Ok(Some(id));
             }
         }

@@ -3,8 +3,8 @@
 //!
 //! Each batch call is one transaction and each item in it is independent.
 //! Locks are taken in one order, firing row, then executing row, then job
-//! row, then a queued firing. The rare deadlock that is left
-//! is retried by [`Store::retrying`].
+//! row, then a queued firing; a firing's `waiting` row only after its firing
+//! row. The rare deadlock that is left is retried by [`Store::retrying`].
 //!
 //! On PostgreSQL the plain items of a batch (a start under `overlap: allow`
 //! with nothing queued, a success with no `on_success`) are first decided in
@@ -25,6 +25,7 @@ use super::dialect::{Backend, Col};
 use super::jobs::write_spec_and_state;
 use super::rows::{self, EXECUTING_COLUMNS, FIRING_COLUMNS, JOB_TABLES};
 use super::types::{ExecutingRow, FinishOutcome, RequeueOutcome, Running, StartDecision};
+use super::waiting::Waiting;
 use super::{at_ms, instant, json_text, ms, truncate, RowExt, Store, StoreError};
 use chime_common::protocol::{
     Alert, AlertKind, Finished, Outcome, StartRefusal, StartReply, StartRequest,
@@ -181,7 +182,9 @@ impl Store {
                  INSERT INTO executing (firing_id, job_id, group_name, worker_id, attempt, \
                      started_at, deadline_at) \
                  SELECT id, job_id, group_name, worker_id, attempt, $2, $2 + timeout_ms \
-                 FROM started) \
+                 FROM started), \
+             no_longer_waiting AS ( \
+                 DELETE FROM waiting w USING started WHERE w.firing_id = started.id) \
              SELECT id, timeout_ms FROM started",
             self.backend
                 .json_rows(1, &[("id", Col::Text), ("worker_id", Col::Text)])
@@ -382,6 +385,8 @@ impl Store {
                 .bind(now)
                 .execute(&mut **tx)
                 .await?;
+            let ids: Vec<&str> = started.iter().map(|s| s.id).collect();
+            self.remove_waiting(tx, &ids).await?;
         }
         for &i in plain {
             let id = &requests[i].firing_id;
@@ -529,6 +534,7 @@ impl Store {
         .bind(now)
         .execute(&mut **tx)
         .await?;
+        self.remove_waiting(tx, &[id]).await?;
         sqlx::query("DELETE FROM pending WHERE job_id = $1 AND firing_id = $2")
             .bind(job_id)
             .bind(id)
@@ -632,7 +638,7 @@ impl Store {
         .bind(now)
         .execute(&mut **tx)
         .await?;
-        Ok(())
+        self.remove_waiting(tx, &[id]).await
     }
 
     /// Applies finished events: on PostgreSQL the plain successes in one
@@ -997,20 +1003,30 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<FiringId, StoreError> {
         let next = failed.next_attempt();
-        sqlx::query(
+        let id = next.to_string();
+        let group: Option<String> = sqlx::query_scalar(
             "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, handler, \
-                 payload, timeout_ms, due_at, state, slice, part, created_at) \
+                 payload, timeout_ms, due_at, state, created_at) \
              SELECT $1, job_id, scheduled_at, attempt + 1, group_name, priority, handler, payload, \
-                 timeout_ms, $3, 'staged', NULL, $4, $5 \
-             FROM firings WHERE id = $2 ON CONFLICT DO NOTHING",
+                 timeout_ms, $3, 'staged', $4 \
+             FROM firings WHERE id = $2 ON CONFLICT DO NOTHING RETURNING group_name",
         )
-        .bind(next.to_string())
+        .bind(id.as_str())
         .bind(failed.to_string())
         .bind(ms(due))
-        .bind(i64::from(self.partition_of(&failed.job_id)))
         .bind(ms(now))
-        .execute(&mut **tx)
+        .fetch_optional(&mut **tx)
         .await?;
+        if let Some(group) = group {
+            let waiting = Waiting {
+                id: &id,
+                group_name: &group,
+                part: self.partition_of(&failed.job_id),
+                due_at: ms(due),
+                slice: None,
+            };
+            self.add_waiting(tx, &[waiting]).await?;
+        }
         Ok(next)
     }
 
@@ -1092,8 +1108,7 @@ impl Store {
             .execute(&mut **tx)
             .await?;
         let released = sqlx::query(
-            "UPDATE firings SET state = 'staged', slice = NULL, due_at = $2, \
-                 publish_seq = publish_seq + 1 \
+            "UPDATE firings SET state = 'staged', due_at = $2, publish_seq = publish_seq + 1 \
              WHERE id = $1 AND state IN ('staged', 'published')",
         )
         .bind(queued.as_str())
@@ -1103,6 +1118,15 @@ impl Store {
         if released.rows_affected() == 0 {
             return Ok(None);
         }
+        // Unadopted again: the next slice of its partition publishes it.
+        sqlx::query(
+            "UPDATE waiting SET slice = NULL, due_at = $2, published_at = NULL \
+             WHERE firing_id = $1",
+        )
+        .bind(queued.as_str())
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
         match rows::firing_id(&queued) {
             Ok(id) => Ok(Some(id)),
             Err(e) => {
@@ -1244,10 +1268,12 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<Firing>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {FIRING_COLUMNS} FROM firings \
-             WHERE state = 'published' AND published_at < $1 \
-               AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.firing_id = firings.id) \
-             ORDER BY published_at, id LIMIT $2"
+            "SELECT {FIRING_COLUMNS} FROM firings WHERE id IN ( \
+                 SELECT w.firing_id FROM waiting w \
+                 WHERE w.published_at IS NOT NULL AND w.published_at < $1 \
+                     AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.firing_id = w.firing_id) \
+                 ORDER BY w.published_at, w.firing_id LIMIT $2) \
+             ORDER BY published_at, id"
         ))
         .bind(ms(published_before))
         .bind(i64::from(limit))

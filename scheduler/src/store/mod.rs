@@ -56,6 +56,7 @@ mod plan;
 mod rows;
 mod slices;
 mod types;
+mod waiting;
 
 pub use dialect::Backend;
 pub use error::StoreError;
@@ -274,8 +275,9 @@ impl Store {
             .execute(&mut *tx)
             .await?;
             sqlx::query(&format!(
-                "UPDATE firings SET part = r.part FROM {src} \
-                 WHERE firings.job_id = r.id AND firings.state = 'staged' AND firings.slice IS NULL"
+                "UPDATE waiting SET part = r.part FROM {src}, firings f \
+                 WHERE f.job_id = r.id AND waiting.firing_id = f.id \
+                     AND waiting.slice IS NULL AND waiting.published_at IS NULL"
             ))
             .bind(batch)
             .execute(&mut *tx)

@@ -1,10 +1,11 @@
 //! Time slices: staging due instants, adopting unowned firings, publishing.
 
-use super::dialect::Col;
+use super::dialect::{Backend, Col};
 use super::jobs::{compile, next_ms};
 use super::plan::{plan, PlanInput};
 use super::rows::{self, STAGED_COLUMNS};
 use super::types::{StageOutcome, StageRequest, StagedFiring};
+use super::waiting::Waiting;
 use super::{at_ms, json_text, ms, RowExt, Store, StoreError};
 use chime_common::duration::format_duration;
 use chime_common::{FiringId, FiringState, JobSpec, JobState};
@@ -17,7 +18,7 @@ use std::time::Duration;
 const BATCH_ROWS: usize = 10_000;
 
 /// Columns of a batch of new firings, as [`NewFiring`] serializes them.
-const NEW_FIRING_COLUMNS: [(&str, Col); 15] = [
+const NEW_FIRING_COLUMNS: [(&str, Col); 13] = [
     ("id", Col::Text),
     ("job_id", Col::Text),
     ("scheduled_at", Col::Int),
@@ -29,8 +30,6 @@ const NEW_FIRING_COLUMNS: [(&str, Col); 15] = [
     ("timeout_ms", Col::Int),
     ("due_at", Col::Int),
     ("state", Col::Text),
-    ("slice", Col::Text),
-    ("part", Col::Int),
     ("error", Col::Text),
     ("finished_at", Col::Int),
 ];
@@ -49,8 +48,6 @@ struct NewFiring<'a> {
     timeout_ms: i64,
     due_at: i64,
     state: &'static str,
-    slice: Option<&'a str>,
-    part: u32,
     error: Option<String>,
     finished_at: Option<i64>,
 }
@@ -219,15 +216,12 @@ impl Store {
                 timeout_ms,
                 due_at,
                 state,
-                slice: None,
-                part: req.partition,
                 error: None,
                 finished_at: None,
             };
             for &(scheduled_at, due_at) in &job.plan.staged {
                 new.push(NewFiring {
                     payload: &job.payload,
-                    slice: Some(&req.slice),
                     ..base(scheduled_at, due_at, FiringState::Staged.as_str())
                 });
             }
@@ -254,11 +248,9 @@ impl Store {
 
         let insert = format!(
             "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
-                 handler, payload, timeout_ms, due_at, state, slice, part, error, finished_at, \
-                 created_at) \
+                 handler, payload, timeout_ms, due_at, state, error, finished_at, created_at) \
              SELECT r.id, r.job_id, r.scheduled_at, r.attempt, r.group_name, r.priority, \
-                 r.handler, r.payload, r.timeout_ms, r.due_at, r.state, r.slice, r.part, r.error, \
-                 r.finished_at, $2 \
+                 r.handler, r.payload, r.timeout_ms, r.due_at, r.state, r.error, r.finished_at, $2 \
              FROM {} WHERE true ON CONFLICT DO NOTHING RETURNING id",
             self.backend.json_rows(1, &NEW_FIRING_COLUMNS)
         );
@@ -270,6 +262,21 @@ impl Store {
                 .fetch_all(&mut *tx)
                 .await?;
             inserted.extend(ids);
+        }
+        // A row that already existed belongs to whoever staged it.
+        let waiting: Vec<Waiting> = new
+            .iter()
+            .filter(|f| f.state == FiringState::Staged.as_str() && inserted.contains(&f.id))
+            .map(|f| Waiting {
+                id: &f.id,
+                group_name: f.group_name,
+                part: req.partition,
+                due_at: f.due_at,
+                slice: Some(&req.slice),
+            })
+            .collect();
+        for chunk in waiting.chunks(BATCH_ROWS) {
+            self.add_waiting(&mut tx, chunk).await?;
         }
 
         let update = format!(
@@ -297,7 +304,6 @@ impl Store {
             let spec = &job.spec;
             for &(scheduled_at, due_at) in &job.plan.staged {
                 let id = FiringId::new(spec.id.as_str(), scheduled_at, 1);
-                // A row that already existed belongs to whoever staged it.
                 if !inserted.contains(&id.to_string()) {
                     continue;
                 }
@@ -358,16 +364,31 @@ impl Store {
         &self,
         req: &StageRequest,
     ) -> Result<(Vec<StagedFiring>, Vec<(String, String)>), StoreError> {
-        let rows = sqlx::query(&format!(
-            "UPDATE firings SET slice = $1 \
-             WHERE state = 'staged' AND slice IS NULL AND part = $2 \
+        let adopted: Vec<String> = sqlx::query_scalar(
+            "UPDATE waiting SET slice = $1 \
+             WHERE slice IS NULL AND published_at IS NULL AND part = $2 \
                  AND due_at >= $3 AND due_at < $4 \
-             RETURNING {STAGED_COLUMNS}"
-        ))
+             RETURNING firing_id",
+        )
         .bind(req.slice.as_str())
         .bind(i64::from(req.partition))
         .bind(start_ms(req))
         .bind(ms(req.slice_end))
+        .fetch_all(&self.write)
+        .await?;
+        if adopted.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        #[derive(Serialize)]
+        struct Id<'a> {
+            id: &'a str,
+        }
+        let ids: Vec<Id> = adopted.iter().map(|id| Id { id }).collect();
+        let rows = sqlx::query(&format!(
+            "SELECT {STAGED_COLUMNS} FROM firings WHERE id IN (SELECT r.id FROM {})",
+            self.backend.json_rows(1, &[("id", Col::Text)])
+        ))
+        .bind(json_text(&ids)?)
         .fetch_all(&self.write)
         .await?;
         Ok(decode_staged(&rows))
@@ -402,7 +423,8 @@ impl Store {
     /// left out.
     pub async fn slice_firings(&self, slice: &str) -> Result<Vec<StagedFiring>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {STAGED_COLUMNS} FROM firings WHERE slice = $1 AND state = 'staged' \
+            "SELECT {STAGED_COLUMNS} FROM firings WHERE id IN (SELECT firing_id FROM waiting \
+                 WHERE slice = $1 AND published_at IS NULL) \
              ORDER BY due_at, priority DESC, id"
         ))
         .bind(slice)
@@ -419,8 +441,9 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<StagedFiring>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {STAGED_COLUMNS} FROM firings WHERE state = 'staged' AND due_at < $1 \
-             ORDER BY due_at, priority DESC, id LIMIT $2"
+            "SELECT {STAGED_COLUMNS} FROM firings WHERE id IN (SELECT firing_id FROM waiting \
+                 WHERE published_at IS NULL AND due_at < $1 ORDER BY due_at, firing_id LIMIT $2) \
+             ORDER BY due_at, priority DESC, id"
         ))
         .bind(ms(due_before))
         .bind(i64::from(limit))
@@ -445,32 +468,65 @@ impl Store {
         // deadlocked (PostgreSQL then stalls a second). A row skipped here is
         // being started, which moves it past `published` anyway, or is left
         // `staged` for housekeeping, whose republish JetStream drops as a duplicate.
-        // Only staged rows are locked (most firings are started before their
-        // mark is written; locking those too cost a heap write each), and
-        // they are found by id: with a plain `f.state = 'staged'` PostgreSQL
-        // may read every staged firing of the lookahead through the partial
-        // indexes instead. `IN ('staged', '')` filters the same rows but
-        // matches no partial index's predicate.
-        let sql = format!(
+        // Only staged rows are locked: most firings are started before their
+        // mark is written, and locking those too cost a heap write each.
+        let mark_firings = format!(
             "UPDATE firings SET state = 'published', published_at = $1 \
              WHERE state = 'staged' AND id IN (SELECT f.id FROM firings f \
-             WHERE f.id IN (SELECT r.id FROM {}) AND f.state IN ('staged', '') \
-             ORDER BY f.id{})",
+             WHERE f.id IN (SELECT r.id FROM {}) AND f.state = 'staged' \
+             ORDER BY f.id{}) RETURNING id",
             self.backend.json_rows(2, &[("id", Col::Text)]),
             self.backend.for_update_skip_locked("f")
         );
+        let sql = match self.backend {
+            // The waiting rows of exactly the firings marked (not those
+            // skipped as locked), in the same statement, after them.
+            Backend::Postgres => format!(
+                "WITH marked AS ({mark_firings}), \
+                 published AS (UPDATE waiting SET published_at = $1 FROM marked \
+                     WHERE waiting.firing_id = marked.id) \
+                 SELECT COUNT(*) FROM marked"
+            ),
+            // One writer: every staged firing of the batch is marked.
+            Backend::Sqlite => format!(
+                "UPDATE waiting SET published_at = $1 \
+                 WHERE published_at IS NULL AND firing_id IN (SELECT r.id FROM {})",
+                self.backend.json_rows(2, &[("id", Col::Text)])
+            ),
+        };
         let mut changed = 0;
         for chunk in ids.chunks(BATCH_ROWS) {
             let rows: Vec<Id> = chunk.iter().map(|id| Id { id: id.to_string() }).collect();
             let batch = json_text(&rows)?;
             changed += self
                 .retrying(|| async {
-                    let done = sqlx::query(&sql)
-                        .bind(ms(at))
-                        .bind(batch.as_str())
-                        .execute(&self.write)
-                        .await?;
-                    Ok(done.rows_affected())
+                    let marked = match self.backend {
+                        Backend::Postgres => {
+                            let count: i64 = sqlx::query_scalar(&sql)
+                                .bind(ms(at))
+                                .bind(batch.as_str())
+                                .fetch_one(&self.write)
+                                .await?;
+                            u64::try_from(count).unwrap_or(0)
+                        }
+                        Backend::Sqlite => {
+                            let mut tx = self.begin().await?;
+                            let marked = sqlx::query(&mark_firings)
+                                .bind(ms(at))
+                                .bind(batch.as_str())
+                                .fetch_all(&mut *tx)
+                                .await?
+                                .len();
+                            sqlx::query(&sql)
+                                .bind(ms(at))
+                                .bind(batch.as_str())
+                                .execute(&mut *tx)
+                                .await?;
+                            tx.commit().await?;
+                            marked as u64
+                        }
+                    };
+                    Ok(marked)
                 })
                 .await?;
         }
@@ -478,13 +534,13 @@ impl Store {
     }
 }
 
-/// Decodes staged rows, setting corrupt ones aside (and logging them): one
-/// bad row must not stop the others from being published.
 /// The lower bound of a staging request's instants (UTC ms).
 fn start_ms(req: &StageRequest) -> i64 {
     req.slice_start.map_or(i64::MIN, ms)
 }
 
+/// Decodes staged rows, setting corrupt ones aside (and logging them): one
+/// bad row must not stop the others from being published.
 fn decode_staged(rows: &[sqlx::any::AnyRow]) -> (Vec<StagedFiring>, Vec<(String, String)>) {
     let mut firings = Vec::with_capacity(rows.len());
     let mut corrupt = Vec::new();
