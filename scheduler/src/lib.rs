@@ -8,6 +8,7 @@
 //! [`housekeeping`] (rescue and retention), over the [`store`]. [`replica`]
 //! wires them; [`lease`] elects the single-active services.
 
+pub mod alarm;
 pub mod api;
 pub mod claim;
 pub mod expiry;

@@ -16,6 +16,7 @@
 //! firing, the most expensive write of its lifecycle, and in a burst of
 //! 100,000 it competed with publishing for the CPU.
 
+use crate::alarm::Alarm;
 use crate::claim::SliceProgress;
 use crate::metrics::Metrics;
 use crate::store::{StagedFiring, Store};
@@ -211,9 +212,10 @@ impl Publisher {
         let collecting = tokio::spawn(collector.run(rx));
         let marking = tokio::spawn(marker.run(marks_rx));
         let mut draining_until: Option<tokio::time::Instant> = None;
+        let mut alarm = Alarm::new();
         loop {
-            let now_ms = Utc::now().timestamp_millis();
-            if self.send_due(now_ms, &tx).await > 0 {
+            let now = Utc::now();
+            if self.send_due(now.timestamp_millis(), &tx).await > 0 {
                 continue;
             }
             if let Some(until) = draining_until {
@@ -221,12 +223,17 @@ impl Publisher {
                     break;
                 }
             }
+            // To the microsecond: waiting whole milliseconds from a
+            // truncated `now` overslept by up to one.
             let wait = match self.wheel.next_due_ms() {
-                Some(due) => Duration::from_millis((due - now_ms).clamp(0, 60_000) as u64),
+                Some(due) => {
+                    let until_due = due.saturating_mul(1000) - now.timestamp_micros();
+                    Duration::from_micros(until_due.clamp(0, 60_000_000) as u64)
+                }
                 None => Duration::from_secs(60),
             };
             tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
+                _ = alarm.sleep_until(std::time::Instant::now() + wait) => {}
                 _ = self.wheel.changed() => {}
                 _ = shutdown.cancelled(), if draining_until.is_none() => {
                     draining_until = Some(tokio::time::Instant::now() + drain);
