@@ -29,7 +29,7 @@ use chime_common::{Band, FiringId, Subjects};
 use chrono::Utc;
 use futures::stream::{FuturesUnordered, StreamExt};
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -233,7 +233,7 @@ impl Publisher {
                 None => Duration::from_secs(60),
             };
             tokio::select! {
-                _ = alarm.sleep_until(std::time::Instant::now() + wait) => {}
+                _ = alarm.sleep_until(Instant::now() + wait) => {}
                 _ = self.wheel.changed() => {}
                 _ = shutdown.cancelled(), if draining_until.is_none() => {
                     draining_until = Some(tokio::time::Instant::now() + drain);
@@ -276,10 +276,13 @@ struct Acked {
 impl Collector {
     async fn run(self, mut sent: mpsc::Receiver<Sent>) {
         let mut inflight = FuturesUnordered::new();
-        let mut rung: HashMap<String, tokio::time::Instant> = HashMap::new();
+        let mut rung: HashMap<String, Instant> = HashMap::new();
         // Groups to ring once the interval has passed, with the bands that got firings.
         let mut unrung: HashMap<String, BTreeSet<Band>> = HashMap::new();
-        let mut ring_at: Option<tokio::time::Instant> = None;
+        let mut ring_at: Option<Instant> = None;
+        // An idle worker waits for the doorbell: a deferred ring is on the
+        // path of a firing's start, so it is timed to the microsecond too.
+        let mut alarm = Alarm::new();
         let mut open = true;
         loop {
             tokio::select! {
@@ -289,20 +292,20 @@ impl Collector {
                 },
                 Some((entry, result)) = inflight.next(), if !inflight.is_empty() => {
                     if let Some((group, band)) = self.on_ack(entry, result) {
-                        let now = tokio::time::Instant::now();
-                        let recently = rung.get(&group).is_some_and(|at| now.duration_since(*at) < self.config.doorbell_interval);
-                        if recently {
+                        let now = Instant::now();
+                        let allowed = rung.get(&group).map(|at| *at + self.config.doorbell_interval);
+                        if let Some(allowed) = allowed.filter(|allowed| *allowed > now) {
                             // Rung a moment ago: ring again once the interval has passed.
                             unrung.entry(group).or_default().insert(band);
-                            ring_at.get_or_insert(now + self.config.doorbell_interval);
+                            ring_at = Some(ring_at.map_or(allowed, |at| at.min(allowed)));
                         } else {
                             self.ring(&group, [band]).await;
                             rung.insert(group, now);
                         }
                     }
                 }
-                _ = sleep_until_some(ring_at), if ring_at.is_some() => {
-                    let now = tokio::time::Instant::now();
+                _ = sleep_until_some(&mut alarm, ring_at), if ring_at.is_some() => {
+                    let now = Instant::now();
                     for (group, bands) in unrung.drain() {
                         self.ring(&group, bands).await;
                         rung.insert(group, now);
@@ -368,9 +371,9 @@ impl Collector {
     }
 }
 
-async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+async fn sleep_until_some(alarm: &mut Alarm, at: Option<Instant>) {
     match at {
-        Some(at) => tokio::time::sleep_until(at).await,
+        Some(at) => alarm.sleep_until(at).await,
         None => std::future::pending().await,
     }
 }
