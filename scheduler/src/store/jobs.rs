@@ -277,7 +277,6 @@ impl Store {
         .bind(now_ms)
         .fetch_all(&mut *tx)
         .await?;
-        let cancelled: Vec<&str> = cancelled.iter().map(String::as_str).collect();
         self.remove_waiting(&mut tx, &cancelled).await?;
         sqlx::query("DELETE FROM pending WHERE job_id = $1")
             .bind(id)

@@ -26,7 +26,7 @@ use super::jobs::write_spec_and_state;
 use super::rows::{self, EXECUTING_COLUMNS, FIRING_COLUMNS, JOB_TABLES};
 use super::types::{ExecutingRow, FinishOutcome, RequeueOutcome, Running, StartDecision};
 use super::waiting::Waiting;
-use super::{at_ms, instant, json_text, ms, truncate, RowExt, Store, StoreError};
+use super::{at_ms, id_batch, instant, json_text, ms, truncate, RowExt, Store, StoreError};
 use chime_common::protocol::{
     Alert, AlertKind, Finished, Outcome, StartRefusal, StartReply, StartRequest,
 };
@@ -254,11 +254,7 @@ impl Store {
         tx: &mut Tx,
         ids: &[&FiringId],
     ) -> Result<HashMap<FiringId, BatchRow>, StoreError> {
-        #[derive(Serialize)]
-        struct Id {
-            id: String,
-        }
-        let ids: Vec<Id> = ids.iter().map(|id| Id { id: id.to_string() }).collect();
+        let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
         let sql = format!(
             "SELECT f.id, f.state, f.group_name, f.timeout_ms, e.worker_id, j.spec, \
                  CAST(CASE WHEN EXISTS (SELECT 1 FROM pending p WHERE p.job_id = f.job_id) \
@@ -271,7 +267,7 @@ impl Store {
             self.backend.for_update_of("f")
         );
         let found = sqlx::query(&sql)
-            .bind(json_text(&ids)?)
+            .bind(id_batch(&ids)?)
             .fetch_all(&mut **tx)
             .await?;
         let mut rows = HashMap::with_capacity(found.len());

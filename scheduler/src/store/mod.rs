@@ -417,6 +417,16 @@ fn json_text<T: serde::Serialize>(rows: &[T]) -> Result<String, StoreError> {
     serde_json::to_string(rows).map_err(|e| StoreError::Internal(format!("encoding a batch: {e}")))
 }
 
+/// A batch of ids as the JSON text bound to `json_rows` with one `id` column.
+fn id_batch<S: AsRef<str>>(ids: &[S]) -> Result<String, StoreError> {
+    #[derive(serde::Serialize)]
+    struct Id<'a> {
+        id: &'a str,
+    }
+    let rows: Vec<Id> = ids.iter().map(|id| Id { id: id.as_ref() }).collect();
+    json_text(&rows)
+}
+
 /// Typed column access that names the row when a value does not fit.
 trait RowExt {
     fn text(&self, id: &str, column: &str) -> Result<String, StoreError>;

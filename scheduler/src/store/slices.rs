@@ -6,7 +6,7 @@ use super::plan::{plan, PlanInput};
 use super::rows::{self, STAGED_COLUMNS};
 use super::types::{StageOutcome, StageRequest, StagedFiring};
 use super::waiting::Waiting;
-use super::{at_ms, json_text, ms, RowExt, Store, StoreError};
+use super::{at_ms, id_batch, json_text, ms, RowExt, Store, StoreError};
 use chime_common::duration::format_duration;
 use chime_common::{FiringId, FiringState, JobSpec, JobState};
 use chrono::{DateTime, Utc};
@@ -379,16 +379,11 @@ impl Store {
         if adopted.is_empty() {
             return Ok((Vec::new(), Vec::new()));
         }
-        #[derive(Serialize)]
-        struct Id<'a> {
-            id: &'a str,
-        }
-        let ids: Vec<Id> = adopted.iter().map(|id| Id { id }).collect();
         let rows = sqlx::query(&format!(
             "SELECT {STAGED_COLUMNS} FROM firings WHERE id IN (SELECT r.id FROM {})",
             self.backend.json_rows(1, &[("id", Col::Text)])
         ))
-        .bind(json_text(&ids)?)
+        .bind(id_batch(&adopted)?)
         .fetch_all(&self.write)
         .await?;
         Ok(decode_staged(&rows))
@@ -459,10 +454,6 @@ impl Store {
         ids: &[FiringId],
         at: DateTime<Utc>,
     ) -> Result<u64, StoreError> {
-        #[derive(Serialize)]
-        struct Id {
-            id: String,
-        }
         // Only rows no one else holds: a concurrent start batch locks firings
         // one by one, and waiting on each other's rows in different orders
         // deadlocked (PostgreSQL then stalls a second). A row skipped here is
@@ -496,8 +487,8 @@ impl Store {
         };
         let mut changed = 0;
         for chunk in ids.chunks(BATCH_ROWS) {
-            let rows: Vec<Id> = chunk.iter().map(|id| Id { id: id.to_string() }).collect();
-            let batch = json_text(&rows)?;
+            let texts: Vec<String> = chunk.iter().map(FiringId::to_string).collect();
+            let batch = id_batch(&texts)?;
             changed += self
                 .retrying(|| async {
                     let marked = match self.backend {

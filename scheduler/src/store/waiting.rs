@@ -9,7 +9,7 @@
 //! row first (see the migration `20261123120000_waiting.sql`).
 
 use super::dialect::Col;
-use super::{json_text, Store, StoreError};
+use super::{id_batch, json_text, Store, StoreError};
 use serde::Serialize;
 use sqlx::{Any, Transaction};
 
@@ -31,12 +31,6 @@ pub(crate) struct Waiting<'a> {
     pub part: u32,
     pub due_at: i64,
     pub slice: Option<&'a str>,
-}
-
-/// One firing id of a batch.
-#[derive(Serialize)]
-struct Id<'a> {
-    id: &'a str,
 }
 
 impl Store {
@@ -65,18 +59,17 @@ impl Store {
     pub(crate) async fn remove_waiting(
         &self,
         tx: &mut Transaction<'static, Any>,
-        ids: &[&str],
+        ids: &[impl AsRef<str>],
     ) -> Result<(), StoreError> {
         if ids.is_empty() {
             return Ok(());
         }
-        let ids: Vec<Id> = ids.iter().map(|&id| Id { id }).collect();
         let sql = format!(
             "DELETE FROM waiting WHERE firing_id IN (SELECT r.id FROM {})",
             self.backend.json_rows(1, &[("id", Col::Text)])
         );
         sqlx::query(&sql)
-            .bind(json_text(&ids)?)
+            .bind(id_batch(ids)?)
             .execute(&mut **tx)
             .await?;
         Ok(())
