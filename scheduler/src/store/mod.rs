@@ -30,10 +30,11 @@
 //!
 //! A job's partition is the 32-bit FNV-1a hash of its id's UTF-8 bytes
 //! (offset basis 2166136261, prime 16777619) modulo [`StoreOptions::partitions`],
-//! computed when the job is put and stored with it and with its firings. All
-//! replicas must agree on the partition count; when a store is opened with a
-//! count different from the one the database was last written with, it
-//! re-partitions every job and unadopted staged firing at connect.
+//! computed when the job is put and stored with it and with its waiting
+//! firings (`waiting.rs`). All replicas must agree on the partition count;
+//! when a store is opened with a count different from the one the database
+//! was last written with, it re-partitions every job and unadopted staged
+//! firing at connect.
 //!
 //! # Bad rows
 //!
