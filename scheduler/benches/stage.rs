@@ -93,16 +93,12 @@ impl Bench {
     /// Puts every job back before its instant and removes the firings and
     /// their executing and waiting rows.
     async fn reset(&self) {
-        for table in ["executing", "waiting"] {
+        for table in ["executing", "waiting", "firings"] {
             sqlx::query(&format!("DELETE FROM {table}"))
                 .execute(&self.raw)
                 .await
                 .unwrap_or_else(|e| panic!("reset {table}: {e}"));
         }
-        sqlx::query("DELETE FROM firings")
-            .execute(&self.raw)
-            .await
-            .expect("reset firings");
         sqlx::query(
             "UPDATE job_schedule SET next_fire_at = $1, state = 'active' WHERE job_id LIKE 'job-%'",
         )
