@@ -543,9 +543,36 @@ async fn concurrent_connects_all_succeed(db: &TestDb) {
         let store = store.as_ref().expect("every concurrent connect succeeds");
         store.ping().await.expect("ping");
     }
-    // Each of the four migrations applied once.
+    // Each of the five migrations applied once.
     let migrations = db.scalar("SELECT COUNT(*) FROM _sqlx_migrations").await;
-    assert_eq!(migrations, 4);
+    assert_eq!(migrations, 5);
+}
+
+/// The tables rewritten once per firing are vacuumed by how much they
+/// churn: a fixed threshold instead of a fraction of the table (a million
+/// idle jobs would put it at 200,000 updates), and `job_schedule` always
+/// cleans its indexes (the slicer's due scan walks the dead entries).
+#[tokio::test]
+async fn busy_tables_are_vacuumed_by_churn_not_size() {
+    let db = TestDb::create(Backend::Postgres).await;
+    db.store().await;
+    let tuned = |table: &str, options: &[&str]| {
+        format!(
+            "SELECT COUNT(*) FROM pg_class WHERE relname = '{table}' AND reloptions @> ARRAY[{}]",
+            options
+                .iter()
+                .map(|o| format!("'{o}'"))
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    };
+    let churn = [
+        "autovacuum_vacuum_scale_factor=0",
+        "autovacuum_vacuum_threshold=10000",
+    ];
+    let schedule = [&churn[..], &["vacuum_index_cleanup=on"]].concat();
+    assert_eq!(db.scalar(&tuned("job_schedule", &schedule)).await, 1);
+    assert_eq!(db.scalar(&tuned("waiting", &churn)).await, 1);
 }
 
 #[tokio::test]

@@ -99,7 +99,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
         row.note("fire_stream_last_msg_after_ms", ts);
     }
     row.note("seed_puts_per_s", format!("{put_rate:.0}"));
-    row.note("scheduler", env.scheduler_metrics().await);
+    row.note("scheduler", env.scheduler_metrics().await.since(None));
     row.note("worker_start_decision", env.worker_start_decisions());
     row.note("load_before", format!("[{load0}]"));
     row.note("load_after", format!("[{load1}]"));

@@ -1,7 +1,7 @@
 //! The real parts a scenario runs on: nats-server, PostgreSQL, scheduler
 //! child processes, in-process workers, and /proc sampling of the schedulers.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -77,6 +77,7 @@ impl Env {
             .max_connections(4)
             .connect(pg.url())
             .await?;
+        require_autovacuum(&sql).await?;
         let mut env = Env {
             nats,
             pg,
@@ -310,29 +311,20 @@ impl Env {
         }
     }
 
-    /// A few of the first scheduler's own metrics, as `name=value` pairs.
-    pub async fn scheduler_metrics(&self) -> String {
-        let Some(s) = self.schedulers.first() else {
-            return String::new();
+    /// A few of the first scheduler's own counters, for [`SchedulerMetrics::since`].
+    pub async fn scheduler_metrics(&self) -> SchedulerMetrics {
+        let text = match self.schedulers.first() {
+            Some(s) => http_get(&s.metrics_addr, "/metrics")
+                .await
+                .unwrap_or_default(),
+            None => String::new(),
         };
-        let Ok(text) = http_get(&s.metrics_addr, "/metrics").await else {
-            return String::new();
-        };
-        [
-            "chime_stage_duration_seconds_sum",
-            "chime_stage_duration_seconds_count",
-            "chime_start_batch_duration_seconds_sum",
-            "chime_start_batch_duration_seconds_count",
-            "chime_publish_lateness_seconds_sum",
-            "chime_publish_lateness_seconds_count",
-            "chime_slices_claimed_total",
-            "chime_misfires_total",
-            "chime_starts_total",
-        ]
-        .iter()
-        .map(|m| format!("{m}={}", metric_sum(&text, m)))
-        .collect::<Vec<_>>()
-        .join(",")
+        SchedulerMetrics(
+            SchedulerMetrics::NAMES
+                .iter()
+                .map(|&m| (m, metric_sum(&text, m)))
+                .collect(),
+        )
     }
 
     /// The workers' mean start decision time (start request to the
@@ -406,6 +398,71 @@ pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
     let mut body = Vec::new();
     tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut body)).await??;
     Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Refuses a PostgreSQL server whose autovacuum is off (this machine's CI
+/// configuration turns it off): every firing rewrites rows, and without
+/// vacuum the dead versions pile up for the whole run, so the figures would
+/// measure a bloat no production server has and drift with the run's length.
+async fn require_autovacuum(sql: &PgPool) -> anyhow::Result<()> {
+    let (setting,): (String,) = sqlx::query_as("SELECT current_setting('autovacuum')")
+        .fetch_one(sql)
+        .await?;
+    anyhow::ensure!(
+        setting == "on",
+        "PostgreSQL's autovacuum is {setting} on this server; benchmark against one that vacuums, \
+         e.g. psql -c \"ALTER SYSTEM SET autovacuum = on\" -c \"SELECT pg_reload_conf()\""
+    );
+    Ok(())
+}
+
+/// A snapshot of the first scheduler's counters (all zero when its
+/// /metrics did not answer).
+#[derive(Clone, Default)]
+pub struct SchedulerMetrics(BTreeMap<&'static str, f64>);
+
+impl SchedulerMetrics {
+    const NAMES: [&'static str; 9] = [
+        "chime_stage_duration_seconds_sum",
+        "chime_stage_duration_seconds_count",
+        "chime_start_batch_duration_seconds_sum",
+        "chime_start_batch_duration_seconds_count",
+        "chime_publish_lateness_seconds_sum",
+        "chime_publish_lateness_seconds_count",
+        "chime_slices_claimed_total",
+        "chime_misfires_total",
+        "chime_starts_total",
+    ];
+
+    /// What happened between `earlier` (the start of the run when `None`)
+    /// and this snapshot: counts and mean durations in ms, as a note.
+    pub fn since(&self, earlier: Option<&SchedulerMetrics>) -> String {
+        let delta = |name: &str| {
+            self.0.get(name).copied().unwrap_or(0.0)
+                - earlier.and_then(|e| e.0.get(name).copied()).unwrap_or(0.0)
+        };
+        let mean_ms = |family: &str| {
+            let count = delta(&format!("{family}_count"));
+            if count > 0.0 {
+                format!("{:.2}", delta(&format!("{family}_sum")) * 1000.0 / count)
+            } else {
+                "-".into()
+            }
+        };
+        format!(
+            "{}stagings={},stage_ms_mean={},start_batches={},start_batch_ms_mean={},\
+             publish_lateness_ms_mean={},slices_claimed={},misfires={},starts={}",
+            if earlier.is_some() { "window:" } else { "run:" },
+            delta("chime_stage_duration_seconds_count"),
+            mean_ms("chime_stage_duration_seconds"),
+            delta("chime_start_batch_duration_seconds_count"),
+            mean_ms("chime_start_batch_duration_seconds"),
+            mean_ms("chime_publish_lateness_seconds"),
+            delta("chime_slices_claimed_total"),
+            delta("chime_misfires_total"),
+            delta("chime_starts_total"),
+        )
+    }
 }
 
 /// Sums every sample of a Prometheus metric family.

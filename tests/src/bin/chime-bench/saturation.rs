@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::env::{now_ms, second_after, Env};
 use crate::report::Row;
-use crate::steady::{every_second, finish, observe_registered};
+use crate::steady::{every_second, finish, observe_with_metrics};
 use crate::Args;
 
 pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
@@ -40,7 +40,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
     for (k, rate) in args.rates.iter().enumerate() {
         let (w0, w1) = bounds(k);
         let prefix = format!("sat{k:02}-");
-        let span = observe_registered(windows[k], &env.sampler, w0, w1).await;
+        let span = observe_with_metrics(&env, windows[k], w0, w1).await;
         let mut row = finish(
             &env,
             span,

@@ -6,16 +6,16 @@
 //! bulk load: after seeding, the job tables are vacuumed and analyzed (what
 //! autovacuum does soon after in production), a checkpoint writes the bulk
 //! load's pages out (otherwise PostgreSQL spreads that over the next minutes,
-//! the measurement window included), and the window waits until the
-//! machine's 1-minute load is back under `SETTLED_LOAD` (at most
-//! `MAX_SETTLE`). The row notes how long that took.
+//! the measurement window included), and the window waits until no
+//! autovacuum worker is busy in the database (at most `MAX_SETTLE`). The row
+//! notes how long that took.
 
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use crate::env::{second_after, Env, GROUP};
-use crate::report::{loadavg, Row};
+use crate::report::Row;
 use crate::steady::{every_second, measure};
 use crate::Args;
 
@@ -78,30 +78,27 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// The 1-minute load average under which the machine counts as settled
-/// (the 1,000 firings/s of the scenario alone keep it at 2–3 on 2 cores).
-const SETTLED_LOAD: f64 = 4.0;
-
-/// The longest wait for the load to settle after seeding.
+/// The longest wait for the database to settle after seeding.
 const MAX_SETTLE: Duration = Duration::from_secs(180);
 
-/// Vacuums and analyzes the job tables and checkpoints, then waits for the
-/// load to settle; returns how long it all took.
+/// Vacuums and analyzes the job tables and checkpoints, then waits until no
+/// autovacuum worker is busy in the database; returns how long it all took.
 async fn settle(env: &Env) -> anyhow::Result<Duration> {
     let started = Instant::now();
     for statement in ["VACUUM ANALYZE jobs, job_schedule", "CHECKPOINT"] {
         sqlx::query(statement).execute(&env.sql).await?;
     }
     while started.elapsed() < MAX_SETTLE {
-        let one_minute: f64 = loadavg()
-            .split_whitespace()
-            .next()
-            .and_then(|l| l.parse().ok())
-            .unwrap_or(0.0);
-        if one_minute < SETTLED_LOAD {
+        let (vacuuming,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE backend_type = 'autovacuum worker' AND datname = current_database()",
+        )
+        .fetch_one(&env.sql)
+        .await?;
+        if vacuuming == 0 {
             break;
         }
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
     eprintln!("  settled after {:.0} s", started.elapsed().as_secs_f64());
     Ok(started.elapsed())

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::env::{now_ms, rfc3339, second_after, sleep_until_ms, Env, Sampler, GROUP};
+use crate::env::{
+    now_ms, rfc3339, second_after, sleep_until_ms, Env, Sampler, SchedulerMetrics, GROUP,
+};
 use crate::record::Recorder;
 use crate::report::{loadavg, Row};
 use crate::Args;
@@ -41,6 +43,8 @@ pub struct Span {
     pub rss: f64,
     pub load0: String,
     pub load1: String,
+    /// The scheduler's counters at `w0`, when the caller took them.
+    pub metrics0: Option<SchedulerMetrics>,
 }
 
 /// Registers the window `[w0, w1)` at once, then samples the schedulers'
@@ -65,6 +69,18 @@ pub async fn observe_registered(window: usize, sampler: &Sampler, w0: i64, w1: i
         rss: sampler.max_rss_mib(),
         load0,
         load1: loadavg(),
+        metrics0: None,
+    }
+}
+
+/// [`observe_registered`], with the scheduler's counters taken at `w0` so
+/// that the row reports what happened within the window.
+pub async fn observe_with_metrics(env: &Env, window: usize, w0: i64, w1: i64) -> Span {
+    sleep_until_ms(w0).await;
+    let metrics0 = env.scheduler_metrics().await;
+    Span {
+        metrics0: Some(metrics0),
+        ..observe_registered(window, &env.sampler, w0, w1).await
     }
 }
 
@@ -97,7 +113,10 @@ pub async fn finish(
         row.note("db_ms_p50/p99/max", split);
     }
     row.set_counts(expected, succeeded, states);
-    row.note("scheduler", env.scheduler_metrics().await);
+    row.note(
+        "scheduler",
+        env.scheduler_metrics().await.since(span.metrics0.as_ref()),
+    );
     row.note("worker_start_decision", env.worker_start_decisions());
     row.set_cpu(span.cpu);
     row.rss_max_mib = span.rss;
@@ -116,7 +135,8 @@ pub async fn measure(
     w0: i64,
     w1: i64,
 ) -> anyhow::Result<Row> {
-    let span = observe(&env.recorder, &env.sampler, w0, w1).await;
+    let window = env.recorder.add_window(w0, w1);
+    let span = observe_with_metrics(env, window, w0, w1).await;
     finish(env, span, scenario, label, prefix, rate).await
 }
 
