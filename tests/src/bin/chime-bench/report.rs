@@ -139,3 +139,30 @@ pub fn loadavg() -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// The machine's CPU time so far, in clock ticks: (busy, total), from the
+/// first line of /proc/stat (busy = total − idle − iowait).
+pub fn cpu_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let total: u64 = ticks.iter().sum();
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    (total.saturating_sub(idle), total)
+}
+
+/// The fraction of the machine's CPU that was busy between two
+/// [`cpu_ticks`] readings.
+pub fn busy_between(from: (u64, u64), to: (u64, u64)) -> f64 {
+    let total = to.1.saturating_sub(from.1);
+    if total == 0 {
+        return 0.0;
+    }
+    to.0.saturating_sub(from.0) as f64 / total as f64
+}
