@@ -418,7 +418,6 @@ async fn require_autovacuum(sql: &PgPool) -> anyhow::Result<()> {
 
 /// A snapshot of the first scheduler's counters (all zero when its
 /// /metrics did not answer).
-#[derive(Clone, Default)]
 pub struct SchedulerMetrics(BTreeMap<&'static str, f64>);
 
 impl SchedulerMetrics {
