@@ -8,14 +8,14 @@
 //! load's pages out (otherwise PostgreSQL spreads that over the next minutes,
 //! the measurement window included), and the window waits until no
 //! autovacuum worker is busy in the database (at most `MAX_SETTLE`). The row
-//! notes how long that took, and how busy the machine's CPU was.
+//! notes how long that took.
 
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use crate::env::{second_after, Env, GROUP};
-use crate::report::{busy_between, cpu_ticks, Row};
+use crate::report::Row;
 use crate::steady::{every_second, measure};
 use crate::Args;
 
@@ -57,7 +57,6 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
             held = size;
             settled = settle(&env).await?;
         }
-        let cpu0 = cpu_ticks();
         let w0 = second_after(Duration::from_secs(args.warmup));
         let w1 = w0 + args.scale_window as i64 * 1000;
         let mut row = measure(
@@ -73,8 +72,6 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
         row.note("jobs_held", held);
         row.note("seeded", seeded.replace(' ', "_"));
         row.note("settled_s", settled.as_secs());
-        let busy = busy_between(cpu0, cpu_ticks());
-        row.note("machine_cpu_busy", format!("{busy:.2}"));
         rows.push(row);
     }
     env.stop().await;

@@ -9,7 +9,7 @@ use crate::env::{
     now_ms, rfc3339, second_after, sleep_until_ms, Env, Sampler, SchedulerMetrics, GROUP,
 };
 use crate::record::Recorder;
-use crate::report::{loadavg, Row};
+use crate::report::{busy_between, cpu_ticks, loadavg, Row};
 use crate::Args;
 
 /// Job `i` of `rate` firing every second at `t0 + i*1000/rate` ms.
@@ -43,6 +43,8 @@ pub struct Span {
     pub rss: f64,
     pub load0: String,
     pub load1: String,
+    /// The fraction of the machine's CPU (all processes) busy over the window.
+    pub machine_busy: f64,
     /// The scheduler's counters at `w0`, when the caller took them.
     pub metrics0: Option<SchedulerMetrics>,
 }
@@ -60,6 +62,7 @@ pub async fn observe_registered(window: usize, sampler: &Sampler, w0: i64, w1: i
     sampler.reset_rss();
     let cpu0 = sampler.cpu_seconds();
     let load0 = loadavg();
+    let machine0 = cpu_ticks();
     sleep_until_ms(w1).await;
     Span {
         window,
@@ -69,6 +72,7 @@ pub async fn observe_registered(window: usize, sampler: &Sampler, w0: i64, w1: i
         rss: sampler.max_rss_mib(),
         load0,
         load1: loadavg(),
+        machine_busy: busy_between(machine0, cpu_ticks()),
         metrics0: None,
     }
 }
@@ -122,6 +126,7 @@ pub async fn finish(
     row.rss_max_mib = span.rss;
     row.note("load_before", format!("[{}]", span.load0));
     row.note("load_after", format!("[{}]", span.load1));
+    row.note("machine_cpu_busy", format!("{:.2}", span.machine_busy));
     Ok(row)
 }
 
