@@ -3,7 +3,7 @@
 //! Each sends one request with the typed client and prints the reply: the
 //! server's JSON as is with `--json`, a short table otherwise.
 
-use crate::table::{print_firings, print_jobs, print_workers};
+use crate::table::{print_firings, print_jobs, print_workers, printable};
 use crate::Failure;
 use anyhow::Context as _;
 use chime_common::client::Client;
@@ -156,7 +156,9 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
         return Ok(());
     }
     match command {
-        ApiCommand::Trigger { .. } => println!("{}", reply["firing_id"].as_str().unwrap_or("")),
+        ApiCommand::Trigger { .. } => {
+            println!("{}", printable(reply["firing_id"].as_str().unwrap_or("")))
+        }
         ApiCommand::List(_) => print_jobs(
             reply["jobs"].as_array().map(Vec::as_slice).unwrap_or(&[]),
             reply.get("next"),

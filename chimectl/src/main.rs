@@ -96,11 +96,11 @@ async fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(message)) => {
-            eprintln!("chimectl: {message}");
+            eprintln!("chimectl: {}", table::printable(&message));
             ExitCode::from(USAGE)
         }
         Err(Failure::Other(e)) => {
-            eprintln!("chimectl: {e:#}");
+            eprintln!("chimectl: {}", table::printable(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }

@@ -2,11 +2,27 @@
 
 use serde_json::Value;
 
+/// `text` safe to print on a terminal: control characters (escape
+/// sequences, carriage returns, newlines in a cell) are shown escaped
+/// (`\u{1b}`) instead of acting on the terminal. A job's output, its error
+/// and the server's messages can hold anything a handler printed.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn text(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+        Value::String(s) => printable(s),
+        other => printable(&other.to_string()),
     }
 }
 
@@ -89,7 +105,7 @@ pub fn print_firings(firings: &[Value], next: Option<&Value>) {
             if detail == "-" {
                 detail = f["output"]
                     .as_str()
-                    .map(|o| o.trim().lines().last().unwrap_or("").to_string())
+                    .map(|o| printable(o.trim().lines().last().unwrap_or("")))
                     .unwrap_or_default();
             }
             let detail: String = detail.chars().take(60).collect();
@@ -140,4 +156,18 @@ pub fn print_workers(workers: &[Value]) {
         &["ID", "GROUP", "THREADS", "IN FLIGHT", "VERSION", "STARTED"],
         rows,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        assert_eq!(
+            printable("ok\u{1b}[2J\r\n\u{7}\u{9b}done"),
+            "ok\\u{1b}[2J\\r\\n\\u{7}\\u{9b}done"
+        );
+        assert_eq!(printable("héllo wörld ✓"), "héllo wörld ✓");
+    }
 }

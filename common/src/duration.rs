@@ -30,7 +30,8 @@ pub fn format_duration(d: Duration) -> String {
     if d.is_zero() {
         return "0s".to_string();
     }
-    humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    humantime::format_duration(Duration::from_millis(ms)).to_string()
 }
 
 /// Parses an RFC 3339 TIME from JSON.

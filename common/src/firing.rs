@@ -29,7 +29,11 @@ impl FiringId {
 
     /// The same instant, next attempt.
     pub fn next_attempt(&self) -> Self {
-        FiringId::new(self.job_id.clone(), self.scheduled_ms, self.attempt + 1)
+        FiringId::new(
+            self.job_id.clone(),
+            self.scheduled_ms,
+            self.attempt.saturating_add(1),
+        )
     }
 }
 

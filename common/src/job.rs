@@ -3,6 +3,7 @@
 //! Validation walks the JSON itself rather than relying on serde errors, so
 //! that one reply lists every problem, each with its JSON path.
 
+use crate::bounds::{check_at_most, MAX_MISFIRE_THRESHOLD, MAX_RETRY_DELAY, MAX_TIMEOUT};
 use crate::duration::{format_duration, json_kind, parse_duration, rfc3339_ms, rfc3339_ms_opt};
 use crate::error::FieldError;
 use crate::schedule::ScheduleSpec;
@@ -287,7 +288,14 @@ impl<'a> Walk<'a> {
         }
     }
 
-    fn duration(&mut self, key: &str, default: Duration, positive: bool) -> Option<Duration> {
+    /// A DURATION of at most `max` (and more than zero when `positive`).
+    fn duration(
+        &mut self,
+        key: &str,
+        default: Duration,
+        positive: bool,
+        max: Duration,
+    ) -> Option<Duration> {
         match self.present(key) {
             None => Some(default),
             Some(v) => match parse_duration(v) {
@@ -295,7 +303,13 @@ impl<'a> Walk<'a> {
                     self.fail(key, "must be longer than zero");
                     None
                 }
-                Ok(d) => Some(d),
+                Ok(d) => match check_at_most(d, max) {
+                    Some(e) => {
+                        self.fail(key, e);
+                        None
+                    }
+                    None => Some(d),
+                },
                 Err(e) => {
                     self.fail(key, e);
                     None
@@ -380,10 +394,15 @@ impl JobSpec {
         }
         let handler = w.string("handler", MAX_ID_LEN);
         let priority = w.integer("priority", 0, 9, Some(5));
-        let timeout = w.duration("timeout", Duration::from_secs(3600), true);
+        let timeout = w.duration("timeout", Duration::from_secs(3600), true, MAX_TIMEOUT);
         let overlap = w.choice::<Overlap>("overlap");
         let misfire = w.choice::<Misfire>("misfire");
-        let misfire_threshold = w.duration("misfire_threshold", Duration::from_secs(60), false);
+        let misfire_threshold = w.duration(
+            "misfire_threshold",
+            Duration::from_secs(60),
+            false,
+            MAX_MISFIRE_THRESHOLD,
+        );
         let paused = w.boolean("paused");
         let pause_after_alert = w.boolean("pause_after_alert");
         let alert_after_failures = match w.present("alert_after_failures") {
@@ -410,9 +429,15 @@ impl JobSpec {
         let on_success = match w.present("on_success") {
             None => Some(Vec::new()),
             Some(Value::Array(items)) if items.len() <= MAX_ON_SUCCESS => {
-                let mut ids = Vec::new();
+                // Naming a job twice triggers it once: duplicates are dropped.
+                let mut ids: Vec<String> = Vec::new();
                 for (i, item) in items.iter().enumerate() {
                     match item.as_str().map(|s| (s, check_name(s, MAX_ID_LEN))) {
+                        Some((s, Ok(()))) if id.as_deref() == Some(s) => w.fail(
+                            &format!("on_success[{i}]"),
+                            "names the job itself; a job cannot trigger itself on success",
+                        ),
+                        Some((s, Ok(()))) if ids.iter().any(|known| known == s) => {}
                         Some((s, Ok(()))) => ids.push(s.to_string()),
                         Some((_, Err(e))) => w.fail(&format!("on_success[{i}]"), e),
                         None => w.fail(&format!("on_success[{i}]"), "expected a job id string"),
@@ -446,8 +471,8 @@ impl JobSpec {
                 rw.unknown_fields(&["max_attempts", "initial", "max", "multiplier"]);
                 let d = RetryPolicy::default();
                 let max_attempts = rw.integer("max_attempts", 1, MAX_ATTEMPTS as u64, Some(1));
-                let initial = rw.duration("initial", d.initial, false);
-                let max = rw.duration("max", d.max, false);
+                let initial = rw.duration("initial", d.initial, false, MAX_RETRY_DELAY);
+                let max = rw.duration("max", d.max, false, MAX_RETRY_DELAY);
                 let multiplier = match rw.present("multiplier") {
                     None => Some(d.multiplier),
                     Some(v) => match v.as_f64() {
@@ -695,6 +720,41 @@ mod tests {
         for bad in [".a", "a.", "a..b"] {
             assert!(check_group(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn durations_beyond_their_range_are_refused_with_their_path() {
+        let mut v = minimal();
+        v["timeout"] = json!("300000y");
+        v["misfire_threshold"] = json!("31d");
+        v["retry"] = json!({"initial": "300000y", "max": 4_611_686_018_427_387_904u64});
+        let errors = JobSpec::from_json(&v, &Limits::default()).unwrap_err();
+        let mut f = fields(&errors);
+        f.sort();
+        assert_eq!(
+            f,
+            vec!["misfire_threshold", "retry.initial", "retry.max", "timeout"]
+        );
+        for e in &errors {
+            assert!(e.message.contains("at most"), "{e}");
+        }
+        v = minimal();
+        v["timeout"] = json!("30d");
+        v["retry"] = json!({"initial": "30d", "max": "30d"});
+        v["misfire_threshold"] = json!("30d");
+        assert!(JobSpec::from_json(&v, &Limits::default()).is_ok());
+    }
+
+    #[test]
+    fn on_success_drops_duplicates_and_refuses_the_job_itself() {
+        let mut v = minimal();
+        v["on_success"] = json!(["a", "b", "a", "b", "c"]);
+        let spec = JobSpec::from_json(&v, &Limits::default()).unwrap();
+        assert_eq!(spec.on_success, vec!["a", "b", "c"]);
+        v["on_success"] = json!(vec!["nightly-report"; 16]);
+        let errors = JobSpec::from_json(&v, &Limits::default()).unwrap_err();
+        assert!(errors.iter().all(|e| e.field.starts_with("on_success[")));
+        assert!(errors[0].message.contains("itself"), "{}", errors[0]);
     }
 
     #[test]

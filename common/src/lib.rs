@@ -1,12 +1,14 @@
 //! Chime's public contract as Rust types.
 //!
 //! Everything a scheduler, a worker and a client must agree on lives here:
-//! job specifications and their validation ([`job`]), schedules ([`schedule`]),
+//! job specifications and their validation ([`job`]) within the accepted
+//! ranges ([`bounds`]), schedules ([`schedule`]),
 //! firing identities and states ([`firing`]), subject, stream and header names
 //! ([`subjects`], [`headers`]), the worker protocol messages ([`protocol`]),
 //! the error shape ([`error`]), how to connect to NATS ([`connection`]) and a
 //! typed API client ([`client`]).
 
+pub mod bounds;
 pub mod client;
 pub mod connection;
 pub mod duration;
@@ -17,6 +19,7 @@ pub mod job;
 pub mod protocol;
 pub mod schedule;
 pub mod subjects;
+pub mod text;
 pub mod topology;
 
 pub use error::{ApiError, ErrorCode, FieldError};

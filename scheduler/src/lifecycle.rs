@@ -81,6 +81,9 @@ impl Lifecycle {
             if decision.reply.refusal == Some(chime_common::protocol::StartRefusal::Skipped) {
                 self.metrics.overlap_skipped.inc();
             }
+            for alert in &decision.alerts {
+                self.alert(alert).await;
+            }
             for running in &decision.cancel {
                 let request = CancelRequest {
                     firing_id: running.firing_id.clone(),

@@ -23,6 +23,7 @@ use crate::store::{StagedFiring, Store};
 use crate::wheel::{Wheel, WheelEntry};
 use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMessage};
 use async_nats::HeaderMap;
+use chime_common::bounds::MAX_TIMEOUT;
 use chime_common::duration::format_time;
 use chime_common::protocol::doorbell_body;
 use chime_common::{Band, FiringId, Subjects};
@@ -124,7 +125,14 @@ mod names {
 /// The headers of a firing message (CONTRACT.md, "Firing messages").
 pub fn firing_headers(firing: &StagedFiring, now: chrono::DateTime<Utc>) -> HeaderMap {
     let mut h = HeaderMap::new();
-    let deadline = now + chrono::Duration::milliseconds(firing.timeout.as_millis() as i64);
+    // The start reply sets the real deadline. A timeout beyond the accepted
+    // range (an old row; validation lets none in) is cut to the range here,
+    // and the start fails that firing with the reason.
+    let timeout = chrono::Duration::from_std(firing.timeout.min(MAX_TIMEOUT))
+        .expect("MAX_TIMEOUT fits a chrono duration");
+    let deadline = now
+        .checked_add_signed(timeout)
+        .unwrap_or(chrono::DateTime::<Utc>::MAX_UTC);
     let id = firing.id.to_string();
     h.insert(names::NATS_MSG_ID, message_id(&id, firing.publish_seq));
     h.insert(names::FIRING_ID, id);
@@ -509,5 +517,37 @@ mod tests {
             Some("nightly@1774661400250#2~3")
         );
         assert_eq!(h.get(headers::FIRING_ID).map(|v| v.as_str()), Some(id));
+    }
+
+    #[test]
+    fn a_timeout_beyond_the_range_is_cut_to_it_instead_of_panicking() {
+        let now = Utc::now();
+        let firing = StagedFiring {
+            id: FiringId {
+                job_id: "huge".into(),
+                scheduled_ms: now.timestamp_millis(),
+                attempt: 1,
+            },
+            job_id: "huge".into(),
+            group: "default".into(),
+            priority: 5,
+            handler: "shell".into(),
+            payload: serde_json::Value::Null,
+            scheduled_at: now,
+            due_at: now,
+            attempt: 1,
+            timeout: Duration::from_secs(300_000 * 365 * 24 * 3600),
+            publish_seq: 0,
+        };
+        let h = firing_headers(&firing, now);
+        let deadline = now + chrono::Duration::from_std(MAX_TIMEOUT).unwrap();
+        assert_eq!(
+            h.get(headers::DEADLINE).map(|v| v.as_str().to_string()),
+            Some(format_time(deadline))
+        );
+        assert_eq!(
+            h.get(headers::FIRING_ID).map(|v| v.as_str().to_string()),
+            Some(firing.id.to_string())
+        );
     }
 }

@@ -26,7 +26,9 @@ pub fn retry_delay(policy: &RetryPolicy, failed_attempt: u32) -> Duration {
     for _ in 0..failed_attempt.max(1) {
         delay = backoff.next_backoff().unwrap_or(policy.max);
     }
-    delay.min(policy.max.mul_f64(1.0 + JITTER))
+    let ceiling = Duration::try_from_secs_f64(policy.max.as_secs_f64() * (1.0 + JITTER))
+        .unwrap_or(Duration::MAX);
+    delay.min(ceiling)
 }
 
 #[cfg(test)]

@@ -257,6 +257,9 @@ both_backends!(
     exhausted_retries_fail_and_alert,
     timed_out_firings_say_so,
     on_success_triggers_named_jobs,
+    on_success_cycles_are_refused_at_put,
+    a_stored_timeout_out_of_range_fails_its_firing_at_start,
+    any_output_a_worker_reports_is_stored_clean_and_capped,
     requeue_happens_once_under_concurrency,
     requeue_retries_then_loses,
     mark_published_moves_only_staged_firings,
@@ -1890,6 +1893,117 @@ async fn on_success_triggers_named_jobs(db: &TestDb) {
         .await
         .triggered
         .is_empty());
+}
+
+async fn on_success_cycles_are_refused_at_put(db: &TestDb) {
+    let store = db.store().await;
+    let put = |id: &str, on_success: Value| every(id, "1h", json!({ "on_success": on_success }));
+    store
+        .put_job(&put("a", json!(["b"])), t(0))
+        .await
+        .expect("a");
+    store
+        .put_job(&put("b", json!(["c"])), t(0))
+        .await
+        .expect("b");
+    // c -> a closes a -> b -> c -> a.
+    let refused = store.put_job(&put("c", json!(["x", "a"])), t(0)).await;
+    match refused {
+        Err(StoreError::Invalid(e)) => {
+            assert_eq!(e.field, "on_success");
+            assert!(e.message.contains("c → a → b → c"), "{}", e.message);
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(
+        store.get_job("c").await.expect("get").is_none(),
+        "nothing stored"
+    );
+    // A diamond is not a cycle; a job named by two others is fine.
+    store
+        .put_job(&put("c", json!(["d"])), t(0))
+        .await
+        .expect("c");
+    store
+        .put_job(&put("x", json!(["c", "b"])), t(0))
+        .await
+        .expect("x");
+    // Replacing a job checks its new list, not its stored one.
+    store
+        .put_job(&put("b", json!([])), t(0))
+        .await
+        .expect("b again");
+    store
+        .put_job(&put("c", json!(["a"])), t(0))
+        .await
+        .expect("c -> a");
+}
+
+async fn a_stored_timeout_out_of_range_fails_its_firing_at_start(db: &TestDb) {
+    let store = db.store().await;
+    let ok = put_and_trigger(&store, &every("ok", "1h", json!({})), t(0)).await;
+    let bad = put_and_trigger(&store, &every("bad", "1h", json!({})), t(0)).await;
+    // A row written before validation bounded timeouts: 2^62 ms.
+    db.exec(&format!(
+        "UPDATE firings SET timeout_ms = 4611686018427387904 WHERE id = '{bad}'"
+    ))
+    .await;
+    let decisions = store
+        .start(&[start_req(&bad, "w"), start_req(&ok, "w")], t(1))
+        .await
+        .expect("one bad firing does not fail the batch");
+    assert_eq!(
+        decisions[0].reply.refusal,
+        Some(StartRefusal::AlreadyFinished)
+    );
+    assert_eq!(decisions[0].alerts.len(), 1);
+    assert_eq!(decisions[0].alerts[0].kind, AlertKind::FiringFailed);
+    assert!(decisions[1].reply.accepted);
+    assert!(decisions[1].alerts.is_empty());
+    let row = firing(&store, &bad).await;
+    assert_eq!(row.state, FiringState::Failed);
+    assert!(
+        row.error
+            .as_deref()
+            .unwrap_or("")
+            .contains("outside the accepted range"),
+        "{row:?}"
+    );
+}
+
+async fn any_output_a_worker_reports_is_stored_clean_and_capped(db: &TestDb) {
+    let store = db.store().await;
+    let ok = put_and_trigger(&store, &every("ok", "1h", json!({})), t(0)).await;
+    let failed = put_and_trigger(&store, &every("failed", "1h", json!({})), t(0)).await;
+    assert!(start(&store, &ok, "w", t(1)).await.reply.accepted);
+    assert!(start(&store, &failed, "w", t(1)).await.reply.accepted);
+    let huge = format!("{}\0end", "x".repeat(100 * 1024));
+    let mut success = finished(&ok, "w", Outcome::Succeeded, None);
+    success.output = Some("a\0b".to_string());
+    let mut failure = finished(&failed, "w", Outcome::Failed, Some(&huge));
+    failure.output = Some(huge.clone());
+    let done = store
+        .finish(&[success, failure], t(2), &delay)
+        .await
+        .expect("finish");
+    assert!(done.iter().all(|d| d.applied), "{done:?}");
+    let row = firing(&store, &ok).await;
+    assert_eq!(row.state, FiringState::Succeeded);
+    assert_eq!(row.output.as_deref(), Some("a\u{fffd}b"));
+    let row = firing(&store, &failed).await;
+    assert_eq!(row.state, FiringState::Failed);
+    let output = row.output.expect("output kept");
+    assert!(
+        output.len() <= 64 * 1024 && output.ends_with("x\u{fffd}end"),
+        "{}",
+        output.len()
+    );
+    let error = row.error.expect("error kept");
+    assert!(
+        error.len() <= 8 * 1024 && error.starts_with("xxx"),
+        "{}",
+        error.len()
+    );
 }
 
 async fn requeue_happens_once_under_concurrency(db: &TestDb) {

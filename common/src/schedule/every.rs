@@ -5,6 +5,7 @@
 //! or whether `count` is used up. Arithmetic is in nanoseconds on `i128`, which
 //! cannot overflow for any representable instant and period.
 
+use crate::bounds::{check_at_most, MAX_COUNT, MAX_EVERY};
 use crate::error::FieldError;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -28,6 +29,9 @@ pub(crate) struct FixedRate {
 
 /// Why a period is refused, or `None` when it is fine.
 pub(crate) fn check_every(every: Duration) -> Option<String> {
+    if let Some(too_long) = check_at_most(every, MAX_EVERY) {
+        return Some(too_long);
+    }
     if every < MIN_EVERY {
         Some(format!(
             "must be at least 1ms, found {}",
@@ -48,7 +52,8 @@ pub(crate) fn check_every(every: Duration) -> Option<String> {
 
 /// Why a `count` is refused, or `None`.
 pub(crate) fn check_count(count: u64) -> Option<String> {
-    (count == 0).then(|| "must be at least 1".to_string())
+    (!(1..=MAX_COUNT).contains(&count))
+        .then(|| format!("must be from 1 to {MAX_COUNT}, found {count}"))
 }
 
 /// Why an `end_at` is refused given `start_at`, or `None`.
@@ -292,25 +297,26 @@ mod tests {
     }
 
     #[test]
-    fn huge_periods_end_the_schedule_instead_of_overflowing() {
-        let r = FixedRate::new(
-            Duration::from_secs(u64::MAX / 2),
-            None,
-            None,
-            None,
-            t("2026-01-01T00:00:00Z"),
-        )
-        .unwrap();
-        assert_eq!(r.next_after(t("2026-01-01T00:00:00Z")), None);
-        let r = FixedRate::new(
-            Duration::from_secs(u64::MAX / 2),
-            Some(t("2026-01-01T00:00:00Z")),
-            None,
-            None,
-            t("2026-01-01T00:00:00Z"),
-        )
-        .unwrap();
-        assert!(r.next_after(t("2025-01-01T00:00:00Z")).is_some());
-        assert_eq!(r.next_after(t("2026-01-01T00:00:00Z")), None);
+    fn periods_beyond_the_range_are_refused() {
+        let a = t("2026-01-01T00:00:00Z");
+        let e = FixedRate::new(Duration::from_secs(u64::MAX / 2), None, None, None, a).unwrap_err();
+        assert_eq!(e.field, "schedule.every");
+        assert!(e.message.contains("at most"), "{e}");
+    }
+
+    #[test]
+    fn the_longest_period_from_the_last_instant_ends_without_overflowing() {
+        let last = t("2099-12-31T23:59:59.999Z");
+        let r = FixedRate::new(MAX_EVERY, Some(last), None, Some(MAX_COUNT), last).unwrap();
+        let mut at = r.next_after(t("2099-01-01T00:00:00Z"));
+        assert_eq!(at, Some(last));
+        for _ in 0..10_000 {
+            match at.and_then(|a| r.next_after(a)) {
+                Some(next) => at = Some(next),
+                None => break,
+            }
+        }
+        let r = FixedRate::new(MAX_EVERY, None, None, None, last).unwrap();
+        assert!(r.next_after(last).is_some());
     }
 }

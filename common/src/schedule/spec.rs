@@ -8,6 +8,7 @@
 
 use super::cron::CronExpr;
 use super::every::{check_count, check_every, check_window};
+use crate::bounds::check_time;
 use crate::duration::{format_duration, format_time, json_kind, parse_duration, parse_time};
 use crate::error::FieldError;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
@@ -146,6 +147,7 @@ impl ScheduleSpec {
         let mut time = |key: &str, v: &Value| {
             parse_time(v)
                 .map(truncate_to_millis)
+                .and_then(|t| check_time(t).map_or(Ok(t), Err))
                 .map_err(|m| errors.push(FieldError::new(at(key), m)))
                 .ok()
         };
@@ -297,6 +299,31 @@ mod tests {
 
     fn fields(v: Value) -> Vec<String> {
         parse(v).unwrap_err().into_iter().map(|e| e.field).collect()
+    }
+
+    #[test]
+    fn times_periods_and_counts_beyond_their_range_are_refused() {
+        assert_eq!(
+            fields(json!({"every": "300000y", "start_at": "9999-12-31T23:59:59Z"})),
+            vec!["schedule.every", "schedule.start_at"]
+        );
+        assert_eq!(
+            fields(json!({"every": "1s", "end_at": "2100-01-01T00:00:00Z"})),
+            vec!["schedule.end_at"]
+        );
+        assert_eq!(
+            fields(json!({"at": "1969-12-31T23:59:59Z"})),
+            vec!["schedule.at"]
+        );
+        assert_eq!(
+            fields(json!({"every": "1s", "count": 1_000_000_000_001u64})),
+            vec!["schedule.count"]
+        );
+        assert!(parse(json!({
+            "every": "3650d", "start_at": "2099-12-31T23:59:59.999Z",
+            "count": 1_000_000_000_000u64
+        }))
+        .is_ok());
     }
 
     fn t(s: &str) -> DateTime<Utc> {

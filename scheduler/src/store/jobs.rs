@@ -111,6 +111,7 @@ impl Store {
         let now = truncate(now);
         let now_ms = ms(now);
         let schedule = Schedule::compile(&spec.schedule, now).map_err(StoreError::Invalid)?;
+        self.check_no_cycle(spec).await?;
         let next = next_ms(&schedule, now_ms);
         let state = if spec.paused {
             JobState::Paused
@@ -441,7 +442,7 @@ impl Store {
             .bind(i64::from(spec.priority))
             .bind(spec.handler.as_str())
             .bind(payload.as_str())
-            .bind(spec.timeout.as_millis() as i64)
+            .bind(i64::try_from(spec.timeout.as_millis()).unwrap_or(i64::MAX))
             .bind(now_ms)
             .execute(&mut **tx)
             .await?;

@@ -27,17 +27,64 @@ use super::rows::{self, EXECUTING_COLUMNS, FIRING_COLUMNS, JOB_TABLES};
 use super::types::{ExecutingRow, FinishOutcome, RequeueOutcome, Running, StartDecision};
 use super::waiting::Waiting;
 use super::{at_ms, id_batch, instant, json_text, ms, truncate, RowExt, Store, StoreError};
+use chime_common::bounds::MAX_TIMEOUT;
+use chime_common::duration::format_duration;
 use chime_common::protocol::{
     Alert, AlertKind, Finished, Outcome, StartRefusal, StartReply, StartRequest,
 };
+use chime_common::text;
 use chime_common::{Firing, FiringId, FiringState, JobSpec, JobState, Overlap, RetryPolicy};
 use chrono::{DateTime, Utc};
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use sqlx::{Any, Transaction};
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::time::Duration;
+
+/// The longest timeout a firing may start with, in stored milliseconds.
+const MAX_TIMEOUT_MS: i64 = MAX_TIMEOUT.as_millis() as i64;
+
+/// Whether a stored timeout is one validation accepts; only those start.
+fn timeout_in_range(timeout_ms: i64) -> bool {
+    (1..=MAX_TIMEOUT_MS).contains(&timeout_ms)
+}
+
+/// When the next attempt is due, `delay` after `now`; `None` when that does
+/// not fit (a delay validation never lets in), which ends the firing
+/// instead of retrying it.
+fn retry_due(now: DateTime<Utc>, delay: Duration) -> Option<DateTime<Utc>> {
+    chrono::Duration::from_std(delay)
+        .ok()
+        .and_then(|delay| now.checked_add_signed(delay))
+}
+
+/// Whether an event's texts can be stored as they are (no NUL, within the
+/// caps): what any worker sends is checked again here.
+fn is_storable(event: &Finished) -> bool {
+    let fits = |text: &Option<String>, max| {
+        text.as_deref()
+            .is_none_or(|t| t.len() <= max && !t.contains('\0'))
+    };
+    fits(&event.output, text::MAX_OUTPUT_BYTES) && fits(&event.error, text::MAX_ERROR_BYTES)
+}
+
+/// The event with its output cut to its tail and its error to its head, both
+/// without NUL.
+fn storable(event: &Finished) -> Finished {
+    Finished {
+        output: event
+            .output
+            .as_deref()
+            .map(|t| text::tail(t, text::MAX_OUTPUT_BYTES).into_owned()),
+        error: event
+            .error
+            .as_deref()
+            .map(|t| text::head(t, text::MAX_ERROR_BYTES).into_owned()),
+        ..event.clone()
+    }
+}
 
 /// The retry delay callback of [`Store::finish`] and [`Store::requeue`]: the
 /// delay before the attempt after `attempt` failed, under the policy.
@@ -73,6 +120,7 @@ impl BatchRow {
             self.firing.state,
             FiringState::Staged | FiringState::Published
         ) && self.running_on.is_none()
+            && timeout_in_range(self.firing.timeout_ms)
             && !self.queued
             && matches!(&self.policies, Some(p) if p.overlap == Overlap::Allow)
     }
@@ -175,6 +223,7 @@ impl Store {
                      published_at = COALESCE(f.published_at, $2) \
                  FROM {} \
                  WHERE f.id = r.id AND f.state IN ('staged', 'published') \
+                     AND f.timeout_ms BETWEEN 1 AND {MAX_TIMEOUT_MS} \
                      AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = f.job_id AND j.overlap = 'allow') \
                      AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.job_id = f.job_id) \
                  RETURNING f.id, f.job_id, f.group_name, r.worker_id, f.attempt, f.timeout_ms), \
@@ -214,6 +263,7 @@ impl Store {
                 decided[ask.request] = Some(StartDecision {
                     reply: StartReply::accepted(at_ms(now.saturating_add(*timeout_ms))),
                     cancel: Vec::new(),
+                    alerts: Vec::new(),
                 });
             }
         }
@@ -396,6 +446,7 @@ impl Store {
                     None => StartReply::refused(StartRefusal::AlreadyStarted),
                 },
                 cancel: Vec::new(),
+                alerts: Vec::new(),
             });
         }
         Ok(())
@@ -410,6 +461,7 @@ impl Store {
         let refused = |why| StartDecision {
             reply: StartReply::refused(why),
             cancel: Vec::new(),
+            alerts: Vec::new(),
         };
         let Some(firing) = self.lock_firing(tx, &request.firing_id).await? else {
             return Ok(refused(StartRefusal::UnknownFiring));
@@ -432,6 +484,7 @@ impl Store {
                 StartDecision {
                     reply: StartReply::accepted(deadline),
                     cancel: Vec::new(),
+                    alerts: Vec::new(),
                 }
             } else {
                 refused(StartRefusal::AlreadyStarted)
@@ -440,6 +493,31 @@ impl Store {
         if firing.state == FiringState::Executing {
             // Executing without an executing row: someone else owns it.
             return Ok(refused(StartRefusal::AlreadyStarted));
+        }
+        if !timeout_in_range(firing.timeout_ms) {
+            // Validation lets no such timeout in; a row written before it
+            // did (or by a bug) ends here instead of computing a deadline.
+            let error = format!(
+                "the firing's stored timeout of {} ms is outside the accepted range \
+                 (1 ms to {}); put the job again with a valid timeout",
+                firing.timeout_ms,
+                format_duration(MAX_TIMEOUT)
+            );
+            self.end_unstarted(tx, id, FiringState::Failed, &error, now)
+                .await?;
+            return Ok(StartDecision {
+                alerts: vec![Alert {
+                    kind: AlertKind::FiringFailed,
+                    job_id: firing.id.job_id.clone(),
+                    group: firing.group.clone(),
+                    firing_id: Some(firing.id.clone()),
+                    message: format!("firing {id} failed before it started: {error}"),
+                    at: at_ms(now),
+                    consecutive_failures: None,
+                    paused: false,
+                }],
+                ..refused(StartRefusal::AlreadyFinished)
+            });
         }
 
         let job_id = firing.id.job_id.as_str();
@@ -539,6 +617,7 @@ impl Store {
         Ok(StartDecision {
             reply: StartReply::accepted(at_ms(deadline)),
             cancel,
+            alerts: Vec::new(),
         })
     }
 
@@ -625,15 +704,32 @@ impl Store {
     }
 
     async fn skip_for_overlap(&self, tx: &mut Tx, id: &str, now: i64) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE firings SET state = 'skipped', \
-                 error = 'overlap: previous firing still running', finished_at = $2 \
-             WHERE id = $1",
+        self.end_unstarted(
+            tx,
+            id,
+            FiringState::Skipped,
+            "overlap: previous firing still running",
+            now,
         )
-        .bind(id)
-        .bind(now)
-        .execute(&mut **tx)
-        .await?;
+        .await
+    }
+
+    /// Ends a firing that never started, in a final `state`, with `error`.
+    async fn end_unstarted(
+        &self,
+        tx: &mut Tx,
+        id: &str,
+        state: FiringState,
+        error: &str,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE firings SET state = $2, error = $3, finished_at = $4 WHERE id = $1")
+            .bind(id)
+            .bind(state.as_str())
+            .bind(error)
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
         self.remove_waiting(tx, &[id]).await
     }
 
@@ -651,6 +747,12 @@ impl Store {
             return Ok(Vec::new());
         }
         let now = truncate(now);
+        let events: Cow<[Finished]> = if events.iter().all(is_storable) {
+            Cow::Borrowed(events)
+        } else {
+            Cow::Owned(events.iter().map(storable).collect())
+        };
+        let events = events.as_ref();
         let mut applied: Vec<Option<FinishOutcome>> = vec![None; events.len()];
         if self.backend == Backend::Postgres {
             self.finish_at_once(events, now, &mut applied).await;
@@ -943,9 +1045,11 @@ impl Store {
         let job = self.read_job(tx, job_id, false).await?;
         if state == FiringState::Failed {
             let policy = job.as_ref().map(|j| &j.spec.retry);
-            match policy.filter(|p| firing.id.attempt < p.max_attempts) {
-                Some(policy) => {
-                    let due = now + retry_delay(policy, firing.id.attempt);
+            let due = policy
+                .filter(|p| firing.id.attempt < p.max_attempts)
+                .and_then(|p| retry_due(now, retry_delay(p, firing.id.attempt)));
+            match due {
+                Some(due) => {
                     let next = self.stage_retry(tx, &firing.id, due, now).await?;
                     outcome.retry = Some((next, due));
                 }
@@ -1225,13 +1329,13 @@ impl Store {
             released: None,
             alert: None,
         };
-        match job
+        let due = job
             .as_ref()
             .map(|j| &j.spec.retry)
             .filter(|p| firing.id.attempt < p.max_attempts)
-        {
-            Some(policy) => {
-                let due = now + retry_delay(policy, firing.id.attempt);
+            .and_then(|p| retry_due(now, retry_delay(p, firing.id.attempt)));
+        match due {
+            Some(due) => {
                 let next = self.stage_retry(tx, &firing.id, due, now).await?;
                 outcome.retry = Some((next, due));
             }

@@ -203,7 +203,7 @@ impl Store {
         let mut advances = Vec::with_capacity(jobs.len());
         for job in &jobs {
             let spec = &job.spec;
-            let timeout_ms = spec.timeout.as_millis() as i64;
+            let timeout_ms = i64::try_from(spec.timeout.as_millis()).unwrap_or(i64::MAX);
             let base = |scheduled_at: i64, due_at: i64, state| NewFiring {
                 id: FiringId::new(spec.id.as_str(), scheduled_at, 1).to_string(),
                 job_id: &spec.id,

@@ -195,6 +195,8 @@ pub struct StartDecision {
     pub reply: StartReply,
     /// `overlap: replace`: running firings of the job to cancel.
     pub cancel: Vec<Running>,
+    /// Alerts to publish (a firing that could not start and ended `failed`).
+    pub alerts: Vec<Alert>,
 }
 
 /// What `finish` did with one event.
