@@ -215,6 +215,9 @@ impl Api {
                 let spec = ScheduleSpec::from_json(&req.schedule, "schedule")
                     .map_err(ApiError::from_field_errors)?;
                 let from = req.from.unwrap_or(now);
+                if let Some(e) = chime_common::bounds::check_time(from) {
+                    return Err(ApiError::invalid("from", e));
+                }
                 let schedule = Schedule::compile(&spec, from)
                     .map_err(|e| ApiError::from_field_errors(vec![e]))?;
                 let times: Vec<String> = schedule
