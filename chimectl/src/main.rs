@@ -64,7 +64,7 @@ async fn client(cli: &Cli) -> Result<chime_common::client::Client, Failure> {
     .map_err(|_| {
         Failure::Other(anyhow::anyhow!(
             "cannot connect to NATS at {} within {:?}",
-            cli.nats.url,
+            cli.nats.redacted_url(),
             cli.timeout
         ))
     })?

@@ -1,13 +1,17 @@
 //! Connecting to NATS with the settings every Chime program shares.
 //!
 //! The scheduler, the worker and chimectl take the same flags (`--nats-url`,
-//! `--nats-creds`, `--nats-tls-ca`, `--nats-tls-cert`, `--nats-tls-key`) and
-//! connect the same way. A server that is not reachable yet (NATS and Chime
+//! one way to authenticate: `--nats-user`/`--nats-password`, `--nats-token`,
+//! `--nats-nkey`, `--nats-creds` or credentials inside the URL; TLS with
+//! `--nats-tls-ca`, `--nats-tls-cert`, `--nats-tls-key` or a `tls://` URL)
+//! and connect the same way. No secret is ever logged or put in an error:
+//! URLs are shown through [`redact_url`]. A server that is not reachable yet (NATS and Chime
 //! started together by one deploy) is tried again with backoff for as long as
 //! the caller is willing to wait; a setting that cannot work (an unreadable
 //! credentials file, a refused credential, a TLS mismatch) fails at once with
 //! a message that names it.
 
+use crate::secret::{redact_url, Secret};
 use async_nats::{ConnectErrorKind, ConnectOptions, ServerAddr};
 use backoff::ExponentialBackoff;
 use std::path::PathBuf;
@@ -20,11 +24,38 @@ pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 ///
 /// `global` lets chimectl take these flags after its subcommand too; it
 /// changes nothing for the programs without subcommands.
-#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+#[derive(Clone, PartialEq, Eq, clap::Args)]
 pub struct NatsConnection {
-    /// NATS server URL(s), comma-separated.
-    #[arg(long = "nats-url", env = "CHIME_NATS_URL", default_value = DEFAULT_NATS_URL, global = true)]
+    /// NATS server URL(s), comma-separated; `nats://user:password@host` or
+    /// `nats://token@host` carry credentials; `tls://` requires TLS.
+    #[arg(long = "nats-url", env = "CHIME_NATS_URL", default_value = DEFAULT_NATS_URL, global = true, hide_env_values = true)]
     pub url: String,
+
+    /// NATS user name; needs --nats-password.
+    #[arg(long = "nats-user", env = "CHIME_NATS_USER", global = true)]
+    pub user: Option<String>,
+
+    /// NATS password; needs --nats-user.
+    #[arg(
+        long = "nats-password",
+        env = "CHIME_NATS_PASSWORD",
+        global = true,
+        hide_env_values = true
+    )]
+    pub password: Option<Secret>,
+
+    /// NATS authentication token.
+    #[arg(
+        long = "nats-token",
+        env = "CHIME_NATS_TOKEN",
+        global = true,
+        hide_env_values = true
+    )]
+    pub token: Option<Secret>,
+
+    /// File holding a NATS nkey seed (`SU…`).
+    #[arg(long = "nats-nkey", env = "CHIME_NATS_NKEY", global = true)]
+    pub nkey: Option<PathBuf>,
 
     /// NATS credentials file (JWT and NKey seed).
     #[arg(long = "nats-creds", env = "CHIME_NATS_CREDS", global = true)]
@@ -53,6 +84,23 @@ pub struct NatsConnection {
     pub tls_key: Option<PathBuf>,
 }
 
+/// Shows the URL without its credentials; password and token print as `***`.
+impl std::fmt::Debug for NatsConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsConnection")
+            .field("url", &self.redacted_url())
+            .field("user", &self.user)
+            .field("password", &self.password)
+            .field("token", &self.token)
+            .field("nkey", &self.nkey)
+            .field("creds", &self.creds)
+            .field("tls_ca", &self.tls_ca)
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
+            .finish()
+    }
+}
+
 /// Why a connection could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
@@ -71,11 +119,25 @@ pub enum ConnectError {
     },
 }
 
+/// How a connection authenticates: at most one way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Auth {
+    None,
+    UserPassword { user: String, password: Secret },
+    Token(Secret),
+    Nkey(PathBuf),
+    Creds(PathBuf),
+}
+
 impl NatsConnection {
     /// A plain connection to `url` (comma-separated for several servers).
     pub fn new(url: impl Into<String>) -> Self {
         NatsConnection {
             url: url.into(),
+            user: None,
+            password: None,
+            token: None,
+            nkey: None,
             creds: None,
             tls_ca: None,
             tls_cert: None,
@@ -83,33 +145,108 @@ impl NatsConnection {
         }
     }
 
-    /// The server addresses of `url`.
+    /// The server addresses of `url`, without the credentials some carry.
     pub fn servers(&self) -> Result<Vec<ServerAddr>, String> {
-        let servers: Vec<_> = self
-            .url
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                s.parse::<ServerAddr>()
-                    .map_err(|e| format!("{s:?} is not a NATS URL ({e})"))
-            })
-            .collect::<Result<_, _>>()?;
+        Ok(self.parse_url()?.0)
+    }
+
+    /// The URL as it may be shown: without passwords or tokens.
+    pub fn redacted_url(&self) -> String {
+        redact_url(&self.url)
+    }
+
+    /// The server addresses (credentials removed) and the credentials the
+    /// URLs carried, which must be the same on every URL that has any.
+    fn parse_url(&self) -> Result<(Vec<ServerAddr>, Option<Auth>), String> {
+        let mut servers = Vec::new();
+        let mut auth: Option<Auth> = None;
+        for text in self.url.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let shown = redact_url(text);
+            let addr = text.parse::<ServerAddr>().map_err(|e| {
+                format!(
+                    "{shown:?} is not a NATS URL ({})",
+                    redact_url(&e.to_string())
+                )
+            })?;
+            let mut url = addr.into_inner();
+            let decode = |part: &str| {
+                percent_encoding::percent_decode_str(part)
+                    .decode_utf8()
+                    .map(|s| s.into_owned())
+                    .map_err(|_| format!("{shown:?}: its credentials are not UTF-8"))
+            };
+            let found = match (url.username(), url.password()) {
+                ("", None) => None,
+                (user, Some(password)) => Some(Auth::UserPassword {
+                    user: decode(user)?,
+                    password: Secret::new(decode(password)?),
+                }),
+                (token, None) => Some(Auth::Token(Secret::new(decode(token)?))),
+            };
+            if let Some(found) = found {
+                if auth.as_ref().is_some_and(|known| *known != found) {
+                    return Err("the URLs carry different credentials; give one set".into());
+                }
+                auth = Some(found);
+                let cleared = url.set_username("").is_ok() && url.set_password(None).is_ok();
+                if !cleared {
+                    return Err(format!(
+                        "{shown:?}: credentials cannot be read from this URL"
+                    ));
+                }
+            }
+            servers.push(
+                ServerAddr::from_url(url)
+                    .map_err(|e| format!("{shown:?} is not a NATS URL ({e})"))?,
+            );
+        }
         if servers.is_empty() {
             return Err("at least one URL is needed, e.g. nats://127.0.0.1:4222".into());
         }
-        Ok(servers)
+        Ok((servers, auth))
+    }
+
+    /// The one way this connection authenticates.
+    fn auth(&self) -> Result<Auth, String> {
+        let (_, in_url) = self.parse_url().map_err(|e| format!("--nats-url: {e}"))?;
+        let mut given = Vec::new();
+        match (&self.user, &self.password) {
+            (Some(user), Some(password)) => given.push(Auth::UserPassword {
+                user: user.clone(),
+                password: password.clone(),
+            }),
+            (None, None) => {}
+            _ => {
+                return Err(
+                    "--nats-user and --nats-password go together: give both or neither".into(),
+                )
+            }
+        }
+        given.extend(self.token.clone().map(Auth::Token));
+        given.extend(self.nkey.clone().map(Auth::Nkey));
+        given.extend(self.creds.clone().map(Auth::Creds));
+        given.extend(in_url);
+        match given.len() {
+            0 => Ok(Auth::None),
+            1 => Ok(given.remove(0)),
+            _ => Err(
+                "--nats-user/--nats-password, --nats-token, --nats-nkey, --nats-creds \
+                 and credentials inside --nats-url are alternatives: give one"
+                    .into(),
+            ),
+        }
     }
 
     /// Checks every setting; the message names the flag to fix.
     pub fn validate(&self) -> Result<(), String> {
-        self.servers().map_err(|e| format!("--nats-url: {e}"))?;
+        self.auth()?;
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return Err(
                 "--nats-tls-cert and --nats-tls-key go together: give both or neither".into(),
             );
         }
         for (flag, path) in [
+            ("--nats-nkey", &self.nkey),
             ("--nats-creds", &self.creds),
             ("--nats-tls-ca", &self.tls_ca),
             ("--nats-tls-cert", &self.tls_cert),
@@ -153,18 +290,18 @@ impl NatsConnection {
                 .map_err(|e| match e.kind() {
                     ConnectErrorKind::Io | ConnectErrorKind::TimedOut | ConnectErrorKind::Dns => {
                         backoff::Error::transient(ConnectError::Unreachable {
-                            url: self.url.clone(),
+                            url: self.redacted_url(),
                             wait: humantime::format_duration(wait).to_string(),
                             last: e.to_string(),
                         })
                     }
                     _ => backoff::Error::permanent(ConnectError::Refused {
-                        url: self.url.clone(),
+                        url: self.redacted_url(),
                         reason: e.to_string(),
                     }),
                 })
         };
-        let url = &self.url;
+        let url = self.redacted_url();
         backoff::future::retry_notify(policy, attempt, |error, next: Duration| {
             tracing::warn!(%url, %error, retry_in = ?next, "NATS is not reachable yet");
         })
@@ -174,13 +311,38 @@ impl NatsConnection {
     /// Connect options for one attempt (the credentials file is read each time).
     async fn options(&self, name: &str) -> Result<ConnectOptions, ConnectError> {
         let mut options = ConnectOptions::new().name(name);
-        if let Some(creds) = &self.creds {
-            options = options.credentials_file(creds).await.map_err(|e| {
-                ConnectError::Settings(format!(
-                    "--nats-creds: cannot read {}: {e}",
-                    creds.display()
-                ))
-            })?;
+        match self.auth().map_err(ConnectError::Settings)? {
+            Auth::None => {}
+            Auth::UserPassword { user, password } => {
+                options = options.user_and_password(user, password.expose().to_string());
+            }
+            Auth::Token(token) => options = options.token(token.expose().to_string()),
+            Auth::Nkey(path) => {
+                let seed = tokio::fs::read_to_string(&path).await.map_err(|e| {
+                    ConnectError::Settings(format!(
+                        "--nats-nkey: cannot read {}: {e}",
+                        path.display()
+                    ))
+                })?;
+                let seed = seed.trim().to_string();
+                // Checked here, so a wrong file is named instead of failing
+                // inside the handshake.
+                nkeys::KeyPair::from_seed(&seed).map_err(|_| {
+                    ConnectError::Settings(format!(
+                        "--nats-nkey: {} does not hold an nkey seed (SU…)",
+                        path.display()
+                    ))
+                })?;
+                options = options.nkey(seed);
+            }
+            Auth::Creds(creds) => {
+                options = options.credentials_file(&creds).await.map_err(|e| {
+                    ConnectError::Settings(format!(
+                        "--nats-creds: cannot read {}: {e}",
+                        creds.display()
+                    ))
+                })?;
+            }
         }
         if let Some(ca) = &self.tls_ca {
             options = options.add_root_certificates(ca.clone()).require_tls(true);
@@ -218,6 +380,53 @@ mod tests {
         };
         let error = missing.validate().unwrap_err();
         assert!(error.starts_with("--nats-creds:"), "{error}");
+    }
+
+    #[test]
+    fn one_way_to_authenticate() {
+        let url_creds = NatsConnection::new("nats://chime:s%40cret@h:4222");
+        assert_eq!(
+            url_creds.auth().unwrap(),
+            Auth::UserPassword {
+                user: "chime".into(),
+                password: Secret::new("s@cret")
+            }
+        );
+        let servers = url_creds.servers().unwrap();
+        assert_eq!(servers[0].username(), None, "credentials leave the address");
+        assert_eq!(
+            NatsConnection::new("tls://t0ken@h").auth().unwrap(),
+            Auth::Token(Secret::new("t0ken"))
+        );
+        let two = NatsConnection {
+            token: Some(Secret::new("t")),
+            ..NatsConnection::new("nats://u:p@h")
+        };
+        assert!(two.validate().unwrap_err().contains("alternatives"));
+        let half = NatsConnection {
+            user: Some("u".into()),
+            ..NatsConnection::new(DEFAULT_NATS_URL)
+        };
+        assert!(half.validate().unwrap_err().contains("go together"));
+        let different = NatsConnection::new("nats://a:b@h1,nats://a:c@h2");
+        assert!(different
+            .validate()
+            .unwrap_err()
+            .contains("different credentials"));
+    }
+
+    #[test]
+    fn debug_and_errors_show_no_secret() {
+        let connection = NatsConnection {
+            password: Some(Secret::new("pw-secret")),
+            user: Some("u".into()),
+            token: None,
+            ..NatsConnection::new("nats://x:url-secret@h:notaport")
+        };
+        let shown = format!("{connection:?}");
+        assert!(!shown.contains("secret"), "{shown}");
+        let error = connection.validate().unwrap_err();
+        assert!(!error.contains("secret"), "{error}");
     }
 
     #[tokio::test]

@@ -18,6 +18,7 @@ pub mod headers;
 pub mod job;
 pub mod protocol;
 pub mod schedule;
+pub mod secret;
 pub mod subjects;
 pub mod text;
 pub mod topology;

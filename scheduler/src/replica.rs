@@ -136,7 +136,10 @@ impl Replica {
         let store = Store::connect(&config.database_url, config.store.clone())
             .await
             .with_context(|| {
-                format!("cannot open the store at {}", redact(&config.database_url))
+                format!(
+                    "cannot open the store at {}",
+                    chime_common::secret::redact_url(&config.database_url)
+                )
             })?;
         // async-nats holds at most 5,000 publishes awaiting their ack by
         // default; a burst of 100,000 firings due at one instant then
@@ -323,17 +326,5 @@ impl Replica {
     /// Waits until every service has stopped.
     pub async fn wait(&self) {
         self.tracker.wait().await
-    }
-}
-
-/// A database URL without its password, for messages.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{}@{}", &url[..scheme + 3], user, &url[at + 1..])
-        }
-        _ => url.to_string(),
     }
 }

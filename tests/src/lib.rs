@@ -57,7 +57,9 @@ mod wait;
 
 pub use binaries::{Binary, BIN_DIR_ENV};
 pub use database::{DatabaseKind, TestDatabase};
-pub use nats::{nats_server_binary, NatsOptions, NatsServer, MIN_NATS_VERSION, NATS_SERVER_ENV};
+pub use nats::{
+    nats_server_binary, NatsOptions, NatsServer, ProbeAuth, MIN_NATS_VERSION, NATS_SERVER_ENV,
+};
 pub use ports::free_port;
 pub use postgres::{admin_url as pg_admin_url, PgDatabase, DEFAULT_PG_URL, PG_URL_ENV};
 pub use process::ChimeProcess;

@@ -43,6 +43,19 @@ pub struct NatsOptions {
     pub monitoring: bool,
     /// Extra command-line arguments, appended after the harness's own.
     pub extra_args: Vec<String>,
+    /// A configuration file's text (authorization, accounts…), written
+    /// beside the server's storage and passed with `-c`.
+    pub config: Option<String>,
+    /// How the harness's own readiness probe authenticates, for a server
+    /// whose configuration requires it.
+    pub probe_auth: Option<ProbeAuth>,
+}
+
+/// Credentials the readiness probe connects with.
+#[derive(Clone, Debug)]
+pub enum ProbeAuth {
+    UserPassword(String, String),
+    Token(String),
 }
 
 /// A running (or stopped) `nats-server` child process with JetStream.
@@ -53,6 +66,7 @@ pub struct NatsServer {
     port: u16,
     monitor_port: Option<u16>,
     extra_args: Vec<String>,
+    probe_auth: Option<ProbeAuth>,
     /// Holds `store/` (JetStream) and `nats-server.log`; removed on drop.
     dir: TempDir,
     child: Option<Child>,
@@ -76,9 +90,18 @@ impl NatsServer {
             port: 0,
             monitor_port: None,
             extra_args: options.extra_args,
+            probe_auth: options.probe_auth,
             dir,
             child: None,
         };
+        if let Some(config) = &options.config {
+            let path = server.dir.path().join("nats-server.conf");
+            std::fs::write(&path, config)
+                .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+            server
+                .extra_args
+                .extend(["-c".to_string(), path.display().to_string()]);
+        }
         for attempt in 1..=PORT_ATTEMPTS {
             server.port = free_port();
             server.monitor_port = options.monitoring.then(free_port);
@@ -229,7 +252,14 @@ impl NatsServer {
     /// One connection attempt plus a JetStream account query, which fails
     /// until JetStream has recovered its streams.
     async fn probe(&self) -> Result<(), String> {
-        let client = async_nats::ConnectOptions::new()
+        let options = match &self.probe_auth {
+            None => async_nats::ConnectOptions::new(),
+            Some(ProbeAuth::UserPassword(user, password)) => {
+                async_nats::ConnectOptions::with_user_and_password(user.clone(), password.clone())
+            }
+            Some(ProbeAuth::Token(token)) => async_nats::ConnectOptions::with_token(token.clone()),
+        };
+        let client = options
             .connection_timeout(Duration::from_secs(1))
             .connect(self.url())
             .await

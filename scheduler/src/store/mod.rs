@@ -118,7 +118,7 @@ impl Store {
                 "database_url",
                 format!(
                     "{:?} is not a database URL this store supports; use postgres://… or sqlite://…",
-                    redact(url)
+                    chime_common::secret::redact_url(url)
                 ),
             )
         })?;
@@ -369,20 +369,6 @@ fn sqlite_url(url: &str) -> String {
     }
 }
 
-/// The URL without its password, for error messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let userinfo = &url[scheme_end + 3..at];
-            match userinfo.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
-}
-
 /// 32-bit FNV-1a.
 pub fn fnv1a(bytes: &[u8]) -> u32 {
     let mut hash: u32 = 2_166_136_261;
@@ -489,13 +475,6 @@ mod tests {
             "sqlite://a.db?cache=shared&mode=rwc"
         );
         assert_eq!(sqlite_url("sqlite://a.db?mode=ro"), "sqlite://a.db?mode=ro");
-    }
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
-        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
-        assert_eq!(redact("sqlite://chime.db"), "sqlite://chime.db");
     }
 
     #[test]
