@@ -279,3 +279,66 @@ async fn chime_worker_stops_on_sigterm_while_it_waits() {
             .await;
     assert_eq!(streams, 0, "the worker created no stream");
 }
+
+/// libfaketime, which shifts a process's wall clock (`FAKETIME`).
+fn libfaketime() -> &'static str {
+    const CANDIDATES: [&str; 2] = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+    ];
+    CANDIDATES
+        .into_iter()
+        .find(|path| std::path::Path::new(path).is_file())
+        .expect(
+            "this test needs libfaketime: `apt-get install faketime` (bash .ci/run installs it)",
+        )
+}
+
+/// The value of the series starting with `series` in a Prometheus text exposition.
+fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|line| line.starts_with(series))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chime_worker_measures_its_clock_offset_from_jetstream_timestamps() {
+    let env = Env::start().await;
+    env.create_group_consumers("skewed").await;
+    let _responder = env.responder().await;
+    let mut events = env.events().await;
+    let metrics_addr = format!("127.0.0.1:{}", free_port());
+    let mut command = Binary::Worker.command();
+    command
+        .args([
+            "--nats-url",
+            &env.nats.url(),
+            "--metrics-addr",
+            &metrics_addr,
+            "--group",
+            "skewed",
+            "--allow-shell",
+        ])
+        // The worker's wall clock runs 10 s ahead; its monotonic clock is left alone.
+        .env("LD_PRELOAD", libfaketime())
+        .env("FAKETIME", "+10s")
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    let mut worker = ChimeProcess::spawn(command);
+    worker
+        .wait_for_log_line("chime-worker ready", Duration::from_secs(30))
+        .await;
+    let id = env
+        .publish(&TestFiring::new("skewed", "tick", "shell").payload(json!({"argv": ["true"]})))
+        .await;
+    env.ring("skewed").await;
+    events.of(&id, Duration::from_secs(15)).await;
+    let (_, body) = http_get(&metrics_addr, "/metrics").await;
+    let offset = metric_value(&body, r#"chime_clock_offset_seconds{group="skewed"}"#)
+        .unwrap_or_else(|| panic!("no clock offset in\n{body}"));
+    assert!(
+        (9.5..12.0).contains(&offset),
+        "a clock 10 s ahead measures {offset} s"
+    );
+    assert!(worker.terminate(Duration::from_secs(15)).await.success());
+}
