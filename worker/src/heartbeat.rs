@@ -16,6 +16,9 @@ use tokio_util::sync::CancellationToken;
 /// After a failed beat, the next comes after this share of the interval, so
 /// that a short outage costs as little of the lease as possible.
 const RETRY_SHARE: u32 = 4;
+/// The longest one beat waits for its acknowledgement (a KV put takes
+/// milliseconds): a hung beat must leave time for a retry within the lease.
+const BEAT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Puts the worker's info every interval.
 #[derive(Clone)]
@@ -68,9 +71,10 @@ impl Heartbeat {
 
     /// Beats every interval until `stop`, renewing `fence` with each beat
     /// acknowledged. A failed beat is logged and tried again after a quarter
-    /// of the interval; each beat waits at most the interval (at least 1 s).
+    /// of the interval; each beat waits at most the interval, at most 1 s.
     pub(crate) async fn run(self, fence: Fence, stop: CancellationToken) {
         let retry = (self.interval / RETRY_SHARE).max(Duration::from_millis(50));
+        let beat_timeout = self.interval.min(BEAT_TIMEOUT);
         let mut pause = self.interval;
         let mut failing = false;
         loop {
@@ -78,9 +82,7 @@ impl Heartbeat {
                 _ = tokio::time::sleep(pause) => {}
                 _ = stop.cancelled() => return,
             }
-            let beat =
-                tokio::time::timeout(self.interval.max(Duration::from_secs(1)), self.beat_once())
-                    .await;
+            let beat = tokio::time::timeout(beat_timeout, self.beat_once()).await;
             let error = match beat {
                 Ok(Ok(sent)) => {
                     fence.renew(sent, Instant::now());
