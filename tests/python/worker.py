@@ -27,13 +27,6 @@ from datetime import datetime, timedelta, timezone
 
 import nats
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
-from nats.js.api import (
-    AckPolicy,
-    ConsumerConfig,
-    RetentionPolicy,
-    StreamConfig,
-)
-from nats.js.errors import NotFoundError
 
 BANDS = ["high", "normal", "low"]
 MAX_OUTPUT = 64 * 1024
@@ -174,37 +167,40 @@ class Worker:
         self.js = self.nc.jetstream()
         fire = self.upper() + "_FIRE"
         events = self.upper() + "_EVENTS"
-        for name, subjects in ((fire, [self.subj("fire.>")]), (events, [self.subj("events.>")])):
-            try:
-                await self.js.stream_info(name)
-            except NotFoundError:
-                await self.js.add_stream(StreamConfig(
-                    name=name, subjects=subjects, retention=RetentionPolicy.WORK_QUEUE,
-                    duplicate_window=120, max_age=7 * 24 * 3600))
+        # A worker never creates NATS objects: schedulers do. Wait for the
+        # heartbeat bucket, register (a scheduler creates the consumers of the
+        # groups it sees there), then wait for the streams and consumers.
         bucket = "%s-workers" % self.prefix
-        try:
-            self.kv = await self.js.key_value(bucket)
-        except Exception:
-            self.kv = await self.js.create_key_value(bucket=bucket, history=1, ttl=6)
+        self.kv = None
+        self.kv = await self.wait_for("bucket " + bucket, lambda: self.js.key_value(bucket))
+        await self.heartbeat_once()
+        for name in (fire, events):
+            await self.wait_for("stream " + name, lambda name=name: self.js.stream_info(name))
         self.fire_stream = fire
         self.consumers = []
         for band in BANDS:
             name = consumer_name(self.group, band)
-            try:
-                await self.js.consumer_info(fire, name)
-            except NotFoundError:
-                await self.js.add_consumer(fire, ConsumerConfig(
-                    durable_name=name,
-                    filter_subject=self.subj("fire.%s.%s" % (self.group, band)),
-                    ack_policy=AckPolicy.EXPLICIT,
-                    ack_wait=30,
-                    max_ack_pending=20000,
-                    max_deliver=-1,
-                ))
+            await self.wait_for("consumer " + name, lambda name=name: self.js.consumer_info(fire, name))
             self.consumers.append(name)
         await self.nc.subscribe(self.subj("ready.%s" % self.group), cb=self.on_doorbell)
         await self.nc.subscribe(self.subj("cancel.%s" % self.worker_id), cb=self.on_cancel)
         await self.heartbeat_once()
+
+    async def wait_for(self, what, look):
+        delay = 0.1
+        while True:
+            try:
+                return await look()
+            except Exception as e:
+                print("waiting for a scheduler to create %s: %s" % (what, e), file=sys.stderr, flush=True)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                if self.kv is not None:
+                    # Keep the registration alive (key TTL 6 s) while waiting.
+                    try:
+                        await self.heartbeat_once()
+                    except Exception as e:
+                        print("heartbeat failed: %s" % e, file=sys.stderr, flush=True)
 
     # --- 7. heartbeat ---
     async def heartbeat_once(self):

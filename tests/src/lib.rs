@@ -15,6 +15,8 @@
 //! | the same test on both | [`backend_tests!`] and [`TestDatabase`] |
 //! | a scheduler, worker or `chimectl` | [`Binary::command`] and [`ChimeProcess::spawn`] |
 //! | logs of the code under test | [`init_tracing`] |
+//! | a network fault between one client and a server | [`Proxy`]: `block()`, `cut()`, `unblock()` |
+//! | a group's consumers without a scheduler | [`create_group_consumers`] |
 //!
 //! ```ignore
 //! use std::time::Duration;
@@ -52,7 +54,9 @@ mod nats;
 mod ports;
 mod postgres;
 mod process;
+mod proxy;
 mod sqlite;
+mod topology;
 mod wait;
 
 pub use binaries::{Binary, BIN_DIR_ENV};
@@ -63,7 +67,9 @@ pub use nats::{
 pub use ports::free_port;
 pub use postgres::{admin_url as pg_admin_url, PgDatabase, DEFAULT_PG_URL, PG_URL_ENV};
 pub use process::ChimeProcess;
+pub use proxy::Proxy;
 pub use sqlite::SqliteDatabase;
+pub use topology::create_group_consumers;
 pub use wait::eventually;
 
 /// Sends the test process's own `tracing` output (in-process schedulers,

@@ -1,11 +1,14 @@
 //! The `chime-worker` binary as users run it: flags and their environment
-//! twins, start-up validation, waiting for NATS, the ready line, /metrics,
-//! /healthz and /readyz, and a clean exit on SIGTERM.
+//! twins, start-up validation, waiting for NATS and for a scheduler to create
+//! the NATS objects, the ready line, /metrics, /healthz and /readyz, and a
+//! clean exit on SIGTERM.
 
 mod worker_support;
 
-use chime_common::protocol::Outcome;
-use chime_tests::{free_port, Binary, ChimeProcess};
+use chime_common::protocol::{Outcome, WorkerInfo};
+use chime_common::topology::Topology;
+use chime_common::Subjects;
+use chime_tests::{eventually, free_port, Binary, ChimeProcess};
 use serde_json::json;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -73,6 +76,16 @@ async fn chime_worker_waits_for_a_nats_server_that_is_not_up_yet() {
         .await;
     assert!(worker.try_status().is_none(), "{}", worker.log());
     nats.restart().await;
+    let jetstream = async_nats::jetstream::new(nats.connect().await);
+    let topology = Topology::new(jetstream.clone(), Subjects::default(), test_topology());
+    topology.ensure().await.expect("topology");
+    chime_tests::create_group_consumers(
+        &jetstream,
+        &topology.subjects,
+        &topology.config,
+        "default",
+    )
+    .await;
     worker
         .wait_for_log_line("chime-worker ready", Duration::from_secs(15))
         .await;
@@ -104,6 +117,7 @@ async fn chime_worker_waits_for_a_nats_server_that_is_not_up_yet() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chime_worker_runs_firings_serves_metrics_and_stops_on_sigterm() {
     let env = Env::start().await;
+    env.create_group_consumers("bin").await;
     let _responder = env.responder().await;
     let mut events = env.events().await;
     let metrics_addr = format!("127.0.0.1:{}", free_port());
@@ -170,4 +184,161 @@ async fn chime_worker_runs_firings_serves_metrics_and_stops_on_sigterm() {
         kv.get("bin-worker").await.unwrap().is_none(),
         "heartbeat key deleted on SIGTERM"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chime_worker_creates_nothing_and_waits_for_a_scheduler_to() {
+    chime_tests::init_tracing();
+    let nats = chime_tests::NatsServer::start().await;
+    let jetstream = async_nats::jetstream::new(nats.connect().await);
+    let subjects = Subjects::default();
+    let metrics_addr = format!("127.0.0.1:{}", free_port());
+    let mut command = Binary::Worker.command();
+    command.args([
+        "--nats-url",
+        &nats.url(),
+        "--metrics-addr",
+        &metrics_addr,
+        "--group",
+        "late",
+        "--worker-id",
+        "late-worker",
+    ]);
+    let mut worker = ChimeProcess::spawn(command);
+    worker
+        .wait_for_log_line(
+            "waiting for a scheduler to create bucket chime-workers",
+            Duration::from_secs(15),
+        )
+        .await;
+    let (status, body) = http_get(&metrics_addr, "/readyz").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            503,
+            "starting: waiting for a scheduler to create bucket chime-workers\n"
+        )
+    );
+    let (status, _) = http_get(&metrics_addr, "/healthz").await;
+    assert_eq!(status, 200, "alive while waiting");
+
+    // What a scheduler creates first: streams and buckets, not yet the group's consumers.
+    let topology = Topology::new(jetstream.clone(), subjects.clone(), test_topology());
+    topology.ensure().await.expect("topology");
+    // The worker registers before its consumers exist, so a scheduler learns its group.
+    let kv = topology.workers().await.unwrap();
+    eventually(
+        Duration::from_secs(15),
+        "the worker's first heartbeat",
+        || async {
+            match kv.get("late-worker").await {
+                Ok(Some(value)) => serde_json::from_slice::<WorkerInfo>(&value)
+                    .is_ok_and(|info| info.group == "late"),
+                _ => false,
+            }
+        },
+    )
+    .await;
+    worker
+        .wait_for_log_line(
+            "waiting for a scheduler to create consumer fire_g_late_high",
+            Duration::from_secs(15),
+        )
+        .await;
+    let (status, body) = http_get(&metrics_addr, "/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("consumer fire_g_late_high"), "{body}");
+    let mut fire = jetstream.get_stream(subjects.fire_stream()).await.unwrap();
+    assert_eq!(
+        fire.info().await.unwrap().state.consumer_count,
+        0,
+        "the worker created no consumer"
+    );
+
+    chime_tests::create_group_consumers(&jetstream, &subjects, &topology.config, "late").await;
+    worker
+        .wait_for_log_line("chime-worker ready", Duration::from_secs(15))
+        .await;
+    let (status, body) = http_get(&metrics_addr, "/readyz").await;
+    assert_eq!((status, body.as_str()), (200, "ready\n"));
+    assert!(worker.terminate(Duration::from_secs(15)).await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chime_worker_stops_on_sigterm_while_it_waits() {
+    let nats = chime_tests::NatsServer::start().await;
+    let mut command = Binary::Worker.command();
+    command.args(["--nats-url", &nats.url(), "--metrics-addr", "off"]);
+    let mut worker = ChimeProcess::spawn(command);
+    worker
+        .wait_for_log_line("waiting for a scheduler to create", Duration::from_secs(15))
+        .await;
+    assert!(worker.terminate(Duration::from_secs(10)).await.success());
+    let streams =
+        futures::StreamExt::count(async_nats::jetstream::new(nats.connect().await).stream_names())
+            .await;
+    assert_eq!(streams, 0, "the worker created no stream");
+}
+
+/// libfaketime, which shifts a process's wall clock (`FAKETIME`).
+fn libfaketime() -> &'static str {
+    const CANDIDATES: [&str; 2] = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+    ];
+    CANDIDATES
+        .into_iter()
+        .find(|path| std::path::Path::new(path).is_file())
+        .expect(
+            "this test needs libfaketime: `apt-get install faketime` (bash .ci/run installs it)",
+        )
+}
+
+/// The value of the series starting with `series` in a Prometheus text exposition.
+fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|line| line.starts_with(series))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chime_worker_measures_its_clock_offset_from_jetstream_timestamps() {
+    let env = Env::start().await;
+    env.create_group_consumers("skewed").await;
+    let _responder = env.responder().await;
+    let mut events = env.events().await;
+    let metrics_addr = format!("127.0.0.1:{}", free_port());
+    let mut command = Binary::Worker.command();
+    command
+        .args([
+            "--nats-url",
+            &env.nats.url(),
+            "--metrics-addr",
+            &metrics_addr,
+            "--group",
+            "skewed",
+            "--allow-shell",
+        ])
+        // The worker's wall clock runs 10 s ahead; its monotonic clock is left alone.
+        .env("LD_PRELOAD", libfaketime())
+        .env("FAKETIME", "+10s")
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    let mut worker = ChimeProcess::spawn(command);
+    worker
+        .wait_for_log_line("chime-worker ready", Duration::from_secs(30))
+        .await;
+    let id = env
+        .publish(&TestFiring::new("skewed", "tick", "shell").payload(json!({"argv": ["true"]})))
+        .await;
+    env.ring("skewed").await;
+    events.of(&id, Duration::from_secs(15)).await;
+    let (_, body) = http_get(&metrics_addr, "/metrics").await;
+    let offset = metric_value(&body, r#"chime_clock_offset_seconds{group="skewed"}"#)
+        .unwrap_or_else(|| panic!("no clock offset in\n{body}"));
+    assert!(
+        (9.5..12.0).contains(&offset),
+        "a clock 10 s ahead measures {offset} s"
+    );
+    assert!(worker.terminate(Duration::from_secs(15)).await.success());
 }

@@ -134,6 +134,28 @@ async fn shell_handler_keeps_the_last_64_kib_of_output() {
     worker.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_output_with_nul_and_invalid_utf8_is_reported_clean() {
+    let env = Env::start().await;
+    let _responder = env.responder().await;
+    let mut events = env.events().await;
+    let worker = shell_worker(&env, "binary", true).await;
+    // A NUL, a byte that is never UTF-8, a tab; then a failure whose error is the exit status.
+    let id = env
+        .publish(
+            &TestFiring::new("binary", "binary", "shell").payload(json!({
+                "argv": ["sh", "-c", "printf 'a\\000b\\377c\\td\\n'; exit 3"]
+            })),
+        )
+        .await;
+    env.ring("binary").await;
+    let e = events.of(&id, Duration::from_secs(30)).await;
+    assert_eq!(e.outcome, Outcome::Failed);
+    assert_eq!(e.output.as_deref(), Some("a\u{FFFD}b\u{FFFD}c\td\n"));
+    assert_eq!(e.error.as_deref(), Some("sh exited with status 3"));
+    worker.shutdown().await;
+}
+
 /// The state letter of a process (`Z` for a zombie), or `None` once it is gone.
 fn process_state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

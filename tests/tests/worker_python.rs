@@ -35,6 +35,7 @@ fn require_nats_py() {
 async fn python_worker_runs_a_firing_end_to_end() {
     require_nats_py();
     let env = Env::start().await;
+    env.create_group_consumers("py").await;
     let responder = env.responder().await;
     let mut events = env.events().await;
 

@@ -1,8 +1,11 @@
 //! The worker's HTTP endpoints: `/metrics` (Prometheus text), `/healthz`
-//! (200 while connected to NATS, else 503: restart me if it stays so) and
-//! `/readyz` (200 while also started and not draining: taking firings).
+//! (liveness: 200 while the process serves requests; it does not depend on
+//! NATS, since restarting a worker does not bring NATS back) and `/readyz`
+//! (200 while connected to NATS, started (every NATS object found), not
+//! fenced and not draining: taking firings; else 503 with the reason).
 
 use crate::metrics::Metrics;
+use crate::status::WorkerStatus;
 use async_nats::connection::State;
 use async_nats::Client;
 use axum::extract::State as AxumState;
@@ -10,32 +13,14 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-
-/// Whether the worker is taking firings: set once it has started, cleared
-/// when it begins to drain.
-#[derive(Debug, Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
-
-impl Readiness {
-    /// Marks the worker as taking firings (`true`) or not (`false`).
-    pub fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::Relaxed);
-    }
-
-    fn get(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
-    }
-}
 
 #[derive(Clone)]
 struct AdminState {
     metrics: Metrics,
     client: Client,
-    readiness: Readiness,
+    status: WorkerStatus,
 }
 
 /// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until `stop`.
@@ -43,7 +28,7 @@ pub async fn serve(
     listener: TcpListener,
     metrics: Metrics,
     client: Client,
-    readiness: Readiness,
+    status: WorkerStatus,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
     let app = Router::new()
@@ -53,7 +38,7 @@ pub async fn serve(
         .with_state(AdminState {
             metrics,
             client,
-            readiness,
+            status,
         });
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled().await })
@@ -70,24 +55,19 @@ async fn render_metrics(AxumState(state): AxumState<AdminState>) -> impl IntoRes
     )
 }
 
-async fn health(AxumState(state): AxumState<AdminState>) -> impl IntoResponse {
-    match state.client.connection_state() {
-        State::Connected => (StatusCode::OK, "ok\n"),
-        State::Pending | State::Disconnected => {
-            (StatusCode::SERVICE_UNAVAILABLE, "not connected to NATS\n")
-        }
-    }
+async fn health() -> impl IntoResponse {
+    (StatusCode::OK, "ok\n")
 }
 
 async fn ready(AxumState(state): AxumState<AdminState>) -> impl IntoResponse {
     if state.client.connection_state() != State::Connected {
-        return (StatusCode::SERVICE_UNAVAILABLE, "not connected to NATS\n");
-    }
-    if !state.readiness.get() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
-            "not taking firings (starting or draining)\n",
+            "not connected to NATS\n".to_string(),
         );
     }
-    (StatusCode::OK, "ready\n")
+    match state.status.not_ready() {
+        Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")),
+        None => (StatusCode::OK, "ready\n".to_string()),
+    }
 }

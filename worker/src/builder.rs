@@ -5,6 +5,7 @@ use crate::context::FiringContext;
 use crate::error::WorkerError;
 use crate::handler::{FnHandler, Handler, HandlerResult, Handlers};
 use crate::metrics::Metrics;
+use crate::status::WorkerStatus;
 use crate::worker::Worker;
 use async_nats::Client;
 use chime_common::job::MAX_ID_LEN;
@@ -73,7 +74,9 @@ impl WorkerBuilder {
         self
     }
 
-    /// Settings of the streams, buckets and consumers it creates if missing.
+    /// The settings schedulers create the NATS objects with; a worker only
+    /// uses `worker_ttl`, to check its heartbeat timings at build (at start
+    /// it checks them again against the heartbeat bucket's real TTL).
     pub fn topology_config(mut self, config: TopologyConfig) -> Self {
         self.topology_config = config;
         self
@@ -142,6 +145,13 @@ impl WorkerBuilder {
         self
     }
 
+    /// The worker fences itself after the heartbeat key TTL minus this
+    /// without an acknowledged heartbeat (default 2 s; see [`WorkerConfig::fence_margin`]).
+    pub fn fence_margin(mut self, margin: Duration) -> Self {
+        self.config.fence_margin = margin;
+        self
+    }
+
     /// Reports into `metrics` instead of a fresh registry labelled with the group.
     pub fn metrics(mut self, metrics: Metrics) -> Self {
         self.metrics = Some(metrics);
@@ -179,9 +189,9 @@ impl WorkerBuilder {
             config: self.config,
             client,
             subjects: self.subjects,
-            topology_config: self.topology_config,
             handlers: self.handlers,
             metrics,
+            status: WorkerStatus::default(),
         })
     }
 }

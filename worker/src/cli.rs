@@ -52,6 +52,13 @@ pub struct Args {
     #[arg(long, env = "CHIME_HEARTBEAT_INTERVAL", default_value = "2s", value_parser = humantime::parse_duration)]
     pub heartbeat_interval: Duration,
 
+    /// The worker stops its runs and fetches nothing once no heartbeat was
+    /// written for the heartbeat key TTL (6s) minus this, so a worker cut off
+    /// from NATS has stopped before the scheduler re-queues its firings. Must
+    /// exceed the 1s stop grace.
+    #[arg(long, env = "CHIME_FENCE_MARGIN", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub fence_margin: Duration,
+
     /// Idle fallback wake-up for redeliveries and missed doorbells.
     #[arg(long, env = "CHIME_POLL_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub poll_interval: Duration,
@@ -84,9 +91,14 @@ impl Args {
         self.metrics_addr()
             .map_err(|e| format!("--metrics-addr: {e}"))?;
         let ttl = TopologyConfig::default().worker_ttl;
-        if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= ttl {
+        let lease = self
+            .worker_config()
+            .lease(ttl)
+            .map_err(|e| format!("--fence-margin: {e}"))?;
+        if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= lease {
             return Err(format!(
-                "--heartbeat-interval must be above 0 and below the heartbeat key TTL ({}), found {}",
+                "--heartbeat-interval must be above 0 and below the heartbeat lease ({}: the key TTL {} minus --fence-margin), found {}",
+                humantime::format_duration(lease),
                 humantime::format_duration(ttl),
                 humantime::format_duration(self.heartbeat_interval)
             ));
@@ -118,6 +130,7 @@ impl Args {
             poll_interval: self.poll_interval,
             heartbeat_interval: self.heartbeat_interval,
             drain_grace: self.drain_grace,
+            fence_margin: self.fence_margin,
             ..defaults
         }
     }
@@ -145,13 +158,16 @@ mod tests {
         );
         assert_eq!(args.drain_grace, Duration::from_secs(30));
         assert_eq!(args.heartbeat_interval, Duration::from_secs(2));
+        assert_eq!(args.fence_margin, Duration::from_secs(2));
         assert_eq!(args.log_format, LogFormat::Text);
         assert!(args.worker_config().threads >= 1);
     }
 
     #[test]
     fn bad_flags_are_named() {
-        let cases: [(&[&str], &str); 8] = [
+        let cases: [(&[&str], &str); 10] = [
+            (&["--fence-margin", "500ms"], "--fence-margin"),
+            (&["--heartbeat-interval", "4s"], "--heartbeat-interval"),
             (&["--threads", "0"], "--threads"),
             (&["--group", "a b"], "--group"),
             (&["--worker-id", "a.b"], "--worker-id"),

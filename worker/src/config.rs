@@ -11,6 +11,9 @@ pub const DEFAULT_GROUP: &str = "default";
 pub const MAX_WORKER_ID_LEN: usize = 128;
 /// Largest output tail: a finished event must fit NATS's default 1 MiB payload.
 pub const MAX_OUTPUT_LIMIT: usize = 512 * 1024;
+/// How much longer than `stop_grace` the fence margin must be: the timers'
+/// lateness on a loaded machine (see `fence.rs`).
+pub const FENCE_SLACK: Duration = Duration::from_millis(250);
 
 /// How a worker runs; see the field docs for defaults.
 #[derive(Debug, Clone)]
@@ -41,6 +44,11 @@ pub struct WorkerConfig {
     /// After a handler's token is cancelled (deadline, cancel request), how long
     /// it may take to return before its future is dropped (1 s).
     pub stop_grace: Duration,
+    /// The worker fences itself (stops its runs, fetches nothing) when no
+    /// heartbeat was acknowledged for the bucket's key TTL minus this (2 s:
+    /// a lease of 4 s with the default 6 s TTL). It must exceed `stop_grace`
+    /// so runs have stopped before the key can expire; see `fence.rs`.
+    pub fence_margin: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -58,11 +66,39 @@ impl Default for WorkerConfig {
             nak_delay: Duration::from_secs(1),
             fetch_expiry: Duration::from_millis(10),
             stop_grace: Duration::from_secs(1),
+            fence_margin: Duration::from_secs(2),
         }
     }
 }
 
 impl WorkerConfig {
+    /// How long the worker runs firings without an acknowledged heartbeat:
+    /// `worker_ttl − fence_margin`. Errors name the setting when the margin
+    /// does not fit.
+    pub fn lease(&self, worker_ttl: Duration) -> Result<Duration, WorkerError> {
+        let least = self.stop_grace.saturating_add(FENCE_SLACK);
+        if self.fence_margin < least {
+            return Err(WorkerError::InvalidSetting {
+                setting: "fence_margin",
+                reason: format!(
+                    "must be at least stop_grace + {FENCE_SLACK:?} ({least:?}), found {:?}; \
+                     otherwise a run may outlive the heartbeat key",
+                    self.fence_margin
+                ),
+            });
+        }
+        match worker_ttl.checked_sub(self.fence_margin) {
+            Some(lease) if !lease.is_zero() => Ok(lease),
+            _ => Err(WorkerError::InvalidSetting {
+                setting: "fence_margin",
+                reason: format!(
+                    "must be shorter than the workers bucket's key TTL ({worker_ttl:?}), found {:?}",
+                    self.fence_margin
+                ),
+            }),
+        }
+    }
+
     /// Checks every setting; `worker_ttl` is the heartbeat bucket's key TTL.
     pub fn validate(&self, worker_ttl: Duration) -> Result<(), WorkerError> {
         validate_group(&self.group)?;
@@ -84,13 +120,15 @@ impl WorkerConfig {
                 });
             }
         }
-        if self.heartbeat_interval >= worker_ttl {
+        let lease = self.lease(worker_ttl)?;
+        if self.heartbeat_interval >= lease {
             return Err(WorkerError::InvalidSetting {
                 setting: "heartbeat_interval",
                 reason: format!(
-                    "must be shorter than the workers bucket's key TTL ({worker_ttl:?}), found {:?}; \
-                     otherwise the worker looks dead between beats",
-                    self.heartbeat_interval
+                    "must be shorter than the heartbeat lease ({lease:?}: the workers bucket's \
+                     key TTL {worker_ttl:?} minus fence_margin {:?}), found {:?}; otherwise the \
+                     worker fences itself between beats",
+                    self.fence_margin, self.heartbeat_interval
                 ),
             });
         }
@@ -203,7 +241,21 @@ mod tests {
             error.starts_with("heartbeat_interval must be shorter"),
             "{error}"
         );
+        config.heartbeat_interval = Duration::from_secs(4);
+        let error = config.validate(ttl).unwrap_err().to_string();
+        assert!(error.contains("heartbeat lease (4s"), "{error}");
         config.heartbeat_interval = Duration::from_secs(2);
+        config.fence_margin = Duration::from_millis(1100);
+        let error = config.validate(ttl).unwrap_err().to_string();
+        assert!(
+            error.starts_with("fence_margin must be at least"),
+            "{error}"
+        );
+        config.fence_margin = Duration::from_secs(6);
+        let error = config.validate(ttl).unwrap_err().to_string();
+        assert!(error.starts_with("fence_margin must be shorter"), "{error}");
+        config.fence_margin = Duration::from_secs(2);
+        assert_eq!(config.lease(ttl).unwrap(), Duration::from_secs(4));
         config.max_output_bytes = 0;
         assert!(config
             .validate(ttl)

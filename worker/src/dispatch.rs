@@ -55,7 +55,7 @@ async fn handle(
         return;
     };
     if control.token().is_cancelled() {
-        // Shutting down past the drain grace: leave it to another worker.
+        // Shutting down past the drain grace, or fenced: leave it to another worker.
         shared.running.release(&id);
         ack(&message, AckKind::Nak(None)).await;
         return;

@@ -1,7 +1,5 @@
 //! The worker library's errors: each variant is a case the caller can act on.
 
-use chime_common::topology::TopologyError;
-
 /// Why a worker could not be built or started.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
@@ -22,8 +20,6 @@ pub enum WorkerError {
         setting: &'static str,
         reason: String,
     },
-    #[error(transparent)]
-    Topology(#[from] TopologyError),
     #[error("cannot {what}: {source}")]
     Nats {
         what: String,

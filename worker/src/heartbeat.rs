@@ -2,13 +2,23 @@
 //!
 //! The bucket drops a key `worker_ttl` (6 s) after its last write, which is
 //! how the scheduler learns that a worker died and re-queues its firings.
+//! Each acknowledged beat renews the worker's [`Fence`] lease.
 
+use crate::fence::Fence;
 use crate::slots::Slots;
 use async_nats::jetstream::kv;
 use chime_common::protocol::WorkerInfo;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+/// After a failed beat, the next comes after this share of the interval, so
+/// that a short outage costs as little of the lease as possible.
+const RETRY_SHARE: u32 = 4;
+/// The longest one beat waits for its acknowledgement (a KV put takes
+/// milliseconds): a hung beat must leave time for a retry within the lease.
+const BEAT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Puts the worker's info every interval.
 #[derive(Clone)]
@@ -51,41 +61,45 @@ impl Heartbeat {
         }
     }
 
-    /// One beat.
-    pub(crate) async fn beat_once(&self) -> Result<(), async_nats::Error> {
+    /// One beat; returns the instant just before it was sent.
+    pub(crate) async fn beat_once(&self) -> Result<Instant, async_nats::Error> {
         let value = serde_json::to_vec(&self.info())?;
+        let sent = Instant::now();
         self.store.put(&self.id, value.into()).await?;
-        Ok(())
+        Ok(sent)
     }
 
-    /// Beats until `stop`; failures are logged and the next beat tries again.
-    pub(crate) async fn run(self, stop: CancellationToken) {
-        let mut ticker = tokio::time::interval(self.interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    /// Beats every interval until `stop`, renewing `fence` with each beat
+    /// acknowledged. A failed beat is logged and tried again after a quarter
+    /// of the interval; each beat waits at most the interval, at most 1 s.
+    pub(crate) async fn run(self, fence: Fence, stop: CancellationToken) {
+        let retry = (self.interval / RETRY_SHARE).max(Duration::from_millis(50));
+        let beat_timeout = self.interval.min(BEAT_TIMEOUT);
+        let mut pause = self.interval;
         let mut failing = false;
         loop {
             tokio::select! {
-                _ = ticker.tick() => {}
+                _ = tokio::time::sleep(pause) => {}
                 _ = stop.cancelled() => return,
             }
-            let beat =
-                tokio::time::timeout(self.interval.max(Duration::from_secs(1)), self.beat_once())
-                    .await;
-            match beat {
-                Ok(Ok(())) if failing => {
-                    failing = false;
-                    tracing::info!("heartbeat restored");
+            let beat = tokio::time::timeout(beat_timeout, self.beat_once()).await;
+            let error = match beat {
+                Ok(Ok(sent)) => {
+                    fence.renew(sent, Instant::now());
+                    if failing {
+                        failing = false;
+                        tracing::info!("heartbeat restored");
+                    }
+                    pause = self.interval;
+                    continue;
                 }
-                Ok(Ok(())) => {}
-                Ok(Err(error)) if !failing => {
-                    failing = true;
-                    tracing::warn!(%error, "heartbeat failed; retrying every beat");
-                }
-                Err(_) if !failing => {
-                    failing = true;
-                    tracing::warn!("heartbeat timed out; retrying every beat");
-                }
-                _ => {}
+                Ok(Err(error)) => error.to_string(),
+                Err(_) => "timed out".to_string(),
+            };
+            pause = retry;
+            if !failing {
+                failing = true;
+                tracing::warn!(%error, ?retry, "heartbeat failed; retrying");
             }
         }
     }

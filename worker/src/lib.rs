@@ -20,19 +20,24 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Inside: `pull.rs` fetches by free threads, `dispatch.rs` takes one
-//! message from receipt to report, `start.rs` asks to start, `run.rs` runs a
-//! handler, `finish.rs` reports, `heartbeat.rs` and `cancel.rs` talk to the
-//! scheduler, `shutdown.rs` drains.
+//! Inside: `topology.rs` finds (never creates) the NATS objects, `pull.rs`
+//! fetches by free threads, `dispatch.rs` takes one message from receipt to
+//! report, `start.rs` asks to start, `run.rs` runs a handler, `output.rs`
+//! cleans and bounds what it printed, `finish.rs` reports, `heartbeat.rs`
+//! and `cancel.rs` talk to the scheduler, `fence.rs` stops every run when
+//! heartbeats fail for the lease, `clock.rs` estimates the clock offset,
+//! `shutdown.rs` drains.
 
 pub mod admin;
 mod builder;
 mod cancel;
 pub mod cli;
+pub mod clock;
 pub mod config;
 mod context;
 mod dispatch;
 mod error;
+mod fence;
 mod finish;
 mod handler;
 pub mod handlers;
@@ -46,6 +51,8 @@ mod running;
 mod shutdown;
 mod slots;
 mod start;
+mod status;
+mod topology;
 mod worker;
 
 pub use builder::WorkerBuilder;
@@ -55,4 +62,5 @@ pub use error::WorkerError;
 pub use handler::{FnHandler, Handler, HandlerError, HandlerResult};
 pub use metrics::Metrics;
 pub use shutdown::{ShutdownReport, WorkerHandle, SHUTDOWN_REASON};
+pub use status::WorkerStatus;
 pub use worker::Worker;

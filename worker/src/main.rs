@@ -68,7 +68,6 @@ async fn run(args: Args) -> Result<()> {
         .context("invalid worker settings")?;
 
     let stop_admin = CancellationToken::new();
-    let readiness = admin::Readiness::default();
     let admin_task = match args.metrics_addr().map_err(anyhow::Error::msg)? {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
@@ -78,7 +77,7 @@ async fn run(args: Args) -> Result<()> {
                 listener,
                 worker.metrics().clone(),
                 client.clone(),
-                readiness.clone(),
+                worker.status(),
                 stop_admin.clone(),
             );
             Some(tokio::spawn(async move {
@@ -92,8 +91,12 @@ async fn run(args: Args) -> Result<()> {
 
     let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
-    let handle = worker.start().await.context("cannot start the worker")?;
-    readiness.set(true);
+    // Start-up waits for a scheduler to create the NATS objects; a signal meanwhile ends it.
+    let handle = tokio::select! {
+        started = worker.start() => started.context("cannot start the worker")?,
+        _ = terminate.recv() => return stop_before_start(stop_admin, admin_task, "SIGTERM").await,
+        _ = interrupt.recv() => return stop_before_start(stop_admin, admin_task, "SIGINT").await,
+    };
     tracing::info!(
         worker_id = handle.id(),
         group = handle.group(),
@@ -107,7 +110,6 @@ async fn run(args: Args) -> Result<()> {
         _ = terminate.recv() => tracing::info!("SIGTERM received"),
         _ = interrupt.recv() => tracing::info!("SIGINT received"),
     }
-    readiness.set(false);
     let report = handle.shutdown().await;
     stop_admin.cancel();
     if let Some(task) = admin_task {
@@ -121,6 +123,20 @@ async fn run(args: Args) -> Result<()> {
             "{} finished event(s) could not be published before exit",
             report.unsent_events
         );
+    }
+    Ok(())
+}
+
+/// Exits cleanly on a signal that came while start-up was still waiting.
+async fn stop_before_start(
+    stop_admin: CancellationToken,
+    admin_task: Option<tokio::task::JoinHandle<()>>,
+    signal: &str,
+) -> Result<()> {
+    tracing::info!("{signal} received while starting; exiting");
+    stop_admin.cancel();
+    if let Some(task) = admin_task {
+        let _ = task.await;
     }
     Ok(())
 }

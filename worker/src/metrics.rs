@@ -8,7 +8,8 @@
 use std::collections::HashMap;
 
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry,
 };
 
 /// Every metric of one worker.
@@ -37,6 +38,10 @@ pub struct Metrics {
     pub bad_messages: IntCounter,
     /// Finished events whose publish failed once (each is retried until it succeeds).
     pub report_retries: IntCounter,
+    /// Times the worker fenced itself: no heartbeat for its whole lease, runs stopped.
+    pub fenced: IntCounter,
+    /// Local clock minus the NATS server's, from fetched messages' timestamps.
+    pub clock_offset: Gauge,
 }
 
 impl Metrics {
@@ -127,6 +132,16 @@ impl Metrics {
                 "Finished-event publishes that failed once and were retried.",
             )
             .expect("valid metric"),
+            fenced: IntCounter::new(
+                "chime_worker_fenced_total",
+                "Times the worker fenced itself: no heartbeat written for its lease, so its runs were stopped and fetching paused.",
+            )
+            .expect("valid metric"),
+            clock_offset: Gauge::new(
+                "chime_clock_offset_seconds",
+                "Local clock minus the NATS server's (positive: ahead), the smallest sample of the last 5 minutes of fetched firings; an upper bound.",
+            )
+            .expect("valid metric"),
             registry,
         };
         let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
@@ -141,6 +156,8 @@ impl Metrics {
             Box::new(metrics.start_refusals.clone()),
             Box::new(metrics.bad_messages.clone()),
             Box::new(metrics.report_retries.clone()),
+            Box::new(metrics.fenced.clone()),
+            Box::new(metrics.clock_offset.clone()),
         ];
         for collector in collectors {
             metrics
@@ -208,6 +225,8 @@ mod tests {
             "chime_worker_fetch_errors_total{group=\"reports\"} 0",
             "chime_worker_start_refusals_total{reason=\"already_started\",group=\"reports\"} 1",
             "chime_worker_bad_messages_total{group=\"reports\"} 0",
+            "chime_worker_fenced_total{group=\"reports\"} 0",
+            "chime_clock_offset_seconds{group=\"reports\"} 0",
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");
         }

@@ -1,10 +1,48 @@
-//! Bounded output: a run keeps only the last bytes of what it printed.
+//! Bounded, clean output: a run keeps only the last bytes of what it
+//! printed, and every byte a handler prints can be stored.
 //!
 //! Output is cut on a UTF-8 character boundary so the tail is always valid
-//! text, and bytes that are not UTF-8 are replaced (`U+FFFD`).
+//! text; bytes that are not UTF-8 and NUL bytes (valid UTF-8, but PostgreSQL
+//! refuses them in text) are replaced by `U+FFFD`. Other control characters
+//! (tabs, newlines, escapes) are kept: JSON and both databases store them,
+//! and `chimectl` escapes them when it prints.
+
+use std::borrow::Cow;
 
 /// The default bound on a firing's output tail, 64 KiB.
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 64 * 1024;
+
+/// The bound on a finished event's error text, 8 KiB.
+pub const MAX_ERROR_BYTES: usize = 8 * 1024;
+
+/// What replaces a NUL byte or a byte that is not UTF-8.
+const REPLACEMENT: char = char::REPLACEMENT_CHARACTER;
+
+/// `text` with every NUL replaced by `U+FFFD`.
+pub fn clean(text: &str) -> Cow<'_, str> {
+    if text.contains('\0') {
+        Cow::Owned(text.replace('\0', REPLACEMENT.encode_utf8(&mut [0; 4])))
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// `bytes` as clean text: invalid UTF-8 and NUL replaced by `U+FFFD`.
+pub fn clean_bytes(bytes: &[u8]) -> String {
+    clean(&String::from_utf8_lossy(bytes)).into_owned()
+}
+
+/// A run's output as reported: clean, then its last at most `max` bytes.
+/// Cleaning comes first because a replacement (3 bytes) is longer than the
+/// NUL it replaces.
+pub fn output_tail(text: &str, max: usize) -> String {
+    tail(&clean(text), max).to_string()
+}
+
+/// A run's error as reported: clean, then its first at most [`MAX_ERROR_BYTES`].
+pub fn error_head(text: &str) -> String {
+    head(&clean(text), MAX_ERROR_BYTES).to_string()
+}
 
 /// The last at most `max` bytes of `text`, starting on a character boundary.
 pub fn tail(text: &str, max: usize) -> &str {
@@ -76,11 +114,10 @@ impl TailBuffer {
     /// The kept tail as text: at most `max` bytes, on a character boundary.
     pub fn to_text(&self) -> String {
         let start = self.bytes.len().saturating_sub(self.max);
-        let text = String::from_utf8_lossy(&self.bytes[start..]);
         // Cutting in the middle of a character can leave a replacement
         // character at the front, and replacement characters take 3 bytes
         // where the invalid input took fewer: cut again on the text.
-        tail(&text, self.max).to_string()
+        output_tail(&clean_bytes(&self.bytes[start..]), self.max)
     }
 }
 
@@ -103,6 +140,49 @@ mod tests {
         assert_eq!(head("hello", 3), "hel");
         assert_eq!(head("aéb", 2), "a");
         assert_eq!(head("aéb", 3), "aé");
+    }
+
+    #[test]
+    fn nul_and_invalid_utf8_are_replaced_and_whitespace_kept() {
+        assert_eq!(clean("plain\ttext\n"), Cow::Borrowed("plain\ttext\n"));
+        assert_eq!(clean("a\0b"), "a\u{FFFD}b");
+        assert_eq!(clean_bytes(b"a\0b\tc\n"), "a\u{FFFD}b\tc\n");
+        assert_eq!(clean_bytes(b"x\xff\xfey"), "x\u{FFFD}\u{FFFD}y");
+        assert_eq!(error_head("bad\0input"), "bad\u{FFFD}input");
+    }
+
+    #[test]
+    fn cleaning_happens_before_the_cap() {
+        // Three NULs become nine bytes: the cap applies to what is stored.
+        assert_eq!(output_tail("\0\0\0", 6), "\u{FFFD}\u{FFFD}");
+        let long = format!("{}\0", "é".repeat(MAX_ERROR_BYTES));
+        let error = error_head(&long);
+        assert!(error.len() <= MAX_ERROR_BYTES);
+        assert!(!error.contains('\0'));
+    }
+
+    #[test]
+    fn printed_nul_bytes_come_out_clean() {
+        // What `printf 'a\000b'` writes.
+        let mut buffer = TailBuffer::new(64);
+        buffer.push(b"a\x00b");
+        assert_eq!(buffer.to_text(), "a\u{FFFD}b");
+    }
+
+    #[test]
+    fn a_multi_byte_char_cut_at_the_cap_is_replaced_within_the_cap() {
+        // "€" is E2 82 AC: a 4-byte cap keeps 82 AC 'a' 'b', two stray
+        // continuation bytes, whose replacements do not fit with "ab".
+        let mut buffer = TailBuffer::new(4);
+        buffer.push("x€ab".as_bytes());
+        assert_eq!(buffer.to_text(), "ab");
+        // A character cut at both ends of the kept bytes.
+        let mut buffer = TailBuffer::new(5);
+        buffer.push(b"\xe2\x82\xacab\xe2\x82");
+        assert_eq!(buffer.to_text(), "ab\u{FFFD}");
+        // A run's own output, cut inside a character at the cap.
+        assert_eq!(output_tail("a€b", 3), "b");
+        assert_eq!(output_tail("a€b\0", 6), "b\u{FFFD}");
     }
 
     #[test]

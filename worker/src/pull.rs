@@ -13,15 +13,19 @@
 //!   filled the request is fetched again as soon as a thread frees up.
 //! - With nothing to fetch the loop sleeps until the doorbell, the poll
 //!   interval, a thread freeing up (when threads were all busy) or shutdown.
+//! - While the worker is fenced (`fence.rs`) it fetches nothing.
+//! - Each fetched message's JetStream timestamp feeds the clock offset
+//!   estimate (`clock.rs`).
 
 use crate::dispatch::dispatch;
+use crate::fence::Fence;
 use crate::slots::Slots;
+use crate::topology::find_fire_consumer;
 use crate::worker::Shared;
 use async_nats::jetstream::consumer::PullConsumer;
-use async_nats::jetstream::AckKind;
+use async_nats::jetstream::{self, AckKind};
 use async_nats::Subscriber;
 use chime_common::protocol::doorbell_bands;
-use chime_common::topology::Topology;
 use chime_common::Band;
 use futures::{FutureExt, StreamExt};
 use std::sync::Arc;
@@ -46,32 +50,35 @@ impl Round {
 /// The fetch loop of one worker.
 pub(crate) struct Puller {
     shared: Arc<Shared>,
-    topology: Topology,
+    jetstream: jetstream::Context,
     /// One consumer per band, in [`Band::ALL`] order; `None` after a failure, looked up again next round.
     consumers: [Option<PullConsumer>; 3],
     /// Whether a band may hold messages (see the module docs).
     maybe_work: [bool; 3],
     doorbell: Option<Subscriber>,
     slots: Slots,
+    fence: Fence,
     firings: TaskTracker,
 }
 
 impl Puller {
     pub(crate) fn new(
         shared: Arc<Shared>,
-        topology: Topology,
+        jetstream: jetstream::Context,
         consumers: [PullConsumer; 3],
         doorbell: Subscriber,
         slots: Slots,
+        fence: Fence,
         firings: TaskTracker,
     ) -> Self {
         Puller {
             shared,
-            topology,
+            jetstream,
             consumers: consumers.map(Some),
             maybe_work: [true; 3],
             doorbell: Some(doorbell),
             slots,
+            fence,
             firings,
         }
     }
@@ -85,6 +92,13 @@ impl Puller {
         loop {
             if stop.is_cancelled() {
                 break;
+            }
+            if self.fence.is_fenced() {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = self.fence.lifted() => self.maybe_work = [true; 3],
+                }
+                continue;
             }
             self.take_doorbells();
             let round = self.run_once().await;
@@ -151,10 +165,13 @@ impl Puller {
             }
             let consumer = match &self.consumers[i] {
                 Some(consumer) => consumer.clone(),
-                None => match self
-                    .topology
-                    .fire_consumer(&self.shared.config.group, band)
-                    .await
+                None => match find_fire_consumer(
+                    &self.jetstream,
+                    &self.shared.subjects,
+                    &self.shared.config.group,
+                    band,
+                )
+                .await
                 {
                     Ok(consumer) => {
                         self.consumers[i] = Some(consumer.clone());
@@ -204,6 +221,7 @@ impl Puller {
         while let Some(item) = batch.next().await {
             let message = item.map_err(|e| e.to_string())?;
             *fetched += 1;
+            self.sample_clock(&message);
             match self.slots.try_take() {
                 Some(slot) => {
                     self.firings
@@ -217,6 +235,29 @@ impl Puller {
             }
         }
         Ok(())
+    }
+}
+
+impl Puller {
+    /// Feeds the clock offset estimate with `message`'s server timestamp.
+    fn sample_clock(&self, message: &jetstream::Message) {
+        let Ok(info) = message.info() else {
+            return;
+        };
+        let received = chrono::Utc::now().timestamp_nanos_opt();
+        let Some(received) = received else {
+            return;
+        };
+        let now = std::time::Instant::now();
+        let mut clock = self
+            .shared
+            .clock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        clock.observe(now, info.published.unix_timestamp_nanos(), received.into());
+        if let Some(offset) = clock.estimate(now) {
+            self.shared.metrics.clock_offset.set(offset);
+        }
     }
 }
 

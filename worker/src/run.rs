@@ -3,7 +3,7 @@
 
 use crate::context::FiringContext;
 use crate::handler::{Handler, HandlerResult};
-use crate::output::{head, tail};
+use crate::output::{error_head, output_tail};
 use crate::running::RunControl;
 use chime_common::duration::format_time;
 use chime_common::protocol::Outcome;
@@ -13,9 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinError;
 use tracing::Instrument;
-
-/// The longest error message reported.
-const MAX_ERROR_BYTES: usize = 8 * 1024;
 
 /// How a run ended, ready for a finished event.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,9 +48,9 @@ pub(crate) async fn run(
     let deadline = ctx.deadline;
     let finish = |outcome: Outcome, error: Option<String>, output: Option<String>| RunReport {
         outcome,
-        error: error.map(|e| head(&e, MAX_ERROR_BYTES).to_string()),
+        error: error.map(|e| error_head(&e)),
         output: output
-            .map(|o| tail(&o, max_output).to_string())
+            .map(|o| output_tail(&o, max_output))
             .filter(|o| !o.is_empty()),
         started_at,
         finished_at: Utc::now(),
@@ -78,8 +75,8 @@ pub(crate) async fn run(
             None,
         );
     }
-    if let Some(reason) = control.reason() {
-        return finish(Outcome::Cancelled, Some(reason.to_string()), None);
+    if let Some(stop) = control.stopped() {
+        return finish(stop.outcome, Some(stop.reason.clone()), None);
     }
 
     // The handler's token follows cancel requests and shutdown (the parent)
@@ -135,11 +132,10 @@ pub(crate) async fn run(
             )),
             output,
         ),
-        Stop::Cancelled => finish(
-            Outcome::Cancelled,
-            Some(control.reason().unwrap_or("cancelled").to_string()),
-            output,
-        ),
+        Stop::Cancelled => match control.stopped() {
+            Some(stop) => finish(stop.outcome, Some(stop.reason.clone()), output),
+            None => finish(Outcome::Cancelled, Some("cancelled".into()), output),
+        },
     }
 }
 
@@ -335,5 +331,51 @@ mod tests {
         let report = run(h, ctx(Duration::from_secs(30)), &control, GRACE).await;
         assert_eq!(report.outcome, Outcome::Cancelled);
         assert_eq!(report.error.as_deref(), Some("replaced"));
+    }
+
+    #[tokio::test]
+    async fn a_fence_fails_the_run_with_its_reason() {
+        let h = handler(|ctx| async move {
+            ctx.cancel.cancelled().await;
+            Ok(None)
+        });
+        let control = RunControl::default();
+        let fencer = control.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            fencer.stop(Outcome::Failed, "fenced: no heartbeat for 4.0s");
+        });
+        let report = run(h, ctx(Duration::from_secs(30)), &control, GRACE).await;
+        assert_eq!(report.outcome, Outcome::Failed);
+        assert_eq!(
+            report.error.as_deref(),
+            Some("fenced: no heartbeat for 4.0s")
+        );
+    }
+
+    #[tokio::test]
+    async fn printed_nul_bytes_and_long_errors_are_cleaned_and_capped() {
+        let h = handler(|_| async { Ok(Some("a\0b".to_string())) });
+        let mut context = ctx(Duration::from_secs(5));
+        context.max_output_bytes = 64;
+        let report = run(h, context, &RunControl::default(), GRACE).await;
+        assert_eq!(report.output.as_deref(), Some("a\u{FFFD}b"));
+
+        let h = handler(|_| async {
+            Err(HandlerError::new(format!(
+                "bad\0{}",
+                "é".repeat(crate::output::MAX_ERROR_BYTES)
+            )))
+        });
+        let report = run(
+            h,
+            ctx(Duration::from_secs(5)),
+            &RunControl::default(),
+            GRACE,
+        )
+        .await;
+        let error = report.error.unwrap();
+        assert!(error.starts_with("bad\u{FFFD}é"), "{}", &error[..10]);
+        assert!(error.len() <= crate::output::MAX_ERROR_BYTES);
     }
 }

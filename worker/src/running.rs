@@ -6,6 +6,7 @@
 //! repeated start from the same worker, so the worker itself drops a
 //! delivery of an attempt it is running or has just finished.
 
+use chime_common::protocol::Outcome;
 use chime_common::FiringId;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -17,17 +18,32 @@ const RECENT_FOR: Duration = Duration::from_secs(600);
 /// The most finished attempts remembered.
 const RECENT_MAX: usize = 10_000;
 
+/// Why a run was stopped from outside, and the outcome it then reports.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StopReason {
+    pub outcome: Outcome,
+    pub reason: String,
+}
+
 /// How one run is stopped from outside: a token and the first reason given.
 #[derive(Clone, Default)]
 pub(crate) struct RunControl {
     token: CancellationToken,
-    reason: Arc<OnceLock<String>>,
+    stop: Arc<OnceLock<StopReason>>,
 }
 
 impl RunControl {
-    /// Cancels the run; the first reason is the one reported.
+    /// Cancels the run (outcome `cancelled`); the first reason is the one reported.
     pub(crate) fn cancel(&self, reason: &str) {
-        let _ = self.reason.set(reason.to_string());
+        self.stop(Outcome::Cancelled, reason);
+    }
+
+    /// Stops the run, which then reports `outcome`; the first stop is the one reported.
+    pub(crate) fn stop(&self, outcome: Outcome, reason: &str) {
+        let _ = self.stop.set(StopReason {
+            outcome,
+            reason: reason.to_string(),
+        });
         self.token.cancel();
     }
 
@@ -35,8 +51,13 @@ impl RunControl {
         &self.token
     }
 
+    pub(crate) fn stopped(&self) -> Option<&StopReason> {
+        self.stop.get()
+    }
+
+    #[cfg(test)]
     pub(crate) fn reason(&self) -> Option<&str> {
-        self.reason.get().map(String::as_str)
+        self.stop.get().map(|stop| stop.reason.as_str())
     }
 }
 
@@ -47,6 +68,8 @@ struct Inner {
     recent: VecDeque<(Instant, FiringId)>,
     /// Set by `cancel_all`: later claims come back already cancelled.
     closed: Option<String>,
+    /// Set by `fence` until `unfence`: claims meanwhile come back already stopped.
+    fenced: Option<String>,
 }
 
 /// Firings held by this worker.
@@ -72,6 +95,8 @@ impl Running {
         let control = RunControl::default();
         if let Some(reason) = &inner.closed {
             control.cancel(reason);
+        } else if let Some(reason) = &inner.fenced {
+            control.stop(Outcome::Failed, reason);
         }
         inner.running.insert(id.clone(), control.clone());
         Some(control)
@@ -119,6 +144,24 @@ impl Running {
         }
         inner.running.len()
     }
+
+    /// Stops every run with outcome `failed` and `reason`, and every run
+    /// claimed until [`Running::unfence`]; returns how many ran. A fenced
+    /// run fails rather than being cancelled so that the job's retry policy
+    /// applies, as it does to a run the scheduler finds lost.
+    pub(crate) fn fence(&self, reason: &str) -> usize {
+        let mut inner = self.lock();
+        inner.fenced = Some(reason.to_string());
+        for control in inner.running.values() {
+            control.stop(Outcome::Failed, reason);
+        }
+        inner.running.len()
+    }
+
+    /// Lets claims run again after a fence.
+    pub(crate) fn unfence(&self) {
+        self.lock().fenced = None;
+    }
 }
 
 #[cfg(test)]
@@ -152,6 +195,21 @@ mod tests {
         assert!(first.token().is_cancelled());
         let late = running.claim(&FiringId::new("job", 2, 1)).unwrap();
         assert_eq!(late.reason(), Some("worker shutting down"));
+    }
+
+    #[test]
+    fn a_fence_fails_every_run_until_lifted() {
+        let running = Running::default();
+        let first = running.claim(&FiringId::new("job", 1, 1)).unwrap();
+        assert_eq!(running.fence("fenced: no heartbeat for 4.0s"), 1);
+        assert!(first.token().is_cancelled());
+        assert_eq!(first.stopped().unwrap().outcome, Outcome::Failed);
+        let during = running.claim(&FiringId::new("job", 2, 1)).unwrap();
+        assert_eq!(during.reason(), Some("fenced: no heartbeat for 4.0s"));
+        running.release(&FiringId::new("job", 2, 1));
+        running.unfence();
+        let after = running.claim(&FiringId::new("job", 3, 1)).unwrap();
+        assert!(after.stopped().is_none());
     }
 
     #[test]

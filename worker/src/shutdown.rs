@@ -9,6 +9,7 @@ use crate::finish::Reporter;
 use crate::heartbeat::Heartbeat;
 use crate::metrics::Metrics;
 use crate::slots::Slots;
+use crate::status::WorkerStatus;
 use crate::worker::Shared;
 use std::sync::Arc;
 use tokio::task::JoinHandle;
@@ -86,6 +87,11 @@ impl WorkerHandle {
         &self.shared.metrics
     }
 
+    /// Its state, for `/readyz`: fenced, draining.
+    pub fn status(&self) -> WorkerStatus {
+        self.shared.status.clone()
+    }
+
     /// Stops gracefully (see the module docs) and returns what happened.
     pub async fn shutdown(self) -> ShutdownReport {
         let config = &self.shared.config;
@@ -93,6 +99,7 @@ impl WorkerHandle {
             in_flight = self.slots.in_flight(),
             "worker shutting down: no more fetches"
         );
+        self.shared.status.set_draining();
         self.stop_fetching.cancel();
         if let Err(error) = self.pull_task.await {
             tracing::error!(%error, "the fetch loop ended abnormally");

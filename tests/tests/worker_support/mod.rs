@@ -60,8 +60,21 @@ impl Env {
         }
     }
 
-    /// A worker builder on a fresh connection, with test timings.
+    /// Creates `group`'s consumers, as a scheduler would (workers only wait for them).
+    pub async fn create_group_consumers(&self, group: &str) {
+        chime_tests::create_group_consumers(
+            &self.jetstream,
+            &self.subjects,
+            &self.topology.config,
+            group,
+        )
+        .await;
+    }
+
+    /// A worker builder on a fresh connection, with test timings, and the
+    /// group's consumers created.
     pub async fn worker(&self, group: &str, threads: usize) -> WorkerBuilder {
+        self.create_group_consumers(group).await;
         Worker::builder()
             .nats(self.nats.connect().await)
             .group(group)
