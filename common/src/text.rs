@@ -94,6 +94,17 @@ mod tests {
     }
 
     #[test]
+    fn cleaning_comes_before_the_cap() {
+        // Three NULs become nine bytes: the cap applies to what is stored.
+        assert_eq!(tail("\0\0\0", 6), "\u{FFFD}\u{FFFD}");
+        assert_eq!(tail("a€b", 3), "b");
+        assert_eq!(tail("a€b\0", 6), "b\u{FFFD}");
+        let long = format!("{}\0", "é".repeat(MAX_ERROR_BYTES));
+        let error = head(&long, MAX_ERROR_BYTES);
+        assert!(error.len() <= MAX_ERROR_BYTES && !error.contains('\0'));
+    }
+
+    #[test]
     fn caps_also_clean() {
         assert_eq!(tail("x\0y\0", 4), "y\u{fffd}");
         assert_eq!(head("\0abc", 4), "\u{fffd}a");

@@ -7,67 +7,10 @@
 //! (tabs, newlines, escapes) are kept: JSON and both databases store them,
 //! and `chimectl` escapes them when it prints.
 
-use std::borrow::Cow;
+use chime_common::text;
 
 /// The default bound on a firing's output tail, 64 KiB.
-pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 64 * 1024;
-
-/// The bound on a finished event's error text, 8 KiB.
-pub const MAX_ERROR_BYTES: usize = 8 * 1024;
-
-/// What replaces a NUL byte or a byte that is not UTF-8.
-const REPLACEMENT: char = char::REPLACEMENT_CHARACTER;
-
-/// `text` with every NUL replaced by `U+FFFD`.
-pub fn clean(text: &str) -> Cow<'_, str> {
-    if text.contains('\0') {
-        Cow::Owned(text.replace('\0', REPLACEMENT.encode_utf8(&mut [0; 4])))
-    } else {
-        Cow::Borrowed(text)
-    }
-}
-
-/// `bytes` as clean text: invalid UTF-8 and NUL replaced by `U+FFFD`.
-pub fn clean_bytes(bytes: &[u8]) -> String {
-    clean(&String::from_utf8_lossy(bytes)).into_owned()
-}
-
-/// A run's output as reported: clean, then its last at most `max` bytes.
-/// Cleaning comes first because a replacement (3 bytes) is longer than the
-/// NUL it replaces.
-pub fn output_tail(text: &str, max: usize) -> String {
-    tail(&clean(text), max).to_string()
-}
-
-/// A run's error as reported: clean, then its first at most [`MAX_ERROR_BYTES`].
-pub fn error_head(text: &str) -> String {
-    head(&clean(text), MAX_ERROR_BYTES).to_string()
-}
-
-/// The last at most `max` bytes of `text`, starting on a character boundary.
-pub fn tail(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut start = text.len() - max;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    &text[start..]
-}
-
-/// The first at most `max` bytes of `text`, ending on a character boundary
-/// (used for error messages, whose beginning says the most).
-pub fn head(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = text::MAX_OUTPUT_BYTES;
 
 /// A byte buffer that keeps only the last `max` bytes written to it.
 ///
@@ -117,49 +60,13 @@ impl TailBuffer {
         // Cutting in the middle of a character can leave a replacement
         // character at the front, and replacement characters take 3 bytes
         // where the invalid input took fewer: cut again on the text.
-        output_tail(&clean_bytes(&self.bytes[start..]), self.max)
+        text::tail(&text::from_bytes(&self.bytes[start..]), self.max).into_owned()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tail_keeps_the_last_bytes_on_a_char_boundary() {
-        assert_eq!(tail("hello", 10), "hello");
-        assert_eq!(tail("hello", 3), "llo");
-        // 'é' is two bytes: a cut inside it moves forward.
-        assert_eq!(tail("aéb", 2), "b");
-        assert_eq!(tail("aéb", 3), "éb");
-        assert_eq!(tail("abc", 0), "");
-    }
-
-    #[test]
-    fn head_keeps_the_first_bytes_on_a_char_boundary() {
-        assert_eq!(head("hello", 3), "hel");
-        assert_eq!(head("aéb", 2), "a");
-        assert_eq!(head("aéb", 3), "aé");
-    }
-
-    #[test]
-    fn nul_and_invalid_utf8_are_replaced_and_whitespace_kept() {
-        assert_eq!(clean("plain\ttext\n"), Cow::Borrowed("plain\ttext\n"));
-        assert_eq!(clean("a\0b"), "a\u{FFFD}b");
-        assert_eq!(clean_bytes(b"a\0b\tc\n"), "a\u{FFFD}b\tc\n");
-        assert_eq!(clean_bytes(b"x\xff\xfey"), "x\u{FFFD}\u{FFFD}y");
-        assert_eq!(error_head("bad\0input"), "bad\u{FFFD}input");
-    }
-
-    #[test]
-    fn cleaning_happens_before_the_cap() {
-        // Three NULs become nine bytes: the cap applies to what is stored.
-        assert_eq!(output_tail("\0\0\0", 6), "\u{FFFD}\u{FFFD}");
-        let long = format!("{}\0", "é".repeat(MAX_ERROR_BYTES));
-        let error = error_head(&long);
-        assert!(error.len() <= MAX_ERROR_BYTES);
-        assert!(!error.contains('\0'));
-    }
 
     #[test]
     fn printed_nul_bytes_come_out_clean() {
@@ -180,9 +87,6 @@ mod tests {
         let mut buffer = TailBuffer::new(5);
         buffer.push(b"\xe2\x82\xacab\xe2\x82");
         assert_eq!(buffer.to_text(), "ab\u{FFFD}");
-        // A run's own output, cut inside a character at the cap.
-        assert_eq!(output_tail("a€b", 3), "b");
-        assert_eq!(output_tail("a€b\0", 6), "b\u{FFFD}");
     }
 
     #[test]

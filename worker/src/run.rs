@@ -3,10 +3,10 @@
 
 use crate::context::FiringContext;
 use crate::handler::{Handler, HandlerResult};
-use crate::output::{error_head, output_tail};
 use crate::running::RunControl;
 use chime_common::duration::format_time;
 use chime_common::protocol::Outcome;
+use chime_common::text;
 use chrono::{DateTime, Utc};
 use std::any::Any;
 use std::sync::Arc;
@@ -48,9 +48,9 @@ pub(crate) async fn run(
     let deadline = ctx.deadline;
     let finish = |outcome: Outcome, error: Option<String>, output: Option<String>| RunReport {
         outcome,
-        error: error.map(|e| error_head(&e)),
+        error: error.map(|e| text::head(&e, text::MAX_ERROR_BYTES).into_owned()),
         output: output
-            .map(|o| output_tail(&o, max_output))
+            .map(|o| text::tail(&o, max_output).into_owned())
             .filter(|o| !o.is_empty()),
         started_at,
         finished_at: Utc::now(),
@@ -364,7 +364,7 @@ mod tests {
         let h = handler(|_| async {
             Err(HandlerError::new(format!(
                 "bad\0{}",
-                "é".repeat(crate::output::MAX_ERROR_BYTES)
+                "é".repeat(text::MAX_ERROR_BYTES)
             )))
         });
         let report = run(
@@ -376,6 +376,6 @@ mod tests {
         .await;
         let error = report.error.unwrap();
         assert!(error.starts_with("bad\u{FFFD}é"), "{}", &error[..10]);
-        assert!(error.len() <= crate::output::MAX_ERROR_BYTES);
+        assert!(error.len() <= text::MAX_ERROR_BYTES);
     }
 }
