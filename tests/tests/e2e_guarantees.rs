@@ -13,8 +13,7 @@ mod common;
 use chime_common::client::{Client, ListFiringsRequest};
 use chime_common::schedule::{Schedule, ScheduleSpec};
 use chime_common::{Firing, FiringState};
-use chime_tests::{init_tracing, ChimeProcess, NatsServer, PgDatabase, SqliteDatabase};
-use common::proxy::Proxy;
+use chime_tests::{init_tracing, ChimeProcess, NatsServer, PgDatabase, Proxy, SqliteDatabase};
 use common::*;
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -440,8 +439,8 @@ async fn a_postgres_outage_does_not_need_a_scheduler_restart() {
     let proxy = Proxy::start(upstream).await;
     let proxied = db
         .url()
-        .replace("127.0.0.1:5432", &proxy.addr.to_string())
-        .replace("localhost:5432", &proxy.addr.to_string());
+        .replace("127.0.0.1:5432", &proxy.addr().to_string())
+        .replace("localhost:5432", &proxy.addr().to_string());
     assert_ne!(
         proxied,
         db.url(),
@@ -474,7 +473,7 @@ async fn a_postgres_outage_does_not_need_a_scheduler_restart() {
         chime_common::ErrorCode::Unavailable
     );
     tokio::time::sleep(Duration::from_secs(4)).await;
-    proxy.restore();
+    proxy.unblock();
     // The same process serves again.
     eventually(Duration::from_secs(20), "the scheduler serves puts again", || {
         let client = client.clone();

@@ -3,8 +3,6 @@
 
 #![allow(dead_code)]
 
-pub mod proxy;
-
 use async_nats::jetstream;
 use std::collections::HashMap;
 use std::time::Duration;
