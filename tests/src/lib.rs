@@ -12,6 +12,7 @@
 //! | NATS with JetStream | [`NatsServer::start`]; `url()`, `kill()` (crash), `stop()`, `restart()` |
 //! | a PostgreSQL database | [`PgDatabase::create`] on `$CHIME_TEST_PG_URL` (default [`DEFAULT_PG_URL`]) |
 //! | an SQLite database | [`SqliteDatabase::create`] |
+//! | a private PostgreSQL server (TLS, …) | [`PgCluster::start`] |
 //! | the same test on both | [`backend_tests!`] and [`TestDatabase`] |
 //! | a scheduler, worker or `chimectl` | [`Binary::command`] and [`ChimeProcess::spawn`] |
 //! | logs of the code under test | [`init_tracing`] |
@@ -51,6 +52,7 @@ mod child;
 mod database;
 mod logfile;
 mod nats;
+mod pg_cluster;
 mod ports;
 mod postgres;
 mod process;
@@ -64,6 +66,7 @@ pub use database::{DatabaseKind, TestDatabase};
 pub use nats::{
     nats_server_binary, NatsOptions, NatsServer, ProbeAuth, MIN_NATS_VERSION, NATS_SERVER_ENV,
 };
+pub use pg_cluster::{PgCluster, PgClusterOptions, ServerTls};
 pub use ports::free_port;
 pub use postgres::{admin_url as pg_admin_url, PgDatabase, DEFAULT_PG_URL, PG_URL_ENV};
 pub use process::ChimeProcess;
