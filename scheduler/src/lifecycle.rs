@@ -140,9 +140,8 @@ impl Lifecycle {
         for request in requests {
             let one = self.decide(std::slice::from_ref(request)).await;
             decided.push(one.and_then(|mut d| {
-                d.pop().ok_or_else(|| {
-                    StoreError::Internal("no decision for a start request".into())
-                })
+                d.pop()
+                    .ok_or_else(|| StoreError::Internal("no decision for a start request".into()))
             }));
         }
         decided
