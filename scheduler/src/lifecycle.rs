@@ -364,9 +364,10 @@ impl Lifecycle {
         }
     }
 
-    /// Applies one batch of pulled events and acks them; false if the pull
+    /// Applies one batch of pulled events and acks, naks or dead-letters
+    /// each (one pass of [`Lifecycle::consume_finished`]); false if the pull
     /// reported an error.
-    async fn apply_batch(
+    pub async fn apply_batch(
         &self,
         batch: Vec<Result<jetstream::Message, jetstream::consumer::pull::MessagesError>>,
     ) -> bool {
