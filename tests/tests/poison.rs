@@ -16,6 +16,7 @@ use chime_common::protocol::{Alert, AlertKind, Finished, Outcome, StartReply, St
 use chime_common::topology::{Topology, TopologyConfig};
 use chime_common::{ErrorCode, FiringId, FiringState, JobSpec, Limits, Subjects};
 use chime_scheduler::dead_letter::{DELIVERIES_HEADER, SUBJECT_HEADER};
+use chime_scheduler::expiry::{ExpiryConfig, ExpiryMonitor};
 use chime_scheduler::lifecycle::{Lifecycle, LifecycleConfig};
 use chime_scheduler::metrics::Metrics;
 use chime_scheduler::store::{FiringFilter, Store, StoreError, StoreOptions};
@@ -395,6 +396,55 @@ backend_tests! {
             series(&lifecycle.metrics.render(), r#"chime_dead_letters_total{kind="start"}"#),
             2.0
         );
+    }
+}
+
+backend_tests! {
+    /// An executing firing the store refuses to re-queue does not keep the
+    /// expiry monitor from re-queuing the rows after it.
+    async fn a_firing_that_cannot_be_requeued_holds_back_no_other(db: TestDatabase) {
+        init_tracing();
+        let nats = NatsServer::start().await;
+        let client = nats.connect().await;
+        let js = jetstream::new(client.clone());
+        let subjects = Subjects::default();
+        let topology = Topology::new(js.clone(), subjects.clone(), TopologyConfig::default());
+        topology.ensure().await.expect("streams");
+        let store = Store::connect(&db.url(), StoreOptions::default()).await.expect("store");
+        // Same start, same timeout: the scan meets them in firing-id order, poison first.
+        let firings = triggered(&store, &["a-poison", "b-good"]).await;
+        let requests: Vec<StartRequest> = firings
+            .iter()
+            .map(|id| StartRequest { firing_id: id.clone(), worker_id: "gone".into(), group: "default".into() })
+            .collect();
+        let started = Utc::now();
+        store.start(&requests, started).await.expect("start");
+        poison(&db, &firings[0]).await;
+        let metrics = Metrics::new();
+        let lifecycle = Lifecycle {
+            config: LifecycleConfig::default(),
+            store: store.clone(),
+            nats: client.clone(),
+            jetstream: js.clone(),
+            subjects: subjects.clone(),
+            metrics: metrics.clone(),
+        };
+        let monitor = ExpiryMonitor::new(
+            ExpiryConfig::default(),
+            store.clone(),
+            topology.workers().await.expect("workers bucket"),
+            lifecycle,
+            metrics,
+        );
+
+        let outcome = monitor
+            .run_once(started + chrono::Duration::hours(2))
+            .await
+            .expect("the scan goes on past the refused row");
+        assert_eq!(outcome.failed, [firings[0].clone()]);
+        assert_eq!(outcome.lost, [firings[1].clone()]);
+        assert_eq!(firing_state(&store, &firings[1]).await, Some(FiringState::Lost));
+        assert_eq!(firing_state(&store, &firings[0]).await, Some(FiringState::Executing));
     }
 }
 
