@@ -540,6 +540,114 @@ async fn a_submission_that_meets_a_busy_store_is_retried_not_rejected() {
     replica.shutdown().await;
 }
 
+/// A finished event that meets a busy store (its firing's row locked past
+/// `lock_timeout`) is redelivered past `max_deliveries`, never dead-lettered,
+/// and applied once the lock is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_event_that_meets_a_busy_store_is_never_dead_lettered() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let client = nats.connect().await;
+    let js = jetstream::new(client.clone());
+    let subjects = Subjects::default();
+    let topology = Topology::new(js.clone(), subjects.clone(), TopologyConfig::default());
+    topology.ensure().await.expect("streams");
+    let db = PgDatabase::create().await;
+    let store = Store::connect(&with_lock_timeout(db.url(), "100"), StoreOptions::default())
+        .await
+        .expect("store");
+    let firing = triggered(&store, &["busy"]).await.remove(0);
+    let request = StartRequest {
+        firing_id: firing.clone(),
+        worker_id: "w1".into(),
+        group: "default".into(),
+    };
+    store.start(&[request], Utc::now()).await.expect("start");
+
+    sqlx::any::install_default_drivers();
+    let mut holder = AnyConnection::connect(db.url()).await.expect("connection");
+    let mut locked = holder.begin().await.expect("begin");
+    locked
+        .execute(format!("SELECT id FROM firings WHERE id = '{firing}' FOR UPDATE").as_str())
+        .await
+        .expect("lock the firing's row");
+
+    let event = Finished {
+        firing_id: firing.clone(),
+        worker_id: "w1".into(),
+        outcome: Outcome::Succeeded,
+        error: None,
+        output: None,
+        started_at: Utc::now(),
+        finished_at: Utc::now(),
+    };
+    js.publish(
+        subjects.finished(),
+        serde_json::to_vec(&event).expect("json").into(),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("ack");
+    let max_deliveries = 2;
+    let lifecycle = Lifecycle {
+        config: LifecycleConfig {
+            max_deliveries,
+            retry_after: Duration::from_millis(100),
+            ..Default::default()
+        },
+        store: store.clone(),
+        nats: client.clone(),
+        jetstream: js.clone(),
+        subjects: subjects.clone(),
+        metrics: Metrics::new(),
+    };
+    let consumer = topology
+        .durable(
+            &subjects.events_stream(),
+            "chime-lifecycle",
+            subjects.finished(),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("consumer");
+    let shutdown = CancellationToken::new();
+    let consuming = tokio::spawn(
+        lifecycle
+            .clone()
+            .consume_finished(consumer, shutdown.clone()),
+    );
+    let failures = || {
+        series(
+            &lifecycle.metrics.render(),
+            r#"chime_store_errors_total{op="finish"}"#,
+        )
+    };
+    eventually(
+        Duration::from_secs(60),
+        "the event delivered past max_deliveries (or dead-lettered)",
+        || async { failures() > f64::from(max_deliveries) || !dead_letters(&js).await.is_empty() },
+    )
+    .await;
+    assert!(
+        dead_letters(&js).await.is_empty(),
+        "a busy store dead-lettered an event"
+    );
+    assert_eq!(
+        firing_state(&store, &firing).await,
+        Some(FiringState::Executing)
+    );
+
+    locked.rollback().await.expect("release the lock");
+    eventually(Duration::from_secs(15), "the event applied", || async {
+        firing_state(&store, &firing).await == Some(FiringState::Succeeded)
+    })
+    .await;
+    assert!(dead_letters(&js).await.is_empty());
+    shutdown.cancel();
+    consuming.await.expect("the consumer stops");
+}
+
 /// A real lock wait that timed out (55P03) is `Busy`: retryable.
 #[tokio::test]
 async fn a_lock_timeout_is_busy() {
