@@ -112,19 +112,26 @@ async fn connection(db: &TestDatabase) -> AnyConnection {
 /// non-retryable database error (PostgreSQL `P0001`, SQLite
 /// `SQLITE_CONSTRAINT_TRIGGER`) whenever the store touches it.
 async fn poison(db: &TestDatabase, firing: &FiringId) {
+    refuse(db, "firings", "UPDATE", &format!("OLD.id = '{firing}'")).await;
+}
+
+/// Creates a trigger that fails every `operation` on `table` whose row
+/// matches `condition` with "refused by the test".
+async fn refuse(db: &TestDatabase, table: &str, operation: &str, condition: &str) {
     let mut conn = connection(db).await;
+    let name = format!("refuse_{}", table);
     match db.kind() {
         DatabaseKind::Postgres => {
             conn.execute(
-                "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS \
-                 $$ BEGIN RAISE EXCEPTION 'this firing is poisoned'; END $$",
+                "CREATE OR REPLACE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$",
             )
             .await
             .expect("create function");
             conn.execute(
                 format!(
-                    "CREATE TRIGGER poison BEFORE UPDATE ON firings FOR EACH ROW \
-                     WHEN (OLD.id = '{firing}') EXECUTE FUNCTION refuse_poison()"
+                    "CREATE TRIGGER {name} BEFORE {operation} ON {table} FOR EACH ROW \
+                     WHEN ({condition}) EXECUTE FUNCTION refuse_poison()"
                 )
                 .as_str(),
             )
@@ -134,8 +141,8 @@ async fn poison(db: &TestDatabase, firing: &FiringId) {
         DatabaseKind::Sqlite => {
             conn.execute(
                 format!(
-                    "CREATE TRIGGER poison BEFORE UPDATE ON firings WHEN OLD.id = '{firing}' \
-                     BEGIN SELECT RAISE(ABORT, 'this firing is poisoned'); END"
+                    "CREATE TRIGGER {name} BEFORE {operation} ON {table} WHEN {condition} \
+                     BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
                 )
                 .as_str(),
             )
@@ -280,7 +287,7 @@ backend_tests! {
         assert_eq!(refused.subject, "chime.dead.finished");
         assert_eq!(refused.body, bodies[2], "the dead letter carries the original body");
         assert_eq!(refused.deliveries, u64::from(max_deliveries));
-        assert!(refused.error.error.message.contains("this firing is poisoned"), "{:?}", refused.error);
+        assert!(refused.error.error.message.contains("refused by the test"), "{:?}", refused.error);
         assert_eq!(firing_state(&store, &poisoned).await, Some(FiringState::Executing));
 
         let text = lifecycle.metrics.render();
@@ -445,6 +452,48 @@ backend_tests! {
         assert_eq!(outcome.lost, [firings[1].clone()]);
         assert_eq!(firing_state(&store, &firings[1]).await, Some(FiringState::Lost));
         assert_eq!(firing_state(&store, &firings[0]).await, Some(FiringState::Executing));
+    }
+}
+
+backend_tests! {
+    /// A valid submission the store keeps failing on for a reason that is
+    /// neither the spec's fault nor an outage is retried `max_deliveries`
+    /// times, then dead-lettered, not rejected and not retried forever.
+    async fn a_submission_the_store_keeps_failing_is_dead_lettered(db: TestDatabase) {
+        init_tracing();
+        let nats = NatsServer::start().await;
+        let client = nats.connect().await;
+        let js = jetstream::new(client.clone());
+        let max_deliveries = 3;
+        let mut config = SchedulerConfig::new(nats.url(), db.url());
+        config.submit.max_deliveries = max_deliveries;
+        config.submit.retry_after = Duration::from_millis(100);
+        let replica = Replica::start(config).await.expect("replica");
+        refuse(&db, "jobs", "INSERT", "NEW.id = 'refused'").await;
+        let mut alerts = client.subscribe("chime.alerts").await.expect("subscribe");
+        client.flush().await.expect("flush");
+
+        let body = serde_json::to_vec(&json!({"id": "refused", "handler": "noop", "schedule": {"every": "1h"}})).expect("json");
+        js.publish("chime.submit", body.clone().into()).await.expect("publish").await.expect("ack");
+        eventually(Duration::from_secs(30), "the submission dead-lettered (or rejected)", || async {
+            !dead_letters(&js).await.is_empty()
+                || series(&replica.metrics.render(), "chime_submit_rejected_total") > 0.0
+        })
+        .await;
+        let letters = dead_letters(&js).await;
+        assert_eq!(letters.len(), 1, "{letters:?}");
+        assert_eq!(letters[0].subject, "chime.dead.submit");
+        assert_eq!(letters[0].original_subject, "chime.submit");
+        assert_eq!(letters[0].body, body);
+        assert_eq!(letters[0].deliveries, u64::from(max_deliveries));
+        assert_eq!(letters[0].error.error.code, ErrorCode::Internal);
+        let text = replica.metrics.render();
+        assert_eq!(series(&text, r#"chime_dead_letters_total{kind="submit"}"#), 1.0);
+        assert_eq!(series(&text, "chime_submit_rejected_total"), 0.0);
+        let alerts = dead_letter_alerts(&mut alerts, 1).await;
+        assert_eq!(alerts[0].job_id, "refused");
+        assert!(replica.store.get_job("refused").await.expect("get").is_none());
+        replica.shutdown().await;
     }
 }
 
