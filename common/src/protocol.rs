@@ -171,6 +171,9 @@ pub enum AlertKind {
     RepeatedFailures,
     /// A published firing was not started by any worker in time.
     NotStarted,
+    /// A message (finished event, start request, submission) could not be
+    /// applied after its retries and was moved to `chime.dead.<kind>`.
+    DeadLetter,
 }
 
 impl AlertKind {
@@ -181,6 +184,7 @@ impl AlertKind {
             AlertKind::FiringLost => "firing_lost",
             AlertKind::RepeatedFailures => "repeated_failures",
             AlertKind::NotStarted => "not_started",
+            AlertKind::DeadLetter => "dead_letter",
         }
     }
 }

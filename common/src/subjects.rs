@@ -168,6 +168,17 @@ impl Subjects {
         format!("{}.alerts", self.prefix)
     }
 
+    /// `chime.dead.<kind>`: messages Chime could not apply after their
+    /// retries (`finished`, `start`, `submit`), body unchanged.
+    pub fn dead(&self, kind: &str) -> String {
+        format!("{}.dead.{kind}", self.prefix)
+    }
+
+    /// `chime.dead.>`: the dead-letter stream's subjects.
+    pub fn dead_wildcard(&self) -> String {
+        format!("{}.dead.>", self.prefix)
+    }
+
     /// Stream of firings, `CHIME_FIRE`.
     pub fn fire_stream(&self) -> String {
         format!("{}_FIRE", self.upper())
@@ -186,6 +197,11 @@ impl Subjects {
     /// Stream of alerts, `CHIME_ALERTS`.
     pub fn alerts_stream(&self) -> String {
         format!("{}_ALERTS", self.upper())
+    }
+
+    /// Stream of dead letters, `CHIME_DEAD`.
+    pub fn dead_stream(&self) -> String {
+        format!("{}_DEAD", self.upper())
     }
 
     /// KV bucket of time-slice claims, `chime-slices`.
@@ -240,6 +256,16 @@ mod tests {
         assert_eq!(s.submit_rejected(), "chime.submit.rejected");
         assert_eq!(s.fire_stream(), "CHIME_FIRE");
         assert_eq!(s.slices_bucket(), "chime-slices");
+        assert_eq!(s.dead("finished"), "chime.dead.finished");
+        assert_eq!(s.dead_wildcard(), "chime.dead.>");
+        assert_eq!(s.dead_stream(), "CHIME_DEAD");
+    }
+
+    #[test]
+    fn dead_letters_follow_the_prefix() {
+        let s = Subjects::new("staging-chime");
+        assert_eq!(s.dead("submit"), "staging-chime.dead.submit");
+        assert_eq!(s.dead_stream(), "STAGING_CHIME_DEAD");
     }
 
     #[test]

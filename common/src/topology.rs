@@ -123,6 +123,20 @@ impl Topology {
                 num_replicas: c.replicas,
                 ..Default::default()
             },
+            // Dead letters wait for an operator; bounded by age, count and
+            // size, the oldest dropped first (docs/OPERATIONS.md, "Dead letters").
+            stream::Config {
+                name: s.dead_stream(),
+                subjects: vec![s.dead_wildcard()],
+                retention: stream::RetentionPolicy::Limits,
+                max_age: c.events_max_age,
+                max_messages: 100_000,
+                max_bytes: 1 << 30,
+                discard: stream::DiscardPolicy::Old,
+                duplicate_window: c.duplicate_window,
+                num_replicas: c.replicas,
+                ..Default::default()
+            },
         ];
         for config in streams {
             let name = config.name.clone();

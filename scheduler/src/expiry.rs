@@ -74,6 +74,8 @@ pub struct ExpiryOutcome {
     pub retried: Vec<FiringId>,
     /// Published firings reported as not started.
     pub not_started: Vec<FiringId>,
+    /// Firings the store refused to re-queue (not for an outage); retried next scan.
+    pub failed: Vec<FiringId>,
 }
 
 /// The expiry monitor.
@@ -157,7 +159,14 @@ impl ExpiryMonitor {
                             .store_errors
                             .with_label_values(&["requeue"])
                             .inc();
-                        return Err(e.to_string());
+                        if e.is_retryable() {
+                            return Err(e.to_string());
+                        }
+                        // One firing the store refuses to re-queue must not
+                        // keep every row after it waiting; it is tried again
+                        // next scan.
+                        tracing::error!(firing_id = %row.firing_id, error = %e, "cannot re-queue a firing; skipped this scan");
+                        outcome.failed.push(row.firing_id.clone());
                     }
                 }
             }

@@ -11,6 +11,7 @@
 pub mod alarm;
 pub mod api;
 pub mod claim;
+pub mod dead_letter;
 pub mod expiry;
 pub mod housekeeping;
 pub mod http;

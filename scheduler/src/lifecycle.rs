@@ -6,10 +6,19 @@
 //! JetStream (`chime.events.finished`), so a scheduler restart loses none;
 //! applying them is idempotent, so a redelivered event changes nothing.
 //! Both sides batch: whatever requests are waiting are decided in one store call.
+//!
+//! One bad item never holds back the rest: a batch the store refuses for a
+//! reason other than its own availability is applied item by item. A
+//! finished event that still fails is redelivered after a delay until its
+//! `max_deliveries`-th delivery, then dead-lettered (`dead_letter.rs`); a
+//! start request that still fails gets its error and is dead-lettered; a
+//! malformed event or request is dead-lettered at once. A store outage is
+//! nobody's fault: events wait and workers are told to retry, without limit.
 
+use crate::dead_letter::{exhausted, DeadLetter, DeadLetterKind};
 use crate::metrics::Metrics;
 use crate::retry::retry_delay;
-use crate::store::{StartDecision, Store};
+use crate::store::{StartDecision, Store, StoreError};
 use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
 use chime_common::error::ErrorReply;
 use chime_common::protocol::{Alert, CancelRequest, Finished, StartRequest};
@@ -32,8 +41,13 @@ pub struct LifecycleConfig {
     pub finish_batch: usize,
     /// How long one pull request for finished events stays open on the server.
     pub wait: Duration,
-    /// Redelivery delay when the store is down.
+    /// Redelivery delay of a finished event the store could not apply.
     pub retry_after: Duration,
+    /// The delivery of a finished event that fails for a reason of its own
+    /// (not a store outage) on which it is dead-lettered instead of
+    /// redelivered. Deliveries that met a store outage count too; 0 or 1
+    /// dead-letters at the first such failure.
+    pub max_deliveries: u32,
 }
 
 impl Default for LifecycleConfig {
@@ -44,6 +58,7 @@ impl Default for LifecycleConfig {
             finish_batch: 500,
             wait: Duration::from_millis(500),
             retry_after: Duration::from_secs(1),
+            max_deliveries: 5,
         }
     }
 }
@@ -61,16 +76,18 @@ pub struct Lifecycle {
 
 impl Lifecycle {
     /// Decides a batch of start requests and sends the cancels `replace` asks for.
-    pub async fn decide(&self, requests: &[StartRequest]) -> Result<Vec<StartDecision>, ApiError> {
+    pub async fn decide(
+        &self,
+        requests: &[StartRequest],
+    ) -> Result<Vec<StartDecision>, StoreError> {
         let timer = self.metrics.start_batch_duration.start_timer();
         let decided = self.store.start(requests, Utc::now()).await;
         timer.observe_duration();
-        let decisions = decided.map_err(|e| {
+        let decisions = decided.inspect_err(|_| {
             self.metrics
                 .store_errors
                 .with_label_values(&["start"])
                 .inc();
-            ApiError::from(e)
         })?;
         for decision in &decisions {
             let label = match decision.reply.refusal {
@@ -98,6 +115,39 @@ impl Lifecycle {
             }
         }
         Ok(decisions)
+    }
+
+    /// Decides a batch of start requests, one result per request. A batch
+    /// the store refuses for a reason other than its availability is decided
+    /// request by request, so one bad request never holds back the rest.
+    pub async fn decide_each(
+        &self,
+        requests: &[StartRequest],
+    ) -> Vec<Result<StartDecision, StoreError>> {
+        let error = match self.decide(requests).await {
+            Ok(decisions) if decisions.len() == requests.len() => {
+                return decisions.into_iter().map(Ok).collect()
+            }
+            Ok(decisions) => StoreError::Internal(format!(
+                "{} decisions for {} start requests",
+                decisions.len(),
+                requests.len()
+            )),
+            Err(error) => error,
+        };
+        if error.is_retryable() || requests.len() == 1 {
+            return requests.iter().map(|_| Err(error.clone())).collect();
+        }
+        tracing::warn!(%error, count = requests.len(), "a batch of start requests failed; deciding them one by one");
+        let mut decided = Vec::with_capacity(requests.len());
+        for request in requests {
+            let one = self.decide(std::slice::from_ref(request)).await;
+            decided.push(one.and_then(|mut d| {
+                d.pop()
+                    .ok_or_else(|| StoreError::Internal("no decision for a start request".into()))
+            }));
+        }
+        decided
     }
 
     /// Joins the replicas' queue group for workers' start requests.
@@ -146,36 +196,28 @@ impl Lifecycle {
         }
     }
 
-    async fn answer(&self, batch: Vec<async_nats::Message>) {
+    /// Answers one batch of start requests (one pass of
+    /// [`Lifecycle::serve_starts`]). A request that cannot be decided for a
+    /// reason of its own is answered with the error and dead-lettered; one
+    /// that meets a store outage is answered `unavailable`, and the worker
+    /// asks again later.
+    pub async fn answer(&self, batch: Vec<async_nats::Message>) {
         let mut valid = Vec::new();
-        let mut replies = Vec::new();
+        let mut asked = Vec::new();
         for message in batch {
             let Some(reply) = message.reply.clone() else {
+                let error = ApiError::invalid("", "a start request needs a reply subject");
+                self.dead_letter(DeadLetter::of_core(DeadLetterKind::Start, &message, error))
+                    .await;
                 continue;
             };
             match serde_json::from_slice::<StartRequest>(&message.payload) {
                 Ok(request) => {
                     valid.push(request);
-                    replies.push(reply);
+                    asked.push((message, reply));
                 }
                 Err(e) => {
                     let error = ApiError::invalid("", format!("not a start request: {e}"));
-                    self.reply(reply, &ErrorReply { error }).await;
-                }
-            }
-        }
-        if valid.is_empty() {
-            return;
-        }
-        match self.decide(&valid).await {
-            Ok(decisions) => {
-                for (reply, decision) in replies.into_iter().zip(decisions) {
-                    self.reply(reply, &decision.reply).await;
-                }
-            }
-            Err(error) => {
-                tracing::warn!(error = %error, "cannot decide starts; workers will retry");
-                for reply in replies {
                     self.reply(
                         reply,
                         &ErrorReply {
@@ -183,7 +225,56 @@ impl Lifecycle {
                         },
                     )
                     .await;
+                    self.dead_letter(DeadLetter::of_core(DeadLetterKind::Start, &message, error))
+                        .await;
                 }
+            }
+        }
+        if valid.is_empty() {
+            return;
+        }
+        let mut unavailable = None;
+        for ((message, reply), decided) in asked.into_iter().zip(self.decide_each(&valid).await) {
+            match decided {
+                Ok(decision) => self.reply(reply, &decision.reply).await,
+                Err(e) => {
+                    let retryable = e.is_retryable();
+                    let error = ApiError::from(e);
+                    self.reply(
+                        reply,
+                        &ErrorReply {
+                            error: error.clone(),
+                        },
+                    )
+                    .await;
+                    if retryable {
+                        unavailable = Some(error);
+                    } else {
+                        self.dead_letter(DeadLetter::of_core(
+                            DeadLetterKind::Start,
+                            &message,
+                            error,
+                        ))
+                        .await;
+                    }
+                }
+            }
+        }
+        if let Some(error) = unavailable {
+            tracing::warn!(%error, "cannot decide starts; workers will retry");
+        }
+    }
+
+    /// Publishes a dead letter; false if it could not be stored.
+    async fn dead_letter(&self, letter: DeadLetter) -> bool {
+        match letter
+            .publish(&self.jetstream, &self.subjects, &self.metrics)
+            .await
+        {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(error = %e, kind = letter.kind.as_str(), "cannot store a dead letter");
+                false
             }
         }
     }
@@ -197,17 +288,16 @@ impl Lifecycle {
     }
 
     /// Applies a batch of finished events; returns how many changed state.
-    pub async fn apply_finished(&self, events: &[Finished]) -> Result<usize, ApiError> {
+    pub async fn apply_finished(&self, events: &[Finished]) -> Result<usize, StoreError> {
         let outcomes = self
             .store
             .finish(events, Utc::now(), &retry_delay)
             .await
-            .map_err(|e| {
+            .inspect_err(|_| {
                 self.metrics
                     .store_errors
                     .with_label_values(&["finish"])
                     .inc();
-                ApiError::from(e)
             })?;
         let mut applied = 0;
         for outcome in outcomes {
@@ -236,23 +326,7 @@ impl Lifecycle {
 
     /// Publishes an alert on `chime.alerts` (best effort: it is also in the firing's history).
     pub async fn alert(&self, alert: &Alert) {
-        self.metrics
-            .alerts
-            .with_label_values(&[alert.kind.as_str()])
-            .inc();
-        tracing::warn!(kind = alert.kind.as_str(), job_id = %alert.job_id, message = %alert.message, "alert");
-        if let Ok(body) = serde_json::to_vec(alert) {
-            match self
-                .jetstream
-                .publish(self.subjects.alerts(), body.into())
-                .await
-            {
-                Ok(ack) => {
-                    let _ = ack.await;
-                }
-                Err(e) => tracing::warn!(error = %e, "cannot publish alert"),
-            }
-        }
+        publish_alert(&self.jetstream, &self.subjects, &self.metrics, alert).await;
     }
 
     /// Consumes finished events until `shutdown`.
@@ -293,9 +367,10 @@ impl Lifecycle {
         }
     }
 
-    /// Applies one batch of pulled events and acks them; false if the pull
+    /// Applies one batch of pulled events and acks, naks or dead-letters
+    /// each (one pass of [`Lifecycle::consume_finished`]); false if the pull
     /// reported an error.
-    async fn apply_batch(
+    pub async fn apply_batch(
         &self,
         batch: Vec<Result<jetstream::Message, jetstream::consumer::pull::MessagesError>>,
     ) -> bool {
@@ -317,30 +392,95 @@ impl Lifecycle {
                     messages.push(message);
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "dropping a malformed finished event");
-                    let _ = message.ack_with(AckKind::Term).await;
+                    // No delivery will ever parse it: dead-letter it at once.
+                    let error = ApiError::invalid("", format!("not a finished event: {e}"));
+                    self.give_up(&message, error).await;
                 }
             }
         }
         if events.is_empty() {
             return healthy;
         }
-        match self.apply_finished(&events).await {
+        let error = match self.apply_finished(&events).await {
             Ok(_) => {
                 for message in messages {
                     let _ = message.ack().await;
                 }
+                return healthy;
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot apply finished events; they will be redelivered");
-                for message in messages {
-                    let _ = message
-                        .ack_with(AckKind::Nak(Some(self.config.retry_after)))
-                        .await;
+            Err(error) => error,
+        };
+        if error.is_retryable() || events.len() == 1 {
+            if error.is_retryable() {
+                tracing::warn!(%error, count = events.len(), "the store cannot apply finished events now; they will be redelivered");
+            }
+            for message in &messages {
+                self.failed(message, error.clone()).await;
+            }
+            return healthy;
+        }
+        tracing::warn!(%error, count = events.len(), "a batch of finished events failed; applying them one by one");
+        for (message, event) in messages.iter().zip(&events) {
+            match self.apply_finished(std::slice::from_ref(event)).await {
+                Ok(_) => {
+                    let _ = message.ack().await;
                 }
+                Err(error) => self.failed(message, error).await,
             }
         }
         healthy
+    }
+
+    /// An event the store could not apply: after a store outage it comes
+    /// back later, whatever its delivery count; after a failure of its own,
+    /// until its last delivery, then it is dead-lettered.
+    async fn failed(&self, message: &jetstream::Message, error: StoreError) {
+        if error.is_retryable() || !exhausted(message, self.config.max_deliveries) {
+            if !error.is_retryable() {
+                tracing::warn!(%error, "cannot apply a finished event; it will be redelivered");
+            }
+            let _ = message
+                .ack_with(AckKind::Nak(Some(self.config.retry_after)))
+                .await;
+            return;
+        }
+        self.give_up(message, ApiError::from(error)).await;
+    }
+
+    /// Dead-letters an event, then acks it; if the dead letter cannot be
+    /// stored, the event comes back instead.
+    async fn give_up(&self, message: &jetstream::Message, error: ApiError) {
+        let letter = DeadLetter::of_jetstream(DeadLetterKind::Finished, message, error);
+        if self.dead_letter(letter).await {
+            let _ = message.ack().await;
+        } else {
+            let _ = message
+                .ack_with(AckKind::Nak(Some(self.config.retry_after)))
+                .await;
+        }
+    }
+}
+
+/// Publishes an alert on `chime.alerts` and counts it (best effort: an alert
+/// about a firing is also in its history, a dead letter in its stream).
+pub(crate) async fn publish_alert(
+    jetstream: &jetstream::Context,
+    subjects: &Subjects,
+    metrics: &Metrics,
+    alert: &Alert,
+) {
+    metrics
+        .alerts
+        .with_label_values(&[alert.kind.as_str()])
+        .inc();
+    tracing::warn!(kind = alert.kind.as_str(), job_id = %alert.job_id, message = %alert.message, "alert");
+    if let Ok(body) = serde_json::to_vec(alert) {
+        match jetstream.publish(subjects.alerts(), body.into()).await {
+            Ok(ack) => {
+                let _ = ack.await;
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot publish alert"),
+        }
     }
 }
 

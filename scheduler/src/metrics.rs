@@ -72,6 +72,9 @@ pub struct Metrics {
     pub rescued: IntCounter,
     /// History rows pruned by retention.
     pub pruned: IntCounter,
+    /// Messages moved to `chime.dead.<kind>` after their retries, by kind
+    /// (`finished`, `start`, `submit`).
+    pub dead_letters: IntCounterVec,
 }
 
 fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
@@ -251,6 +254,12 @@ impl Metrics {
                 "chime_history_pruned_total",
                 "History rows removed by retention.",
             ),
+            dead_letters: counter_vec(
+                &r,
+                "chime_dead_letters_total",
+                "Messages moved to the dead-letter stream after their retries, by kind.",
+                &["kind"],
+            ),
             registry: r,
         };
         metrics.initialise_series();
@@ -280,8 +289,12 @@ impl Metrics {
             "firing_lost",
             "repeated_failures",
             "not_started",
+            "dead_letter",
         ] {
             self.alerts.with_label_values(&[kind]);
+        }
+        for kind in ["finished", "start", "submit"] {
+            self.dead_letters.with_label_values(&[kind]);
         }
         for decision in [
             "accepted",

@@ -3,9 +3,13 @@
 //! Applied exactly like `jobs.put`. A message that cannot be applied is
 //! republished, body unchanged, to `chime.submit.rejected` with a
 //! `Chime-Error` header holding the error JSON, and only then acked: nothing
-//! is dropped silently. A store outage is not the message's fault, so it is
-//! nak'ed with a delay and retried instead of rejected.
+//! is dropped silently. Only the spec's own faults reject it (not JSON,
+//! invalid, a conflict). A store that is down or busy is not the message's
+//! fault: it is nak'ed with a delay and retried, without limit. Any other
+//! failure (a corrupt row, an unexpected database error) is retried until the
+//! message's `max_deliveries`-th delivery, then dead-lettered (`dead_letter.rs`).
 
+use crate::dead_letter::{exhausted, DeadLetter, DeadLetterKind};
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
 use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
@@ -23,9 +27,14 @@ pub struct SubmitConfig {
     pub batch: usize,
     /// How long one pull waits for messages.
     pub wait: Duration,
-    /// Redelivery delay after a store outage.
+    /// Redelivery delay after a store outage or failure.
     pub retry_after: Duration,
     pub limits: Limits,
+    /// The delivery of a submission that fails for a reason that is neither
+    /// its own fault nor a store outage on which it is dead-lettered instead
+    /// of redelivered. Deliveries that met a store outage count too; 0 or 1
+    /// dead-letters at the first such failure.
+    pub max_deliveries: u32,
 }
 
 impl Default for SubmitConfig {
@@ -35,6 +44,7 @@ impl Default for SubmitConfig {
             wait: Duration::from_secs(1),
             retry_after: Duration::from_secs(1),
             limits: Limits::default(),
+            max_deliveries: 5,
         }
     }
 }
@@ -44,10 +54,12 @@ impl Default for SubmitConfig {
 pub enum Applied {
     /// The job was stored.
     Stored,
-    /// The message was rejected with this error.
+    /// The spec is at fault: the message was rejected with this error.
     Rejected(ApiError),
-    /// The store is down; try again later.
-    Retry,
+    /// The store is down or busy; try again later, however often.
+    Retry(StoreError),
+    /// Storing the job failed otherwise; try again a bounded number of times.
+    Failed(StoreError),
 }
 
 /// The submission consumer of one replica (all replicas share one durable consumer).
@@ -77,8 +89,11 @@ impl Submit {
         };
         match self.store.put_job(&spec, Utc::now()).await {
             Ok(_) => Applied::Stored,
-            Err(StoreError::Unavailable(_)) => Applied::Retry,
-            Err(e) => Applied::Rejected(e.into()),
+            Err(e) if e.is_retryable() => Applied::Retry(e),
+            Err(e @ (StoreError::Invalid(_) | StoreError::Conflict(_))) => {
+                Applied::Rejected(e.into())
+            }
+            Err(e) => Applied::Failed(e),
         }
     }
 
@@ -89,14 +104,38 @@ impl Submit {
                 self.metrics.submit_applied.inc();
                 let _ = message.ack().await;
             }
-            Applied::Retry => {
+            Applied::Retry(error) => {
                 self.metrics
                     .store_errors
                     .with_label_values(&["submit"])
                     .inc();
-                let _ = message
-                    .ack_with(AckKind::Nak(Some(self.config.retry_after)))
-                    .await;
+                tracing::warn!(%error, "cannot store a submission now; it will be redelivered");
+                self.retry(message).await;
+            }
+            Applied::Failed(error) => {
+                self.metrics
+                    .store_errors
+                    .with_label_values(&["submit"])
+                    .inc();
+                if !exhausted(message, self.config.max_deliveries) {
+                    tracing::warn!(%error, "cannot store a submission; it will be redelivered");
+                    self.retry(message).await;
+                    return;
+                }
+                let letter =
+                    DeadLetter::of_jetstream(DeadLetterKind::Submit, message, error.into());
+                match letter
+                    .publish(&self.jetstream, &self.subjects, &self.metrics)
+                    .await
+                {
+                    Ok(()) => {
+                        let _ = message.ack().await;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot store a dead letter");
+                        self.retry(message).await;
+                    }
+                }
             }
             Applied::Rejected(error) => {
                 let error_json = serde_json::to_string(&chime_common::error::ErrorReply {
@@ -123,12 +162,17 @@ impl Submit {
                     let _ = message.ack().await;
                 } else {
                     // Not acked: the submission comes back and is rejected again.
-                    let _ = message
-                        .ack_with(AckKind::Nak(Some(self.config.retry_after)))
-                        .await;
+                    self.retry(message).await;
                 }
             }
         }
+    }
+
+    /// Hands a message back, to be redelivered after `retry_after`.
+    async fn retry(&self, message: &jetstream::Message) {
+        let _ = message
+            .ack_with(AckKind::Nak(Some(self.config.retry_after)))
+            .await;
     }
 
     /// Consumes submissions until `shutdown`.

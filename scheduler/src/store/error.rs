@@ -54,16 +54,51 @@ impl StoreError {
     }
 }
 
-/// SQLSTATEs and SQLite result codes that mean "the transaction was rolled
-/// back because of contention": safe to run again.
-const TRANSIENT_CODES: [&str; 6] = [
-    "40001", // PostgreSQL serialization_failure
-    "40P01", // PostgreSQL deadlock_detected
-    "55P03", // PostgreSQL lock_not_available
-    "5",     // SQLITE_BUSY
-    "6",     // SQLITE_LOCKED
-    "517",   // SQLITE_BUSY_SNAPSHOT
-];
+/// Why a database error is worth retrying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transient {
+    /// The transaction was rolled back for contention (a deadlock, a
+    /// serialization failure, a lock wait that timed out, SQLite busy or
+    /// locked): [`StoreError::Busy`], retried at once by the store itself.
+    Contention,
+    /// The database cannot serve now (connection lost, out of resources,
+    /// shutting down): [`StoreError::Unavailable`].
+    Unavailable,
+}
+
+/// PostgreSQL SQLSTATEs of a transaction rolled back for contention:
+/// serialization_failure, deadlock_detected, lock_not_available.
+const PG_CONTENTION: [&str; 3] = ["40001", "40P01", "55P03"];
+
+/// What a database error code means, if it is transient.
+///
+/// PostgreSQL (`sqlite` false): the contention codes above; class 08
+/// (connection exception), class 53 (insufficient resources: disk full, out
+/// of memory, too many connections) and class 57P (operator intervention:
+/// admin or crash shutdown, cannot connect now, database dropped, idle
+/// session timeout) are unavailability. A cancelled statement (57014, e.g.
+/// `statement_timeout`) is not: a statement too slow to ever finish must
+/// not be retried forever.
+///
+/// SQLite (`sqlite` true, an extended result code): primary code (the low
+/// byte) SQLITE_BUSY (5) or SQLITE_LOCKED (6) is contention, SQLITE_FULL (13,
+/// the disk is full) unavailability.
+fn transient_code(sqlite: bool, code: &str) -> Option<Transient> {
+    if sqlite {
+        return match code.parse::<i32>().ok()? & 0xff {
+            5 | 6 => Some(Transient::Contention),
+            13 => Some(Transient::Unavailable),
+            _ => None,
+        };
+    }
+    if PG_CONTENTION.contains(&code) {
+        Some(Transient::Contention)
+    } else if code.starts_with("08") || code.starts_with("53") || code.starts_with("57P") {
+        Some(Transient::Unavailable)
+    } else {
+        None
+    }
+}
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
@@ -78,15 +113,18 @@ impl From<sqlx::Error> for StoreError {
             E::Database(db) => {
                 let code = db.code();
                 let code = code.as_deref().unwrap_or("");
-                if TRANSIENT_CODES.contains(&code) {
-                    StoreError::Busy(db.message().to_string())
-                } else if code.starts_with("08") || code == "57P01" || code == "57P03" {
-                    // PostgreSQL connection exceptions and shutdowns.
-                    StoreError::Unavailable(db.message().to_string())
-                } else if db.is_unique_violation() {
-                    StoreError::Conflict(db.message().to_string())
-                } else {
-                    StoreError::Internal(format!("database error {code}: {}", db.message()))
+                let sqlite = db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some();
+                match transient_code(sqlite, code) {
+                    Some(Transient::Contention) => StoreError::Busy(db.message().to_string()),
+                    Some(Transient::Unavailable) => {
+                        StoreError::Unavailable(db.message().to_string())
+                    }
+                    None if db.is_unique_violation() => {
+                        StoreError::Conflict(db.message().to_string())
+                    }
+                    None => {
+                        StoreError::Internal(format!("database error {code}: {}", db.message()))
+                    }
                 }
             }
             _ => StoreError::Internal(e.to_string()),
@@ -158,6 +196,38 @@ mod tests {
     fn corrupt_names_the_row() {
         let api = ApiError::from(StoreError::corrupt("job-1", "bad spec"));
         assert!(api.message.contains("job-1"), "{}", api.message);
+    }
+
+    #[test]
+    fn postgres_codes_are_classified_by_class() {
+        let pg = |code| transient_code(false, code);
+        for code in ["40001", "40P01", "55P03"] {
+            assert_eq!(pg(code), Some(Transient::Contention), "{code}");
+        }
+        for code in [
+            "08000", "08003", "08006", "08001", "08004", "08P01", "53000", "53100", "53200",
+            "53300", "53400", "57P01", "57P02", "57P03", "57P04", "57P05",
+        ] {
+            assert_eq!(pg(code), Some(Transient::Unavailable), "{code}");
+        }
+        // A spec's or a bug's fault, or a statement too slow to finish: final.
+        for code in ["23505", "22021", "42P01", "P0001", "57014", "XX000", ""] {
+            assert_eq!(pg(code), None, "{code}");
+        }
+    }
+
+    #[test]
+    fn sqlite_codes_are_classified_by_primary_code() {
+        let sqlite = |code| transient_code(true, code);
+        // BUSY, BUSY_RECOVERY, BUSY_SNAPSHOT, BUSY_TIMEOUT, LOCKED, LOCKED_SHAREDCACHE.
+        for code in ["5", "261", "517", "773", "6", "262"] {
+            assert_eq!(sqlite(code), Some(Transient::Contention), "{code}");
+        }
+        assert_eq!(sqlite("13"), Some(Transient::Unavailable));
+        // CONSTRAINT_TRIGGER, CONSTRAINT_UNIQUE, CORRUPT, ERROR, not a number.
+        for code in ["1811", "2067", "11", "1", "55P03"] {
+            assert_eq!(sqlite(code), None, "{code}");
+        }
     }
 
     #[test]

@@ -1,0 +1,824 @@
+//! Poison isolation and transient store errors (issue 17, items 3 and 5).
+//!
+//! A message Chime cannot apply is retried a bounded number of times, then
+//! moved with its error to `chime.dead.<kind>`, counted and alerted, and it
+//! never holds back the messages batched with it. A store that is merely busy
+//! or down is retried without limit and never rejects or dead-letters
+//! anything. Real nats-server, real PostgreSQL and SQLite; the failures are
+//! real database errors (a trigger that refuses one firing's update, a row
+//! lock held past `lock_timeout`, a terminated connection).
+
+mod common;
+
+use async_nats::jetstream;
+use chime_common::error::ErrorReply;
+use chime_common::protocol::{Alert, AlertKind, Finished, Outcome, StartReply, StartRequest};
+use chime_common::topology::{Topology, TopologyConfig};
+use chime_common::{ErrorCode, FiringId, FiringState, JobSpec, Limits, Subjects};
+use chime_scheduler::dead_letter::{DELIVERIES_HEADER, SUBJECT_HEADER};
+use chime_scheduler::expiry::{ExpiryConfig, ExpiryMonitor};
+use chime_scheduler::lifecycle::{Lifecycle, LifecycleConfig};
+use chime_scheduler::metrics::Metrics;
+use chime_scheduler::store::{FiringFilter, Store, StoreError, StoreOptions};
+use chime_scheduler::{Replica, SchedulerConfig};
+use chime_tests::{
+    backend_tests, eventually, init_tracing, DatabaseKind, NatsServer, PgDatabase, TestDatabase,
+};
+use chrono::Utc;
+use futures::StreamExt;
+use serde_json::json;
+use sqlx::{AnyConnection, Connection, Executor};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// A dead letter as it sits in the CHIME_DEAD stream.
+#[derive(Debug)]
+struct Stored {
+    subject: String,
+    body: Vec<u8>,
+    error: ErrorReply,
+    original_subject: String,
+    deliveries: u64,
+}
+
+/// Every dead letter stored so far, in order.
+async fn dead_letters(js: &jetstream::Context) -> Vec<Stored> {
+    let mut stream = js.get_stream("CHIME_DEAD").await.expect("dead stream");
+    let state = stream.info().await.expect("dead stream info").state.clone();
+    let mut out = Vec::new();
+    if state.messages == 0 {
+        return out;
+    }
+    for seq in state.first_sequence..=state.last_sequence {
+        let message = stream.get_raw_message(seq).await.expect("dead letter");
+        let header = |name: &str| {
+            message
+                .headers
+                .get(name)
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| panic!("dead letter {seq} lacks {name}"))
+        };
+        out.push(Stored {
+            subject: message.subject.to_string(),
+            body: message.payload.to_vec(),
+            error: serde_json::from_str(&header("Chime-Error")).expect("Chime-Error is JSON"),
+            original_subject: header(SUBJECT_HEADER),
+            deliveries: header(DELIVERIES_HEADER).parse().expect("a delivery count"),
+        });
+    }
+    out
+}
+
+/// The value of one labelled series in a Prometheus text exposition.
+fn series(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A job that never fires by itself (firings come from `trigger`).
+fn spec(id: &str) -> JobSpec {
+    JobSpec::from_json(
+        &json!({"id": id, "handler": "noop", "schedule": {"at": "2099-01-01T00:00:00Z"}}),
+        &Limits::default(),
+    )
+    .expect("a valid spec")
+}
+
+/// Puts `ids` as jobs and triggers one firing of each.
+async fn triggered(store: &Store, ids: &[&str]) -> Vec<FiringId> {
+    let mut firings = Vec::new();
+    for id in ids {
+        store.put_job(&spec(id), Utc::now()).await.expect("put");
+        let firing = store
+            .trigger(id, None, Utc::now())
+            .await
+            .expect("trigger")
+            .expect("a firing");
+        firings.push(firing);
+    }
+    firings
+}
+
+/// A plain connection to the test database, beside the store's pools.
+async fn connection(db: &TestDatabase) -> AnyConnection {
+    sqlx::any::install_default_drivers();
+    AnyConnection::connect(&db.url())
+        .await
+        .expect("a connection to the test database")
+}
+
+/// Makes the database refuse every change to one firing row: a real,
+/// non-retryable database error (PostgreSQL `P0001`, SQLite
+/// `SQLITE_CONSTRAINT_TRIGGER`) whenever the store touches it.
+async fn poison(db: &TestDatabase, firing: &FiringId) {
+    refuse(db, "firings", "UPDATE", &format!("OLD.id = '{firing}'")).await;
+}
+
+/// Creates a trigger that fails every `operation` on `table` whose row
+/// matches `condition` with "refused by the test".
+async fn refuse(db: &TestDatabase, table: &str, operation: &str, condition: &str) {
+    let mut conn = connection(db).await;
+    let name = format!("refuse_{}", table);
+    match db.kind() {
+        DatabaseKind::Postgres => {
+            conn.execute(
+                "CREATE OR REPLACE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$",
+            )
+            .await
+            .expect("create function");
+            conn.execute(
+                format!(
+                    "CREATE TRIGGER {name} BEFORE {operation} ON {table} FOR EACH ROW \
+                     WHEN ({condition}) EXECUTE FUNCTION refuse_poison()"
+                )
+                .as_str(),
+            )
+            .await
+            .expect("create trigger");
+        }
+        DatabaseKind::Sqlite => {
+            conn.execute(
+                format!(
+                    "CREATE TRIGGER {name} BEFORE {operation} ON {table} WHEN {condition} \
+                     BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+                )
+                .as_str(),
+            )
+            .await
+            .expect("create trigger");
+        }
+    }
+    conn.close().await.expect("close");
+}
+
+async fn firing_state(store: &Store, id: &FiringId) -> Option<FiringState> {
+    let page = store
+        .list_firings(&FiringFilter {
+            job_id: Some(id.job_id.clone()),
+            ..Default::default()
+        })
+        .await
+        .expect("firings");
+    page.items
+        .into_iter()
+        .find(|f| &f.id == id)
+        .map(|f| f.state)
+}
+
+/// Collects `dead_letter` alerts from a core subscription to `chime.alerts`.
+async fn dead_letter_alerts(alerts: &mut async_nats::Subscriber, want: usize) -> Vec<Alert> {
+    let mut found = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while found.len() < want {
+        let message = tokio::time::timeout_at(deadline, alerts.next())
+            .await
+            .expect("dead_letter alerts in time")
+            .expect("alert subscription open");
+        let alert: Alert = serde_json::from_slice(&message.payload).expect("an alert");
+        if alert.kind == AlertKind::DeadLetter {
+            found.push(alert);
+        }
+    }
+    found
+}
+
+backend_tests! {
+    /// One finished event the store refuses, in one batch with good ones and
+    /// a malformed one: the good ones are applied on that first delivery, the
+    /// malformed one is dead-lettered at once, the refused one is redelivered
+    /// until its `max_deliveries`-th delivery and then dead-lettered with its
+    /// body and error, counted and alerted. Nothing is left unacked.
+    async fn a_finished_event_that_cannot_be_applied_is_dead_lettered_and_holds_back_nothing(db: TestDatabase) {
+        init_tracing();
+        let nats = NatsServer::start().await;
+        let client = nats.connect().await;
+        let js = jetstream::new(client.clone());
+        let subjects = Subjects::default();
+        let topology = Topology::new(js.clone(), subjects.clone(), TopologyConfig::default());
+        topology.ensure().await.expect("streams");
+        let store = Store::connect(&db.url(), StoreOptions::default()).await.expect("store");
+        let firings = triggered(&store, &["good-1", "good-2", "poison", "good-3", "good-4"]).await;
+        let requests: Vec<StartRequest> = firings
+            .iter()
+            .map(|id| StartRequest { firing_id: id.clone(), worker_id: "w1".into(), group: "default".into() })
+            .collect();
+        let started = store.start(&requests, Utc::now()).await.expect("start");
+        assert!(started.iter().all(|d| d.reply.accepted), "{started:?}");
+        let poisoned = firings[2].clone();
+        poison(&db, &poisoned).await;
+
+        let mut bodies = Vec::new();
+        for (i, id) in firings.iter().enumerate() {
+            let event = Finished {
+                firing_id: id.clone(),
+                worker_id: "w1".into(),
+                outcome: Outcome::Succeeded,
+                error: None,
+                output: Some(format!("run {i}")),
+                started_at: Utc::now(),
+                finished_at: Utc::now(),
+            };
+            bodies.push(serde_json::to_vec(&event).expect("json"));
+        }
+        bodies.insert(3, b"{\"firing_id\": 42, not json".to_vec());
+        for body in &bodies {
+            js.publish(subjects.finished(), body.clone().into()).await.expect("publish").await.expect("ack");
+        }
+        let mut alerts = client.subscribe(subjects.alerts()).await.expect("subscribe");
+        client.flush().await.expect("flush");
+
+        let max_deliveries = 3;
+        let lifecycle = Lifecycle {
+            config: LifecycleConfig {
+                max_deliveries,
+                retry_after: Duration::from_millis(300),
+                ..Default::default()
+            },
+            store: store.clone(),
+            nats: client.clone(),
+            jetstream: js.clone(),
+            subjects: subjects.clone(),
+            metrics: Metrics::new(),
+        };
+        let consumer = topology
+            .durable(&subjects.events_stream(), "chime-lifecycle", subjects.finished(), Duration::from_secs(30))
+            .await
+            .expect("consumer");
+
+        // First delivery: all six events in one batch, as `consume_finished` would pull them.
+        let mut batch = Vec::new();
+        while batch.len() < bodies.len() {
+            let mut pulled = consumer
+                .fetch()
+                .max_messages(bodies.len() - batch.len())
+                .expires(Duration::from_secs(2))
+                .messages()
+                .await
+                .expect("pull");
+            while let Some(message) = pulled.next().await {
+                batch.push(Ok(message.expect("a message")));
+            }
+        }
+        assert!(lifecycle.apply_batch(batch).await);
+        for id in firings.iter().filter(|id| **id != poisoned) {
+            assert_eq!(firing_state(&store, id).await, Some(FiringState::Succeeded), "{id}");
+        }
+        assert_eq!(firing_state(&store, &poisoned).await, Some(FiringState::Executing));
+        let letters = dead_letters(&js).await;
+        assert_eq!(letters.len(), 1, "only the malformed event is dead at once: {letters:?}");
+        let malformed = &letters[0];
+        assert_eq!(malformed.subject, "chime.dead.finished");
+        assert_eq!(malformed.body, bodies[3]);
+        assert_eq!(malformed.deliveries, 1);
+        assert_eq!(malformed.error.error.code, ErrorCode::InvalidArgument);
+        assert_eq!(malformed.original_subject, "chime.events.finished");
+
+        // Later deliveries of the refused event, through the service's own loop.
+        let shutdown = CancellationToken::new();
+        let consuming = tokio::spawn(lifecycle.clone().consume_finished(consumer, shutdown.clone()));
+        eventually(Duration::from_secs(30), "the refused event dead-lettered", || async {
+            dead_letters(&js).await.len() == 2
+        })
+        .await;
+        let letters = dead_letters(&js).await;
+        let refused = &letters[1];
+        assert_eq!(refused.subject, "chime.dead.finished");
+        assert_eq!(refused.body, bodies[2], "the dead letter carries the original body");
+        assert_eq!(refused.deliveries, u64::from(max_deliveries));
+        assert!(refused.error.error.message.contains("refused by the test"), "{:?}", refused.error);
+        assert_eq!(firing_state(&store, &poisoned).await, Some(FiringState::Executing));
+
+        let text = lifecycle.metrics.render();
+        assert_eq!(series(&text, r#"chime_dead_letters_total{kind="finished"}"#), 2.0, "{text}");
+        assert_eq!(series(&text, r#"chime_alerts_total{kind="dead_letter"}"#), 2.0);
+        let alerts = dead_letter_alerts(&mut alerts, 2).await;
+        assert!(
+            alerts.iter().any(|a| a.firing_id.as_ref() == Some(&poisoned) && a.job_id == "poison"),
+            "{alerts:?}"
+        );
+        assert!(alerts.iter().any(|a| a.job_id.is_empty() && a.firing_id.is_none()), "{alerts:?}");
+
+        // Nothing is redelivered again.
+        eventually(Duration::from_secs(10), "every event acked", || async {
+            let consumer: jetstream::consumer::PullConsumer = js
+                .get_stream("CHIME_EVENTS")
+                .await
+                .expect("events stream")
+                .get_consumer("chime-lifecycle")
+                .await
+                .expect("consumer");
+            let info = consumer.cached_info();
+            info.num_pending == 0 && info.num_ack_pending == 0
+        })
+        .await;
+        shutdown.cancel();
+        consuming.await.expect("the consumer stops");
+    }
+
+    /// A batch of start requests with one the store refuses and one that is
+    /// not a start request: the others are accepted; the two get an error
+    /// reply and are dead-lettered.
+    async fn a_start_request_that_cannot_be_decided_is_dead_lettered_and_the_others_are_accepted(db: TestDatabase) {
+        init_tracing();
+        let nats = NatsServer::start().await;
+        let client = nats.connect().await;
+        let js = jetstream::new(client.clone());
+        let subjects = Subjects::default();
+        Topology::new(js.clone(), subjects.clone(), TopologyConfig::default())
+            .ensure()
+            .await
+            .expect("streams");
+        let store = Store::connect(&db.url(), StoreOptions::default()).await.expect("store");
+        let firings = triggered(&store, &["good-1", "good-2", "poison", "good-3"]).await;
+        let poisoned = firings[2].clone();
+        poison(&db, &poisoned).await;
+        let lifecycle = Lifecycle {
+            config: LifecycleConfig::default(),
+            store: store.clone(),
+            nats: client.clone(),
+            jetstream: js.clone(),
+            subjects: subjects.clone(),
+            metrics: Metrics::new(),
+        };
+
+        // The lifecycle answers exactly this batch, as `serve_starts` would.
+        let mut inbox = client.subscribe(subjects.worker_start()).await.expect("subscribe");
+        client.flush().await.expect("flush");
+        let mut bodies: Vec<Vec<u8>> = firings
+            .iter()
+            .map(|id| {
+                let request = StartRequest { firing_id: id.clone(), worker_id: "w1".into(), group: "default".into() };
+                serde_json::to_vec(&request).expect("json")
+            })
+            .collect();
+        bodies.push(b"not a start request".to_vec());
+        let asked: Vec<_> = bodies
+            .iter()
+            .map(|body| {
+                let (client, subject, body) = (client.clone(), subjects.worker_start(), body.clone().into());
+                tokio::spawn(async move { client.request(subject, body).await.expect("a reply") })
+            })
+            .collect();
+        let mut batch = Vec::new();
+        while batch.len() < bodies.len() {
+            batch.push(
+                tokio::time::timeout(Duration::from_secs(10), inbox.next())
+                    .await
+                    .expect("the requests arrive")
+                    .expect("subscription open"),
+            );
+        }
+        lifecycle.answer(batch).await;
+
+        let mut replies = Vec::new();
+        for reply in asked {
+            replies.push(reply.await.expect("request task").payload.to_vec());
+        }
+        let by_body = |body: &Vec<u8>| &replies[bodies.iter().position(|b| b == body).expect("asked")];
+        for (id, body) in firings.iter().zip(&bodies) {
+            let reply = by_body(body);
+            if *id == poisoned {
+                let error: ErrorReply = serde_json::from_slice(reply).expect("an error reply");
+                assert_eq!(error.error.code, ErrorCode::Internal, "{error:?}");
+            } else {
+                let reply: StartReply = serde_json::from_slice(reply).expect("a start reply");
+                assert!(reply.accepted, "{id}: {reply:?}");
+            }
+        }
+        let malformed: ErrorReply = serde_json::from_slice(by_body(&bodies[4])).expect("an error reply");
+        assert_eq!(malformed.error.code, ErrorCode::InvalidArgument);
+
+        let letters = dead_letters(&js).await;
+        assert_eq!(letters.len(), 2, "{letters:?}");
+        assert!(letters.iter().all(|l| l.subject == "chime.dead.start" && l.deliveries == 1));
+        assert!(letters.iter().all(|l| l.original_subject == "chime.worker.v1.start"));
+        let mut dead: Vec<&Vec<u8>> = letters.iter().map(|l| &l.body).collect();
+        dead.sort();
+        let mut expected = vec![&bodies[2], &bodies[4]];
+        expected.sort();
+        assert_eq!(dead, expected);
+        assert_eq!(
+            series(&lifecycle.metrics.render(), r#"chime_dead_letters_total{kind="start"}"#),
+            2.0
+        );
+    }
+}
+
+backend_tests! {
+    /// An executing firing the store refuses to re-queue does not keep the
+    /// expiry monitor from re-queuing the rows after it.
+    async fn a_firing_that_cannot_be_requeued_holds_back_no_other(db: TestDatabase) {
+        init_tracing();
+        let nats = NatsServer::start().await;
+        let client = nats.connect().await;
+        let js = jetstream::new(client.clone());
+        let subjects = Subjects::default();
+        let topology = Topology::new(js.clone(), subjects.clone(), TopologyConfig::default());
+        topology.ensure().await.expect("streams");
+        let store = Store::connect(&db.url(), StoreOptions::default()).await.expect("store");
+        // Same start, same timeout: the scan meets them in firing-id order, poison first.
+        let firings = triggered(&store, &["a-poison", "b-good"]).await;
+        let requests: Vec<StartRequest> = firings
+            .iter()
+            .map(|id| StartRequest { firing_id: id.clone(), worker_id: "gone".into(), group: "default".into() })
+            .collect();
+        let started = Utc::now();
+        store.start(&requests, started).await.expect("start");
+        poison(&db, &firings[0]).await;
+        let metrics = Metrics::new();
+        let lifecycle = Lifecycle {
+            config: LifecycleConfig::default(),
+            store: store.clone(),
+            nats: client.clone(),
+            jetstream: js.clone(),
+            subjects: subjects.clone(),
+            metrics: metrics.clone(),
+        };
+        let monitor = ExpiryMonitor::new(
+            ExpiryConfig::default(),
+            store.clone(),
+            topology.workers().await.expect("workers bucket"),
+            lifecycle,
+            metrics,
+        );
+
+        let outcome = monitor
+            .run_once(started + chrono::Duration::hours(2))
+            .await
+            .expect("the scan goes on past the refused row");
+        assert_eq!(outcome.failed, [firings[0].clone()]);
+        assert_eq!(outcome.lost, [firings[1].clone()]);
+        assert_eq!(firing_state(&store, &firings[1]).await, Some(FiringState::Lost));
+        assert_eq!(firing_state(&store, &firings[0]).await, Some(FiringState::Executing));
+    }
+}
+
+backend_tests! {
+    /// A valid submission the store keeps failing on for a reason that is
+    /// neither the spec's fault nor an outage is retried `max_deliveries`
+    /// times, then dead-lettered, not rejected and not retried forever.
+    async fn a_submission_the_store_keeps_failing_is_dead_lettered(db: TestDatabase) {
+        init_tracing();
+        let nats = NatsServer::start().await;
+        let client = nats.connect().await;
+        let js = jetstream::new(client.clone());
+        let max_deliveries = 3;
+        let mut config = SchedulerConfig::new(nats.url(), db.url());
+        config.submit.max_deliveries = max_deliveries;
+        config.submit.retry_after = Duration::from_millis(100);
+        let replica = Replica::start(config).await.expect("replica");
+        refuse(&db, "jobs", "INSERT", "NEW.id = 'refused'").await;
+        let mut alerts = client.subscribe("chime.alerts").await.expect("subscribe");
+        client.flush().await.expect("flush");
+
+        let body = serde_json::to_vec(&json!({"id": "refused", "handler": "noop", "schedule": {"every": "1h"}})).expect("json");
+        js.publish("chime.submit", body.clone().into()).await.expect("publish").await.expect("ack");
+        eventually(Duration::from_secs(30), "the submission dead-lettered (or rejected)", || async {
+            !dead_letters(&js).await.is_empty()
+                || series(&replica.metrics.render(), "chime_submit_rejected_total") > 0.0
+        })
+        .await;
+        let letters = dead_letters(&js).await;
+        assert_eq!(letters.len(), 1, "{letters:?}");
+        assert_eq!(letters[0].subject, "chime.dead.submit");
+        assert_eq!(letters[0].original_subject, "chime.submit");
+        assert_eq!(letters[0].body, body);
+        assert_eq!(letters[0].deliveries, u64::from(max_deliveries));
+        assert_eq!(letters[0].error.error.code, ErrorCode::Internal);
+        let text = replica.metrics.render();
+        assert_eq!(series(&text, r#"chime_dead_letters_total{kind="submit"}"#), 1.0);
+        assert_eq!(series(&text, "chime_submit_rejected_total"), 0.0);
+        let alerts = dead_letter_alerts(&mut alerts, 1).await;
+        assert_eq!(alerts[0].job_id, "refused");
+        assert!(replica.store.get_job("refused").await.expect("get").is_none());
+        replica.shutdown().await;
+    }
+}
+
+/// The URL of a PostgreSQL test database whose sessions give up waiting
+/// for a lock after `lock_timeout`.
+fn with_lock_timeout(url: &str, lock_timeout: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-c%20lock_timeout%3D{lock_timeout}")
+}
+
+/// A valid submission that meets a busy store (the job's row locked past
+/// `lock_timeout`) is retried, not rejected, and stored once the lock is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_that_meets_a_busy_store_is_retried_not_rejected() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let client = nats.connect().await;
+    let js = jetstream::new(client.clone());
+    let db = PgDatabase::create().await;
+    let url = with_lock_timeout(db.url(), "200");
+    let mut config = SchedulerConfig::new(nats.url(), url.clone());
+    config.submit.retry_after = Duration::from_millis(200);
+    let replica = Replica::start(config).await.expect("replica");
+    let store = replica.store.clone();
+    store
+        .put_job(&spec("busy"), Utc::now())
+        .await
+        .expect("first version");
+
+    sqlx::any::install_default_drivers();
+    let mut holder = AnyConnection::connect(db.url()).await.expect("connection");
+    let mut locked = holder.begin().await.expect("begin");
+    locked
+        .execute("SELECT id FROM jobs WHERE id = 'busy' FOR UPDATE")
+        .await
+        .expect("lock the job's row");
+
+    let second =
+        json!({"id": "busy", "handler": "second", "schedule": {"at": "2099-01-01T00:00:00Z"}});
+    js.publish(
+        "chime.submit",
+        serde_json::to_vec(&second).expect("json").into(),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("ack");
+    let handled = || {
+        let text = replica.metrics.render();
+        series(&text, r#"chime_store_errors_total{op="submit"}"#) >= 2.0
+            || series(&text, "chime_submit_rejected_total") > 0.0
+    };
+    eventually(
+        Duration::from_secs(30),
+        "the submission met the busy store twice (or was rejected)",
+        || async { handled() },
+    )
+    .await;
+    let text = replica.metrics.render();
+    assert_eq!(
+        series(&text, "chime_submit_rejected_total"),
+        0.0,
+        "a busy store rejected a valid spec"
+    );
+    assert_eq!(
+        series(&text, r#"chime_dead_letters_total{kind="submit"}"#),
+        0.0
+    );
+    let rejected = js
+        .get_stream("CHIME_SUBMIT")
+        .await
+        .expect("submit stream")
+        .info()
+        .await
+        .expect("info")
+        .state
+        .messages;
+    assert_eq!(rejected, 1, "only the submission itself is in the stream");
+
+    locked.rollback().await.expect("release the lock");
+    eventually(Duration::from_secs(15), "the submission stored", || async {
+        store
+            .get_job("busy")
+            .await
+            .expect("get")
+            .is_some_and(|job| job.spec.handler == "second")
+    })
+    .await;
+    assert_eq!(
+        series(&replica.metrics.render(), "chime_submit_applied_total"),
+        1.0
+    );
+    replica.shutdown().await;
+}
+
+/// A finished event that meets a busy store (its firing's row locked past
+/// `lock_timeout`) is redelivered past `max_deliveries`, never dead-lettered,
+/// and applied once the lock is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_event_that_meets_a_busy_store_is_never_dead_lettered() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let client = nats.connect().await;
+    let js = jetstream::new(client.clone());
+    let subjects = Subjects::default();
+    let topology = Topology::new(js.clone(), subjects.clone(), TopologyConfig::default());
+    topology.ensure().await.expect("streams");
+    let db = PgDatabase::create().await;
+    let store = Store::connect(&with_lock_timeout(db.url(), "100"), StoreOptions::default())
+        .await
+        .expect("store");
+    let firing = triggered(&store, &["busy"]).await.remove(0);
+    let request = StartRequest {
+        firing_id: firing.clone(),
+        worker_id: "w1".into(),
+        group: "default".into(),
+    };
+    store.start(&[request], Utc::now()).await.expect("start");
+
+    sqlx::any::install_default_drivers();
+    let mut holder = AnyConnection::connect(db.url()).await.expect("connection");
+    let mut locked = holder.begin().await.expect("begin");
+    locked
+        .execute(format!("SELECT id FROM firings WHERE id = '{firing}' FOR UPDATE").as_str())
+        .await
+        .expect("lock the firing's row");
+
+    let event = Finished {
+        firing_id: firing.clone(),
+        worker_id: "w1".into(),
+        outcome: Outcome::Succeeded,
+        error: None,
+        output: None,
+        started_at: Utc::now(),
+        finished_at: Utc::now(),
+    };
+    js.publish(
+        subjects.finished(),
+        serde_json::to_vec(&event).expect("json").into(),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("ack");
+    let max_deliveries = 2;
+    let lifecycle = Lifecycle {
+        config: LifecycleConfig {
+            max_deliveries,
+            retry_after: Duration::from_millis(100),
+            ..Default::default()
+        },
+        store: store.clone(),
+        nats: client.clone(),
+        jetstream: js.clone(),
+        subjects: subjects.clone(),
+        metrics: Metrics::new(),
+    };
+    let consumer = topology
+        .durable(
+            &subjects.events_stream(),
+            "chime-lifecycle",
+            subjects.finished(),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("consumer");
+    let shutdown = CancellationToken::new();
+    let consuming = tokio::spawn(
+        lifecycle
+            .clone()
+            .consume_finished(consumer, shutdown.clone()),
+    );
+    let failures = || {
+        series(
+            &lifecycle.metrics.render(),
+            r#"chime_store_errors_total{op="finish"}"#,
+        )
+    };
+    eventually(
+        Duration::from_secs(60),
+        "the event delivered past max_deliveries (or dead-lettered)",
+        || async { failures() > f64::from(max_deliveries) || !dead_letters(&js).await.is_empty() },
+    )
+    .await;
+    assert!(
+        dead_letters(&js).await.is_empty(),
+        "a busy store dead-lettered an event"
+    );
+    assert_eq!(
+        firing_state(&store, &firing).await,
+        Some(FiringState::Executing)
+    );
+
+    locked.rollback().await.expect("release the lock");
+    eventually(Duration::from_secs(15), "the event applied", || async {
+        firing_state(&store, &firing).await == Some(FiringState::Succeeded)
+    })
+    .await;
+    assert!(dead_letters(&js).await.is_empty());
+    shutdown.cancel();
+    consuming.await.expect("the consumer stops");
+}
+
+/// A real lock wait that timed out (55P03) is `Busy`: retryable.
+#[tokio::test]
+async fn a_lock_timeout_is_busy() {
+    let db = PgDatabase::create().await;
+    sqlx::any::install_default_drivers();
+    let mut holder = AnyConnection::connect(db.url()).await.expect("connection");
+    holder
+        .execute("CREATE TABLE contended (id INT)")
+        .await
+        .expect("table");
+    let mut locked = holder.begin().await.expect("begin");
+    locked
+        .execute("LOCK TABLE contended IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("lock");
+    let mut waiter = AnyConnection::connect(&with_lock_timeout(db.url(), "100"))
+        .await
+        .expect("connection");
+    let error = waiter
+        .execute("SELECT * FROM contended")
+        .await
+        .expect_err("the lock wait times out");
+    let error = StoreError::from(error);
+    assert!(matches!(error, StoreError::Busy(_)), "{error:?}");
+    assert!(error.is_retryable());
+    locked.rollback().await.expect("rollback");
+}
+
+/// A connection the server terminated (57P01, or the socket closing under
+/// it) is `Unavailable`: retryable.
+#[tokio::test]
+async fn a_terminated_connection_is_unavailable() {
+    let db = PgDatabase::create().await;
+    sqlx::any::install_default_drivers();
+    let mut victim = AnyConnection::connect(db.url()).await.expect("connection");
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut victim)
+        .await
+        .expect("pid");
+    let mut admin = AnyConnection::connect(db.url()).await.expect("connection");
+    let terminated: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(&mut admin)
+        .await
+        .expect("terminate");
+    assert!(terminated);
+    let error = victim
+        .execute("SELECT 1")
+        .await
+        .expect_err("the connection is gone");
+    let error = StoreError::from(error);
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
+    assert!(error.is_retryable());
+}
+
+/// A server out of connections for a role (53300) is `Unavailable`: retryable.
+#[tokio::test]
+async fn too_many_connections_is_unavailable() {
+    let db = PgDatabase::create().await;
+    sqlx::any::install_default_drivers();
+    let mut admin = AnyConnection::connect(db.url()).await.expect("connection");
+    let role = format!("chime_poison_{}", uuid::Uuid::new_v4().simple());
+    admin
+        .execute(format!("CREATE ROLE {role} LOGIN CONNECTION LIMIT 0").as_str())
+        .await
+        .expect("create role");
+    let url = db.url().replacen("postgres@", &format!("{role}@"), 1);
+    assert_ne!(url, db.url(), "the test URL names user postgres");
+    let refused = AnyConnection::connect(&url).await;
+    admin
+        .execute(format!("DROP ROLE {role}").as_str())
+        .await
+        .expect("drop role");
+    let error = StoreError::from(refused.expect_err("the role may not connect"));
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
+    assert!(error.is_retryable());
+}
+
+/// SQLite busy (another connection holds the write lock past the busy
+/// timeout) is `Busy`: retryable.
+#[tokio::test]
+async fn sqlite_busy_is_busy() {
+    let db = TestDatabase::create(DatabaseKind::Sqlite).await;
+    let url = db.url();
+    sqlx::any::install_default_drivers();
+    let mut holder = AnyConnection::connect(&url).await.expect("connection");
+    holder
+        .execute("CREATE TABLE contended (id INT)")
+        .await
+        .expect("table");
+    holder.execute("BEGIN IMMEDIATE").await.expect("write lock");
+    let mut waiter = AnyConnection::connect(&url).await.expect("connection");
+    waiter
+        .execute("PRAGMA busy_timeout = 100")
+        .await
+        .expect("busy timeout");
+    let error = waiter
+        .execute("BEGIN IMMEDIATE")
+        .await
+        .expect_err("the write lock is held");
+    let error = StoreError::from(error);
+    assert!(matches!(error, StoreError::Busy(_)), "{error:?}");
+    assert!(error.is_retryable());
+    holder.execute("ROLLBACK").await.expect("rollback");
+}
+
+/// A session the server ended for idling (57P05, `idle_session_timeout`)
+/// is `Unavailable`: retryable.
+#[tokio::test]
+async fn an_idle_session_timeout_is_unavailable() {
+    let db = PgDatabase::create().await;
+    sqlx::any::install_default_drivers();
+    let mut idle = AnyConnection::connect(db.url()).await.expect("connection");
+    idle.execute("SET idle_session_timeout = 100")
+        .await
+        .expect("set idle_session_timeout");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let error = idle
+        .execute("SELECT 1")
+        .await
+        .expect_err("the server ended the session");
+    let error = StoreError::from(error);
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
+    assert!(error.is_retryable());
+}
