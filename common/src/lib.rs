@@ -17,6 +17,7 @@ pub mod job;
 pub mod protocol;
 pub mod schedule;
 pub mod subjects;
+pub mod supervisor;
 pub mod topology;
 
 pub use error::{ApiError, ErrorCode, FieldError};
