@@ -171,6 +171,12 @@ pub enum AlertKind {
     RepeatedFailures,
     /// A published firing was not started by any worker in time.
     NotStarted,
+    /// JetStream refused a firing because its stream reached a size limit;
+    /// the firing stays staged and is retried.
+    StreamFull,
+    /// A replica's clock is off the database's by more than the limit; it
+    /// claims no slices until fixed.
+    ClockOffset,
 }
 
 impl AlertKind {
@@ -181,6 +187,8 @@ impl AlertKind {
             AlertKind::FiringLost => "firing_lost",
             AlertKind::RepeatedFailures => "repeated_failures",
             AlertKind::NotStarted => "not_started",
+            AlertKind::StreamFull => "stream_full",
+            AlertKind::ClockOffset => "clock_offset",
         }
     }
 }

@@ -82,6 +82,10 @@ struct Args {
     /// How often the expiry monitor scans executing firings.
     #[arg(long, env = "CHIME_EXPIRY_INTERVAL", default_value = "1s", value_parser = duration)]
     expiry_interval: Duration,
+    /// Above this offset from the database clock the replica claims no
+    /// slices, is not ready and raises a `clock_offset` alert.
+    #[arg(long, env = "CHIME_MAX_CLOCK_OFFSET", default_value = "500ms", value_parser = duration)]
+    max_clock_offset: Duration,
     /// On SIGTERM, keep publishing staged firings for at most this long.
     #[arg(long, env = "CHIME_SHUTDOWN_DRAIN", default_value = "10s", value_parser = duration)]
     shutdown_drain: Duration,
@@ -130,6 +134,7 @@ impl Args {
         config.expiry.not_started_after = self.not_started_after;
         config.expiry.interval = self.expiry_interval;
         config.shutdown_drain = self.shutdown_drain;
+        config.clock.max_offset = self.max_clock_offset;
         config.validate().map_err(anyhow::Error::msg)?;
         Ok(config)
     }
