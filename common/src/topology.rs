@@ -286,6 +286,11 @@ impl Topology {
         updated.num_replicas = self.config.replicas;
         updated.max_age = max_age;
         updated.max_messages_per_subject = history;
+        // JetStream refuses a duplicate window longer than the age limit
+        // (a bucket's window defaults to its age limit, at most 2 min).
+        if !max_age.is_zero() && updated.duplicate_window > max_age {
+            updated.duplicate_window = max_age;
+        }
         self.update_stream(what, found, updated).await?;
         Ok(store)
     }
