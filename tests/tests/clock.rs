@@ -36,11 +36,11 @@ async fn a_replica_whose_clock_is_off_claims_nothing_and_is_not_ready() {
     let connection = nats.connect().await;
     let mut alerts = connection.subscribe("chime.alerts").await.unwrap();
 
-    let mut steady = start_scheduler(&nats.url(), &db.url(), "steady").await;
+    let mut steady = start_scheduler(&nats.url(), db.url(), "steady").await;
     let shifted_addr = format!("127.0.0.1:{}", free_port());
     let mut command = Binary::Scheduler.command();
     command
-        .args(["--nats-url", &nats.url(), "--database-url", &db.url()])
+        .args(["--nats-url", &nats.url(), "--database-url", db.url()])
         .args(["--metrics-addr", &shifted_addr, "--replica-id", "shifted"])
         .env("LD_PRELOAD", LIBFAKETIME)
         .env("FAKETIME", "+3s")
