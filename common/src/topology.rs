@@ -62,11 +62,13 @@ impl Default for TopologyConfig {
             slice_ttl: Duration::from_secs(600),
             fire_ack_wait: Duration::from_secs(30),
             fire_max_ack_pending: 20_000,
-            fire_max_bytes: 1024 * 1024 * 1024,
+            // JetStream reserves each stream's max_bytes on its disk at
+            // creation: the defaults (640 MiB in all) fit a small server.
+            fire_max_bytes: 256 * 1024 * 1024,
             fire_max_msgs: 1_000_000,
-            events_max_bytes: 1024 * 1024 * 1024,
+            events_max_bytes: 256 * 1024 * 1024,
             events_max_msgs: 1_000_000,
-            history_max_bytes: 256 * 1024 * 1024,
+            history_max_bytes: 64 * 1024 * 1024,
             history_max_msgs: 100_000,
         }
     }

@@ -74,6 +74,9 @@ pub struct Consumers {
     database: Option<AnyPool>,
     /// When each group's consumers were last ensured.
     checked: Mutex<HashMap<String, DateTime<Utc>>>,
+    /// Each live worker's group: a worker id keeps its group for life, so
+    /// only new heartbeat keys are read.
+    worker_group: Mutex<HashMap<String, String>>,
 }
 
 impl Consumers {
@@ -90,6 +93,7 @@ impl Consumers {
             workers,
             database,
             checked: Mutex::new(HashMap::new()),
+            worker_group: Mutex::new(HashMap::new()),
         }
     }
 
@@ -106,20 +110,32 @@ impl Consumers {
     async fn worker_groups(&self) -> Result<BTreeSet<String>, ConsumersError> {
         let failed = |e: &dyn std::fmt::Display| ConsumersError::Workers(e.to_string());
         let mut keys = self.workers.keys().await.map_err(|e| failed(&e))?;
-        let mut groups = BTreeSet::new();
+        let mut live = HashMap::new();
         while let Some(key) = keys.next().await {
             let key = key.map_err(|e| failed(&e))?;
+            let known = self
+                .worker_group
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&key)
+                .cloned();
+            if let Some(group) = known {
+                live.insert(key, group);
+                continue;
+            }
             let Ok(Some(bytes)) = self.workers.get(&key).await else {
                 continue;
             };
             match serde_json::from_slice::<WorkerInfo>(&bytes) {
                 // A heartbeat names the group: never trust it into a subject.
                 Ok(info) if check_name(&info.group, 64).is_ok() => {
-                    groups.insert(info.group);
+                    live.insert(key, info.group);
                 }
                 _ => tracing::debug!(key, "ignoring a heartbeat without a valid group"),
             }
         }
+        let groups = live.values().cloned().collect();
+        *self.worker_group.lock().unwrap_or_else(|p| p.into_inner()) = live;
         Ok(groups)
     }
 
