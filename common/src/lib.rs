@@ -20,6 +20,7 @@ pub mod protocol;
 pub mod schedule;
 pub mod secret;
 pub mod subjects;
+pub mod supervisor;
 pub mod text;
 pub mod topology;
 

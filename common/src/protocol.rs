@@ -174,6 +174,12 @@ pub enum AlertKind {
     /// A message (finished event, start request, submission) could not be
     /// applied after its retries and was moved to `chime.dead.<kind>`.
     DeadLetter,
+    /// JetStream refused a firing because its stream reached a size limit;
+    /// the firing stays staged and is retried.
+    StreamFull,
+    /// A replica's clock is off the database's by more than the limit; it
+    /// claims no slices until fixed.
+    ClockOffset,
 }
 
 impl AlertKind {
@@ -185,6 +191,8 @@ impl AlertKind {
             AlertKind::RepeatedFailures => "repeated_failures",
             AlertKind::NotStarted => "not_started",
             AlertKind::DeadLetter => "dead_letter",
+            AlertKind::StreamFull => "stream_full",
+            AlertKind::ClockOffset => "clock_offset",
         }
     }
 }

@@ -1,9 +1,17 @@
-//! Streams, KV buckets and consumers, created idempotently with explicit settings.
+//! Streams, KV buckets and consumers, with explicit settings.
 //!
-//! Schedulers and workers both call [`Topology::ensure`] at start-up, so
-//! whichever starts first creates everything and the others find it. Settings
-//! are explicit (never the server's defaults) and shared here so both sides
-//! agree on them.
+//! Schedulers own the topology: [`Topology::ensure`] (at a scheduler's
+//! start-up) creates every stream and bucket that is missing and brings the
+//! settings of existing ones in line with the configuration (replicas,
+//! duplicate window, age and size limits, discard policy), or fails naming
+//! the stream and the setting JetStream cannot change (retention, storage).
+//! Consumers are reconciled the same way. Workers only wait for what the
+//! schedulers create. Settings are explicit (never the server's defaults).
+//!
+//! Every stream is bounded (`max_age`, `max_bytes`, `max_msgs`). The firing
+//! and event streams discard *new* messages when full: a publish is refused
+//! (the scheduler keeps the firing staged, retries it and raises a
+//! `stream_full` alert) rather than an unconsumed firing being dropped.
 
 use crate::subjects::{Band, Subjects};
 use async_nats::jetstream::{self, consumer, kv, stream};
@@ -29,6 +37,18 @@ pub struct TopologyConfig {
     pub fire_ack_wait: Duration,
     /// Unacknowledged firings one (group, band) consumer may have out at once.
     pub fire_max_ack_pending: i64,
+    /// Size limits of the firing stream; when reached, new firings are
+    /// refused (discard new) until workers consume some.
+    pub fire_max_bytes: i64,
+    pub fire_max_msgs: i64,
+    /// Size limits of the worker event stream (discard new: a worker's
+    /// publish fails and it retries).
+    pub events_max_bytes: i64,
+    pub events_max_msgs: i64,
+    /// Size limits of the submission, alert and dead-letter streams, which
+    /// keep history: the oldest messages go first.
+    pub history_max_bytes: i64,
+    pub history_max_msgs: i64,
 }
 
 impl Default for TopologyConfig {
@@ -42,6 +62,14 @@ impl Default for TopologyConfig {
             slice_ttl: Duration::from_secs(600),
             fire_ack_wait: Duration::from_secs(30),
             fire_max_ack_pending: 20_000,
+            // JetStream reserves each stream's max_bytes on its disk at
+            // creation: the defaults (704 MiB in all) fit a small server.
+            fire_max_bytes: 256 * 1024 * 1024,
+            fire_max_msgs: 1_000_000,
+            events_max_bytes: 256 * 1024 * 1024,
+            events_max_msgs: 1_000_000,
+            history_max_bytes: 64 * 1024 * 1024,
+            history_max_msgs: 100_000,
         }
     }
 }
@@ -61,6 +89,31 @@ pub struct TopologyError {
     what: String,
     #[source]
     source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+/// An existing object has a setting JetStream cannot change.
+#[derive(Debug, thiserror::Error)]
+#[error("setting `{setting}` is {found} on the server but {wanted} in the configuration, and JetStream cannot change it; delete the object (its messages are lost) or change the configuration")]
+struct Immutable {
+    setting: &'static str,
+    found: String,
+    wanted: String,
+}
+
+fn immutable(
+    what: String,
+    setting: &'static str,
+    found: impl std::fmt::Debug,
+    wanted: impl std::fmt::Debug,
+) -> TopologyError {
+    TopologyError {
+        what,
+        source: Box::new(Immutable {
+            setting,
+            found: format!("{found:?}"),
+            wanted: format!("{wanted:?}"),
+        }),
+    }
 }
 
 fn fail<E: std::error::Error + Send + Sync + 'static>(
@@ -83,7 +136,8 @@ impl Topology {
         }
     }
 
-    /// Creates every stream and bucket that does not exist yet.
+    /// Creates every stream and bucket that does not exist yet and updates
+    /// the settings of those that differ from the configuration.
     pub async fn ensure(&self) -> Result<(), TopologyError> {
         let s = &self.subjects;
         let c = &self.config;
@@ -95,6 +149,9 @@ impl Topology {
                 retention: stream::RetentionPolicy::WorkQueue,
                 duplicate_window: c.duplicate_window,
                 max_age: c.fire_max_age,
+                max_bytes: c.fire_max_bytes,
+                max_messages: c.fire_max_msgs,
+                discard: stream::DiscardPolicy::New,
                 num_replicas: c.replicas,
                 ..Default::default()
             },
@@ -104,6 +161,9 @@ impl Topology {
                 retention: stream::RetentionPolicy::WorkQueue,
                 duplicate_window: c.duplicate_window,
                 max_age: c.events_max_age,
+                max_bytes: c.events_max_bytes,
+                max_messages: c.events_max_msgs,
+                discard: stream::DiscardPolicy::New,
                 num_replicas: c.replicas,
                 ..Default::default()
             },
@@ -111,7 +171,11 @@ impl Topology {
                 name: s.submit_stream(),
                 subjects: vec![s.submit(), s.submit_rejected()],
                 retention: stream::RetentionPolicy::Limits,
+                duplicate_window: c.duplicate_window,
                 max_age: c.events_max_age,
+                max_bytes: c.history_max_bytes,
+                max_messages: c.history_max_msgs,
+                discard: stream::DiscardPolicy::Old,
                 num_replicas: c.replicas,
                 ..Default::default()
             },
@@ -119,7 +183,11 @@ impl Topology {
                 name: s.alerts_stream(),
                 subjects: vec![s.alerts()],
                 retention: stream::RetentionPolicy::Limits,
+                duplicate_window: c.duplicate_window,
                 max_age: c.events_max_age,
+                max_bytes: c.history_max_bytes,
+                max_messages: c.history_max_msgs,
+                discard: stream::DiscardPolicy::Old,
                 num_replicas: c.replicas,
                 ..Default::default()
             },
@@ -130,8 +198,8 @@ impl Topology {
                 subjects: vec![s.dead_wildcard()],
                 retention: stream::RetentionPolicy::Limits,
                 max_age: c.events_max_age,
-                max_messages: 100_000,
-                max_bytes: 1 << 30,
+                max_messages: c.history_max_msgs,
+                max_bytes: c.history_max_bytes,
                 discard: stream::DiscardPolicy::Old,
                 duplicate_window: c.duplicate_window,
                 num_replicas: c.replicas,
@@ -139,11 +207,7 @@ impl Topology {
             },
         ];
         for config in streams {
-            let name = config.name.clone();
-            self.jetstream
-                .get_or_create_stream(config)
-                .await
-                .map_err(fail(format!("stream {name}")))?;
+            self.reconcile_stream(config).await?;
         }
         self.slices().await?;
         self.workers().await?;
@@ -151,25 +215,100 @@ impl Topology {
         Ok(())
     }
 
+    /// Creates `config`'s stream, or updates the settings Chime manages of
+    /// the existing one; fails naming a setting JetStream cannot change.
+    async fn reconcile_stream(&self, wanted: stream::Config) -> Result<(), TopologyError> {
+        let what = format!("stream {}", wanted.name);
+        let stream = self
+            .jetstream
+            .get_or_create_stream(wanted.clone())
+            .await
+            .map_err(fail(what.clone()))?;
+        let found = &stream.cached_info().config;
+        if found.retention != wanted.retention {
+            return Err(immutable(
+                what,
+                "retention",
+                found.retention,
+                wanted.retention,
+            ));
+        }
+        if found.storage != wanted.storage {
+            return Err(immutable(what, "storage", found.storage, wanted.storage));
+        }
+        let mut updated = found.clone();
+        updated.subjects = wanted.subjects;
+        updated.num_replicas = wanted.num_replicas;
+        updated.duplicate_window = wanted.duplicate_window;
+        updated.max_age = wanted.max_age;
+        updated.max_bytes = wanted.max_bytes;
+        updated.max_messages = wanted.max_messages;
+        updated.discard = wanted.discard;
+        self.update_stream(what, found, updated).await
+    }
+
+    /// Sends `updated` if it differs from `found`, logging what changes.
+    async fn update_stream(
+        &self,
+        what: String,
+        found: &stream::Config,
+        updated: stream::Config,
+    ) -> Result<(), TopologyError> {
+        if *found == updated {
+            return Ok(());
+        }
+        tracing::info!(
+            object = %what,
+            replicas = ?(found.num_replicas, updated.num_replicas),
+            duplicate_window = ?(found.duplicate_window, updated.duplicate_window),
+            max_age = ?(found.max_age, updated.max_age),
+            max_bytes = ?(found.max_bytes, updated.max_bytes),
+            max_msgs = ?(found.max_messages, updated.max_messages),
+            discard = ?(found.discard, updated.discard),
+            "updating settings that differ from the configuration (found, wanted)"
+        );
+        self.jetstream
+            .update_stream(updated)
+            .await
+            .map_err(fail(what))?;
+        Ok(())
+    }
+
+    /// Creates the bucket `name`, or updates the existing one's replicas,
+    /// TTL and history.
     async fn bucket(
         &self,
         name: String,
         max_age: Duration,
         history: i64,
     ) -> Result<kv::Store, TopologyError> {
-        if let Ok(store) = self.jetstream.get_key_value(&name).await {
-            return Ok(store);
+        let what = format!("bucket {name}");
+        let store = match self.jetstream.get_key_value(&name).await {
+            Ok(store) => store,
+            Err(_) => self
+                .jetstream
+                .create_key_value(kv::Config {
+                    bucket: name.clone(),
+                    history,
+                    max_age,
+                    num_replicas: self.config.replicas,
+                    ..Default::default()
+                })
+                .await
+                .map_err(fail(what.clone()))?,
+        };
+        let found = &store.stream.cached_info().config;
+        let mut updated = found.clone();
+        updated.num_replicas = self.config.replicas;
+        updated.max_age = max_age;
+        updated.max_messages_per_subject = history;
+        // JetStream refuses a duplicate window longer than the age limit
+        // (a bucket's window defaults to its age limit, at most 2 min).
+        if !max_age.is_zero() && updated.duplicate_window > max_age {
+            updated.duplicate_window = max_age;
         }
-        self.jetstream
-            .create_key_value(kv::Config {
-                bucket: name.clone(),
-                history,
-                max_age,
-                num_replicas: self.config.replicas,
-                ..Default::default()
-            })
-            .await
-            .map_err(fail(format!("bucket {name}")))
+        self.update_stream(what, found, updated).await?;
+        Ok(store)
     }
 
     /// The time-slice claims bucket.
@@ -190,36 +329,29 @@ impl Topology {
             .await
     }
 
-    /// The durable pull consumer of one group and band, created if missing.
+    /// The durable pull consumer of one group and band, created if missing
+    /// and updated if its settings differ (scheduler side).
     pub async fn fire_consumer(
         &self,
         group: &str,
         band: Band,
     ) -> Result<consumer::PullConsumer, TopologyError> {
         let name = self.subjects.fire_consumer(group, band);
-        let stream = self
-            .jetstream
-            .get_stream(self.subjects.fire_stream())
+        let config = consumer::pull::Config {
+            durable_name: Some(name.clone()),
+            filter_subject: self.subjects.fire(group, band),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait: self.config.fire_ack_wait,
+            max_ack_pending: self.config.fire_max_ack_pending,
+            max_deliver: -1,
+            ..Default::default()
+        };
+        self.reconcile_consumer(&self.subjects.fire_stream(), config)
             .await
-            .map_err(fail(format!("stream {}", self.subjects.fire_stream())))?;
-        stream
-            .get_or_create_consumer(
-                &name,
-                consumer::pull::Config {
-                    durable_name: Some(name.clone()),
-                    filter_subject: self.subjects.fire(group, band),
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    ack_wait: self.config.fire_ack_wait,
-                    max_ack_pending: self.config.fire_max_ack_pending,
-                    max_deliver: -1,
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(fail(format!("consumer {name}")))
     }
 
-    /// A durable pull consumer on the events or submit stream (scheduler side).
+    /// A durable pull consumer on the events or submit stream (scheduler
+    /// side), created if missing and updated if its settings differ.
     pub async fn durable(
         &self,
         stream: &str,
@@ -227,25 +359,61 @@ impl Topology {
         filter: String,
         ack_wait: Duration,
     ) -> Result<consumer::PullConsumer, TopologyError> {
+        let config = consumer::pull::Config {
+            durable_name: Some(name.to_string()),
+            filter_subject: filter,
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait,
+            max_deliver: -1,
+            max_ack_pending: 10_000,
+            ..Default::default()
+        };
+        self.reconcile_consumer(stream, config).await
+    }
+
+    async fn reconcile_consumer(
+        &self,
+        stream: &str,
+        wanted: consumer::pull::Config,
+    ) -> Result<consumer::PullConsumer, TopologyError> {
+        let name = wanted.durable_name.clone().unwrap_or_default();
+        let what = format!("consumer {name}");
         let stream_handle = self
             .jetstream
             .get_stream(stream)
             .await
             .map_err(fail(format!("stream {stream}")))?;
-        stream_handle
-            .get_or_create_consumer(
-                name,
-                consumer::pull::Config {
-                    durable_name: Some(name.to_string()),
-                    filter_subject: filter,
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    ack_wait,
-                    max_deliver: -1,
-                    max_ack_pending: 10_000,
-                    ..Default::default()
-                },
-            )
+        let mut consumer = stream_handle
+            .get_or_create_consumer(&name, wanted.clone())
             .await
-            .map_err(fail(format!("consumer {name}")))
+            .map_err(fail(what.clone()))?;
+        let found = consumer.cached_info().config.clone();
+        if found.ack_policy != wanted.ack_policy {
+            return Err(immutable(
+                what,
+                "ack_policy",
+                found.ack_policy,
+                wanted.ack_policy,
+            ));
+        }
+        let differs = found.filter_subject != wanted.filter_subject
+            || found.ack_wait != wanted.ack_wait
+            || found.max_ack_pending != wanted.max_ack_pending
+            || found.max_deliver != wanted.max_deliver;
+        if differs {
+            tracing::info!(
+                object = %what,
+                filter = ?(&found.filter_subject, &wanted.filter_subject),
+                ack_wait = ?(found.ack_wait, wanted.ack_wait),
+                max_ack_pending = ?(found.max_ack_pending, wanted.max_ack_pending),
+                max_deliver = ?(found.max_deliver, wanted.max_deliver),
+                "updating settings that differ from the configuration (found, wanted)"
+            );
+            consumer = stream_handle
+                .update_consumer(wanted)
+                .await
+                .map_err(fail(what))?;
+        }
+        Ok(consumer)
     }
 }

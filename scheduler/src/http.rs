@@ -1,5 +1,6 @@
 //! `/metrics`, `/healthz` and `/readyz` on `--metrics-addr`.
 
+use crate::clock::ClockStatus;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use axum::extract::State;
@@ -7,14 +8,20 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use chime_common::supervisor::Health;
 use std::net::SocketAddr;
 use tokio_util::sync::CancellationToken;
 
+/// What the endpoints report on.
 #[derive(Clone)]
-struct Probe {
-    metrics: Metrics,
-    store: Store,
-    nats: async_nats::Client,
+pub struct Probe {
+    pub metrics: Metrics,
+    pub store: Store,
+    pub nats: async_nats::Client,
+    /// Supervised services that keep failing make `/healthz` fail.
+    pub health: Health,
+    /// A clock off the database's makes `/readyz` fail.
+    pub clock: ClockStatus,
 }
 
 async fn render_metrics(State(probe): State<Probe>) -> impl IntoResponse {
@@ -24,14 +31,34 @@ async fn render_metrics(State(probe): State<Probe>) -> impl IntoResponse {
     )
 }
 
-async fn healthz() -> &'static str {
-    "ok"
+/// Alive unless a supervised service keeps failing (restarted again and
+/// again): then 503 naming the services and their last errors.
+async fn healthz(State(probe): State<Probe>) -> (StatusCode, String) {
+    let failing = probe.health.failing();
+    if failing.is_empty() {
+        return (StatusCode::OK, "ok".into());
+    }
+    let services: Vec<String> = failing
+        .into_iter()
+        .map(|(service, error)| format!("service {service} keeps failing: {error}"))
+        .collect();
+    (StatusCode::SERVICE_UNAVAILABLE, services.join("\n"))
 }
 
-/// Ready when NATS is connected and the store answers.
+/// Ready when NATS is connected, the store answers and the clock is in sync
+/// with the database's.
 async fn readyz(State(probe): State<Probe>) -> (StatusCode, String) {
     if probe.nats.connection_state() != async_nats::connection::State::Connected {
         return (StatusCode::SERVICE_UNAVAILABLE, "NATS not connected".into());
+    }
+    if !probe.clock.in_sync() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "clock off the database's by {:.3}s",
+                probe.clock.offset().num_milliseconds() as f64 / 1000.0
+            ),
+        );
     }
     match probe.store.ping().await {
         Ok(()) => (StatusCode::OK, "ready".into()),
@@ -45,20 +72,14 @@ async fn readyz(State(probe): State<Probe>) -> (StatusCode, String) {
 /// Binds `addr` and serves until `shutdown`; returns the bound address.
 pub async fn serve(
     addr: SocketAddr,
-    metrics: Metrics,
-    store: Store,
-    nats: async_nats::Client,
+    probe: Probe,
     shutdown: CancellationToken,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let app = Router::new()
         .route("/metrics", get(render_metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(Probe {
-            metrics,
-            store,
-            nats,
-        });
+        .with_state(probe);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let task = tokio::spawn(async move {

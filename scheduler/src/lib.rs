@@ -11,6 +11,8 @@
 pub mod alarm;
 pub mod api;
 pub mod claim;
+pub mod clock;
+pub mod consumers;
 pub mod dead_letter;
 pub mod expiry;
 pub mod housekeeping;

@@ -334,37 +334,32 @@ impl Lifecycle {
     /// One continuous pull keeps events flowing while a batch is applied;
     /// each batch is whatever has arrived (up to `finish_batch`), so a quiet
     /// system applies an event at once and a busy one in large batches.
-    pub async fn consume_finished(self, consumer: PullConsumer, shutdown: CancellationToken) {
+    /// A failed pull is returned: the supervisor opens the consumer again.
+    pub async fn consume_finished(
+        self,
+        consumer: PullConsumer,
+        shutdown: CancellationToken,
+    ) -> Result<(), async_nats::Error> {
         while !shutdown.is_cancelled() {
-            let pulled = consumer
+            let messages = consumer
                 .stream()
                 .max_messages_per_batch(self.config.finish_batch)
                 .expires(self.config.wait)
                 .messages()
-                .await;
-            let messages = match pulled {
-                Ok(messages) => messages,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot pull finished events");
-                    tokio::select! {
-                        _ = tokio::time::sleep(self.config.retry_after) => continue,
-                        _ = shutdown.cancelled() => break,
-                    }
-                }
-            };
+                .await?;
             let mut batches = messages.ready_chunks(self.config.finish_batch);
             loop {
                 let batch = tokio::select! {
                     b = batches.next() => b,
-                    _ = shutdown.cancelled() => return,
+                    _ = shutdown.cancelled() => return Ok(()),
                 };
                 let Some(batch) = batch else { break };
                 if !self.apply_batch(batch).await {
-                    // The pull ended with an error; open a new one.
-                    break;
+                    return Err("pulling finished events failed".into());
                 }
             }
         }
+        Ok(())
     }
 
     /// Applies one batch of pulled events and acks, naks or dead-letters

@@ -67,6 +67,12 @@ struct Args {
     /// JetStream duplicate window of the firing stream.
     #[arg(long, env = "CHIME_DUPLICATE_WINDOW", default_value = "2m", value_parser = duration)]
     duplicate_window: Duration,
+    /// Size limit of the firing stream in bytes (reserved on the NATS server's disk).
+    #[arg(long, env = "CHIME_FIRE_STREAM_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
+    fire_stream_max_bytes: i64,
+    /// Size limit of the firing stream in messages.
+    #[arg(long, env = "CHIME_FIRE_STREAM_MAX_MSGS", default_value_t = 1_000_000)]
+    fire_stream_max_msgs: i64,
     /// Largest accepted job payload, in bytes.
     #[arg(long, env = "CHIME_MAX_PAYLOAD", default_value_t = 64 * 1024)]
     max_payload: usize,
@@ -82,6 +88,10 @@ struct Args {
     /// How often the expiry monitor scans executing firings.
     #[arg(long, env = "CHIME_EXPIRY_INTERVAL", default_value = "1s", value_parser = duration)]
     expiry_interval: Duration,
+    /// Above this offset from the database clock the replica claims no
+    /// slices, is not ready and raises a `clock_offset` alert.
+    #[arg(long, env = "CHIME_MAX_CLOCK_OFFSET", default_value = "500ms", value_parser = duration)]
+    max_clock_offset: Duration,
     /// On SIGTERM, keep publishing staged firings for at most this long.
     #[arg(long, env = "CHIME_SHUTDOWN_DRAIN", default_value = "10s", value_parser = duration)]
     shutdown_drain: Duration,
@@ -111,6 +121,16 @@ impl Args {
         );
         config.topology.replicas = self.stream_replicas;
         config.topology.duplicate_window = self.duplicate_window;
+        anyhow::ensure!(
+            self.fire_stream_max_bytes >= 1024 * 1024,
+            "--fire-stream-max-bytes must be at least 1 MiB"
+        );
+        anyhow::ensure!(
+            self.fire_stream_max_msgs >= 1000,
+            "--fire-stream-max-msgs must be at least 1000"
+        );
+        config.topology.fire_max_bytes = self.fire_stream_max_bytes;
+        config.topology.fire_max_msgs = self.fire_stream_max_msgs;
         config.slicer.slice = self.slice;
         config.slicer.lookahead = self.lookahead;
         config.slicer.dense_horizon = self.dense_horizon;
@@ -130,6 +150,7 @@ impl Args {
         config.expiry.not_started_after = self.not_started_after;
         config.expiry.interval = self.expiry_interval;
         config.shutdown_drain = self.shutdown_drain;
+        config.clock.max_offset = self.max_clock_offset;
         config.validate().map_err(anyhow::Error::msg)?;
         Ok(config)
     }

@@ -5,8 +5,8 @@
 //! lets tests run several replicas in one process.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 
 /// Buckets for lateness: 100 µs to 60 s.
@@ -75,6 +75,10 @@ pub struct Metrics {
     /// Messages moved to `chime.dead.<kind>` after their retries, by kind
     /// (`finished`, `start`, `submit`).
     pub dead_letters: IntCounterVec,
+    /// Restarts of a supervised service after it panicked, failed or stopped, by service.
+    pub service_restarts: IntCounterVec,
+    /// The database clock minus this replica's clock, last measured.
+    pub clock_offset: Gauge,
 }
 
 fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
@@ -129,6 +133,13 @@ impl Metrics {
         )
         .expect("valid metric name");
         r.register(Box::new(leader.clone()))
+            .expect("metric registered once");
+        let clock_offset = Gauge::new(
+            "chime_clock_offset_seconds",
+            "The database clock minus this replica's clock, last measured.",
+        )
+        .expect("valid metric name");
+        r.register(Box::new(clock_offset.clone()))
             .expect("metric registered once");
         let metrics = Metrics {
             firings_published: counter_vec(
@@ -260,6 +271,13 @@ impl Metrics {
                 "Messages moved to the dead-letter stream after their retries, by kind.",
                 &["kind"],
             ),
+            service_restarts: counter_vec(
+                &r,
+                "chime_service_restarts_total",
+                "Restarts of a supervised service after it panicked, failed or stopped.",
+                &["service"],
+            ),
+            clock_offset,
             registry: r,
         };
         metrics.initialise_series();
@@ -290,6 +308,8 @@ impl Metrics {
             "repeated_failures",
             "not_started",
             "dead_letter",
+            "stream_full",
+            "clock_offset",
         ] {
             self.alerts.with_label_values(&[kind]);
         }

@@ -25,7 +25,7 @@ use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMes
 use async_nats::HeaderMap;
 use chime_common::bounds::MAX_TIMEOUT;
 use chime_common::duration::format_time;
-use chime_common::protocol::doorbell_body;
+use chime_common::protocol::{doorbell_body, Alert, AlertKind};
 use chime_common::{Band, FiringId, Subjects};
 use chrono::Utc;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -81,6 +81,7 @@ impl PublisherConfig {
 }
 
 /// The wheel's publishing loop.
+#[derive(Clone)]
 pub struct Publisher {
     pub config: PublisherConfig,
     pub jetstream: jetstream::Context,
@@ -211,6 +212,7 @@ impl Publisher {
             progress: self.progress.clone(),
             metrics: self.metrics.clone(),
             marks,
+            stream_full_alerted: std::sync::Mutex::new(None),
         };
         let marker = Marker {
             config: self.config.clone(),
@@ -272,6 +274,19 @@ struct Collector {
     progress: SliceProgress,
     metrics: Metrics,
     marks: mpsc::UnboundedSender<Acked>,
+    /// When the last `stream_full` alert was raised.
+    stream_full_alerted: std::sync::Mutex<Option<Instant>>,
+}
+
+/// A full stream raises at most one alert per replica this often.
+const STREAM_FULL_ALERT_EVERY: Duration = Duration::from_secs(60);
+
+/// Whether JetStream refused a publish because the stream reached a limit
+/// (discard new: "maximum messages/bytes exceeded").
+fn stream_full(error: &jetstream::context::PublishError) -> bool {
+    std::error::Error::source(error)
+        .and_then(|source| source.downcast_ref::<jetstream::Error>())
+        .is_some_and(|e| e.error_code() == jetstream::ErrorCode::STREAM_STORE_FAILED)
 }
 
 /// A firing JetStream acknowledged, to be marked published.
@@ -359,11 +374,57 @@ impl Collector {
             Err(e) => {
                 tracing::warn!(firing_id = %firing.id, error = %e, "publish not acknowledged; will retry");
                 self.metrics.publish_errors.inc();
+                if stream_full(&e) {
+                    self.alert_stream_full(firing);
+                }
                 let retry_ms =
                     Utc::now().timestamp_millis() + self.config.retry_after.as_millis() as i64;
                 self.wheel.reinsert(vec![entry], retry_ms);
                 None
             }
+        }
+    }
+
+    /// Raises a `stream_full` alert, at most once per `STREAM_FULL_ALERT_EVERY`
+    /// per replica (a full stream refuses every firing until workers catch up).
+    fn alert_stream_full(&self, firing: &StagedFiring) {
+        let now = Instant::now();
+        {
+            let mut last = self
+                .stream_full_alerted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|at| now.duration_since(at) < STREAM_FULL_ALERT_EVERY) {
+                return;
+            }
+            *last = Some(now);
+        }
+        self.metrics
+            .alerts
+            .with_label_values(&[AlertKind::StreamFull.as_str()])
+            .inc();
+        let alert = Alert {
+            kind: AlertKind::StreamFull,
+            job_id: firing.job_id.clone(),
+            group: firing.group.clone(),
+            firing_id: Some(firing.id.clone()),
+            message: format!(
+                "stream {} is full (a size limit was reached): firings stay staged and are retried until workers consume some",
+                self.subjects.fire_stream()
+            ),
+            at: Utc::now(),
+            consecutive_failures: None,
+            paused: false,
+        };
+        tracing::error!(kind = "stream_full", message = %alert.message, "alert");
+        let (nats, subject) = (self.nats.clone(), self.subjects.alerts());
+        if let Ok(body) = serde_json::to_vec(&alert) {
+            // The alerts stream captures core publishes; never wait here.
+            tokio::spawn(async move {
+                if let Err(e) = nats.publish(subject, body.into()).await {
+                    tracing::warn!(error = %e, "cannot publish alert");
+                }
+            });
         }
     }
 

@@ -5,6 +5,8 @@
 
 use crate::api::{Api, ApiConfig};
 use crate::claim::SliceProgress;
+use crate::clock::{ClockConfig, ClockMonitor, ClockStatus};
+use crate::consumers::{Consumers, ConsumersConfig};
 use crate::expiry::{ExpiryConfig, ExpiryMonitor};
 use crate::housekeeping::{Housekeeping, HousekeepingConfig};
 use crate::lease::Lease;
@@ -17,9 +19,11 @@ use crate::submit::{Submit, SubmitConfig};
 use crate::wheel::Wheel;
 use anyhow::Context as _;
 use chime_common::connection::NatsConnection;
+use chime_common::supervisor::{Health, Supervisor, SupervisorConfig};
 use chime_common::topology::{Topology, TopologyConfig};
 use chime_common::Subjects;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -45,6 +49,12 @@ pub struct SchedulerConfig {
     pub lifecycle: LifecycleConfig,
     pub expiry: ExpiryConfig,
     pub housekeeping: HousekeepingConfig,
+    /// How failed services are restarted and when they make `/healthz` fail.
+    pub supervisor: SupervisorConfig,
+    /// The clock offset check (`--max-clock-offset`).
+    pub clock: ClockConfig,
+    /// The firing consumers of every group.
+    pub consumers: ConsumersConfig,
     /// On shutdown, the wheel keeps publishing for at most this long.
     pub shutdown_drain: Duration,
 }
@@ -68,6 +78,9 @@ impl SchedulerConfig {
             lifecycle: LifecycleConfig::default(),
             expiry: ExpiryConfig::default(),
             housekeeping: HousekeepingConfig::default(),
+            supervisor: SupervisorConfig::default(),
+            clock: ClockConfig::default(),
+            consumers: ConsumersConfig::default(),
             shutdown_drain: Duration::from_secs(10),
         }
     }
@@ -79,6 +92,8 @@ impl SchedulerConfig {
         self.slicer.validate()?;
         self.publisher.validate()?;
         self.expiry.validate()?;
+        self.supervisor.validate()?;
+        self.clock.validate()?;
         if self.slicer.partitions != self.store.partitions {
             return Err("the slicer and the store must use the same --partitions".into());
         }
@@ -114,8 +129,14 @@ pub struct Replica {
     pub nats: async_nats::Client,
     /// The bound metrics address, when serving one.
     pub metrics_addr: Option<SocketAddr>,
+    /// Which supervised services keep failing (`/healthz`).
+    pub health: Health,
+    /// The last clock offset measurement (`/readyz`).
+    pub clock: ClockStatus,
     shutdown: CancellationToken,
+    /// The metrics endpoint.
     tracker: TaskTracker,
+    supervisor: Supervisor,
     drain: Duration,
 }
 
@@ -161,22 +182,8 @@ impl Replica {
         let workers = topology.workers().await?;
         let leases = topology.leases().await?;
         let subjects = config.subjects.clone();
-        let submit_consumer = topology
-            .durable(
-                &subjects.submit_stream(),
-                "chime-submit",
-                subjects.submit(),
-                Duration::from_secs(30),
-            )
-            .await?;
-        let finished_consumer = topology
-            .durable(
-                &subjects.events_stream(),
-                "chime-lifecycle",
-                subjects.finished(),
-                Duration::from_secs(30),
-            )
-            .await?;
+        let submit_consumer = submit_consumer_of(&topology).await?;
+        let finished_consumer = finished_consumer_of(&topology).await?;
 
         let metrics = Metrics::new();
         let shutdown = CancellationToken::new();
@@ -184,14 +191,59 @@ impl Replica {
         let tracker = TaskTracker::new();
         let wheel = Wheel::new(metrics.clone());
         let (progress, done) = SliceProgress::new();
+        let restarts = metrics.service_restarts.clone();
+        let supervisor = Supervisor::new(
+            config.supervisor.clone(),
+            shutdown.clone(),
+            move |service| restarts.with_label_values(&[service]).inc(),
+        );
+        // The clock check and the consumer reconciler read the database on
+        // a connection of their own, next to the store's pools.
+        let side_database = sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_lazy(&config.database_url)
+            .with_context(|| {
+                format!(
+                    "cannot open {}",
+                    chime_common::secret::redact_url(&config.database_url)
+                )
+            })?;
+
+        let lifecycle = Lifecycle {
+            config: config.lifecycle.clone(),
+            store: store.clone(),
+            nats: nats.clone(),
+            jetstream: jetstream.clone(),
+            subjects: subjects.clone(),
+            metrics: metrics.clone(),
+        };
+        let clock = Arc::new(ClockMonitor::new(
+            config.clock.clone(),
+            store.backend(),
+            side_database.clone(),
+            lifecycle.clone(),
+            metrics.clone(),
+            config.replica_id.clone(),
+        ));
+        // Measured before the slicer's first pass: a replica whose clock is
+        // off never claims a slice.
+        clock
+            .run_once(chrono::Utc::now())
+            .await
+            .context("cannot measure this replica's clock offset from the database")?;
 
         let metrics_addr = match config.metrics_addr {
             Some(addr) => {
                 let (bound, task) = crate::http::serve(
                     addr,
-                    metrics.clone(),
-                    store.clone(),
-                    nats.clone(),
+                    crate::http::Probe {
+                        metrics: metrics.clone(),
+                        store: store.clone(),
+                        nats: nats.clone(),
+                        health: supervisor.health(),
+                        clock: clock.status(),
+                    },
                     drained.clone(),
                 )
                 .await
@@ -204,14 +256,6 @@ impl Replica {
             None => None,
         };
 
-        let lifecycle = Lifecycle {
-            config: config.lifecycle.clone(),
-            store: store.clone(),
-            nats: nats.clone(),
-            jetstream: jetstream.clone(),
-            subjects: subjects.clone(),
-            metrics: metrics.clone(),
-        };
         let api = Api {
             config: config.api.clone(),
             store: store.clone(),
@@ -227,14 +271,17 @@ impl Replica {
             subjects: subjects.clone(),
             metrics: metrics.clone(),
         };
-        let slicer = Slicer::new(
-            config.slicer.clone(),
-            config.replica_id.clone(),
-            store.clone(),
-            slices,
-            wheel.clone(),
-            progress.clone(),
-            metrics.clone(),
+        let slicer = Arc::new(
+            Slicer::new(
+                config.slicer.clone(),
+                config.replica_id.clone(),
+                store.clone(),
+                slices,
+                wheel.clone(),
+                progress.clone(),
+                metrics.clone(),
+            )
+            .with_clock(clock.status()),
         );
         let publisher = Publisher {
             config: config.publisher.clone(),
@@ -246,53 +293,190 @@ impl Replica {
             progress,
             metrics: metrics.clone(),
         };
-        let expiry = ExpiryMonitor::new(
-            config.expiry.clone(),
-            store.clone(),
-            workers,
-            lifecycle.clone(),
-            metrics.clone(),
-        );
-        let housekeeping = Housekeeping::new(
-            config.housekeeping.clone(),
-            store.clone(),
-            wheel,
-            metrics.clone(),
-        );
-        let expiry_lease = Lease::new(
-            leases.clone(),
-            "expiry",
-            config.replica_id.clone(),
-            config.expiry.lease_ttl,
-        );
-        let housekeeping_lease = Lease::new(
-            leases,
-            "housekeeping",
-            config.replica_id.clone(),
-            config.housekeeping.lease_ttl,
-        );
+        // In-memory SQLite is one connection's own: nothing else can read it.
+        let job_groups = !config.database_url.contains(":memory:")
+            && !config.database_url.contains("mode=memory");
+        let consumers = Arc::new(Consumers::new(
+            config.consumers.clone(),
+            topology.clone(),
+            workers.clone(),
+            job_groups.then_some(side_database),
+        ));
+        consumers
+            .run_once(chrono::Utc::now())
+            .await
+            .context("cannot create the firing consumers of the known groups")?;
 
         // Subscribed and flushed before "ready": a request sent the moment
-        // start returns finds a responder.
-        let start_requests = lifecycle.subscribe_starts().await?;
-        let api_requests = api.subscribe().await?;
+        // start returns finds a responder. Later runs subscribe again.
+        let start_requests = first_run(lifecycle.subscribe_starts().await?);
+        let api_requests = first_run(api.subscribe().await?);
+        let submit_consumer = first_run(submit_consumer);
+        let finished_consumer = first_run(finished_consumer);
         nats.flush()
             .await
             .context("cannot reach NATS to confirm subscriptions")?;
 
+        for service in SERVICES {
+            metrics.service_restarts.with_label_values(&[service]);
+        }
         // Lifecycle keeps serving until the wheel has drained: workers still start what we publish.
-        tracker.spawn(
-            lifecycle
-                .clone()
-                .serve_starts(start_requests, drained.clone()),
-        );
-        tracker.spawn(lifecycle.consume_finished(finished_consumer, drained.clone()));
-        tracker.spawn(api.run(api_requests, shutdown.clone()));
-        tracker.spawn(submit.run(submit_consumer, shutdown.clone()));
-        tracker.spawn(slicer.run(done, shutdown.clone(), drained.clone()));
-        tracker.spawn(publisher.run(shutdown.clone(), config.shutdown_drain, drained));
-        tracker.spawn(expiry.run(expiry_lease, shutdown.clone()));
-        tracker.spawn(housekeeping.run(housekeeping_lease, shutdown.clone()));
+        {
+            let (lifecycle, drained) = (lifecycle.clone(), drained.clone());
+            supervisor.spawn("lifecycle_starts", move || {
+                let (lifecycle, drained) = (lifecycle.clone(), drained.clone());
+                let initial = take(&start_requests);
+                async move {
+                    let requests = match initial {
+                        Some(requests) => requests,
+                        None => lifecycle.subscribe_starts().await?,
+                    };
+                    lifecycle.serve_starts(requests, drained).await;
+                    anyhow::Ok(())
+                }
+            });
+        }
+        {
+            let (lifecycle, drained, topology) =
+                (lifecycle.clone(), drained.clone(), topology.clone());
+            supervisor.spawn("lifecycle_finished", move || {
+                let (lifecycle, drained, topology) =
+                    (lifecycle.clone(), drained.clone(), topology.clone());
+                let initial = take(&finished_consumer);
+                async move {
+                    let consumer = match initial {
+                        Some(consumer) => consumer,
+                        None => finished_consumer_of(&topology).await?,
+                    };
+                    lifecycle
+                        .consume_finished(consumer, drained)
+                        .await
+                        .map_err(anyhow::Error::from_boxed)
+                }
+            });
+        }
+        {
+            let shutdown = shutdown.clone();
+            supervisor.spawn("api", move || {
+                let (api, shutdown) = (api.clone(), shutdown.clone());
+                let initial = take(&api_requests);
+                async move {
+                    let requests = match initial {
+                        Some(requests) => requests,
+                        None => api.subscribe().await?,
+                    };
+                    api.run(requests, shutdown).await;
+                    anyhow::Ok(())
+                }
+            });
+        }
+        {
+            let (shutdown, topology) = (shutdown.clone(), topology.clone());
+            supervisor.spawn("submit", move || {
+                let (submit, shutdown, topology) =
+                    (submit.clone(), shutdown.clone(), topology.clone());
+                let initial = take(&submit_consumer);
+                async move {
+                    let consumer = match initial {
+                        Some(consumer) => consumer,
+                        None => submit_consumer_of(&topology).await?,
+                    };
+                    submit
+                        .run(consumer, shutdown)
+                        .await
+                        .map_err(anyhow::Error::from_boxed)
+                }
+            });
+        }
+        {
+            let (shutdown, drained) = (shutdown.clone(), drained.clone());
+            let done = Arc::new(tokio::sync::Mutex::new(done));
+            supervisor.spawn("slicer", move || {
+                let (slicer, done) = (slicer.clone(), done.clone());
+                let (shutdown, drained) = (shutdown.clone(), drained.clone());
+                async move {
+                    let mut done = done.lock_owned().await;
+                    slicer.run(&mut done, shutdown, drained).await;
+                    anyhow::Ok(())
+                }
+            });
+        }
+        {
+            let (shutdown, drain) = (shutdown.clone(), config.shutdown_drain);
+            supervisor.spawn("publisher", move || {
+                let run = publisher
+                    .clone()
+                    .run(shutdown.clone(), drain, drained.clone());
+                async move {
+                    run.await;
+                    anyhow::Ok(())
+                }
+            });
+        }
+        {
+            let shutdown = shutdown.clone();
+            let (expiry_config, store, lifecycle, metrics) = (
+                config.expiry.clone(),
+                store.clone(),
+                lifecycle.clone(),
+                metrics.clone(),
+            );
+            let (leases, replica) = (leases.clone(), config.replica_id.clone());
+            supervisor.spawn("expiry", move || {
+                let expiry = ExpiryMonitor::new(
+                    expiry_config.clone(),
+                    store.clone(),
+                    workers.clone(),
+                    lifecycle.clone(),
+                    metrics.clone(),
+                );
+                let lease = Lease::new(
+                    leases.clone(),
+                    "expiry",
+                    replica.clone(),
+                    expiry_config.lease_ttl,
+                );
+                let run = expiry.run(lease, shutdown.clone());
+                async move {
+                    run.await;
+                    anyhow::Ok(())
+                }
+            });
+        }
+        {
+            let shutdown = shutdown.clone();
+            let (housekeeping_config, store, metrics) =
+                (config.housekeeping.clone(), store.clone(), metrics.clone());
+            let replica = config.replica_id.clone();
+            supervisor.spawn("housekeeping", move || {
+                let housekeeping = Housekeeping::new(
+                    housekeeping_config.clone(),
+                    store.clone(),
+                    wheel.clone(),
+                    metrics.clone(),
+                );
+                let lease = Lease::new(
+                    leases.clone(),
+                    "housekeeping",
+                    replica.clone(),
+                    housekeeping_config.lease_ttl,
+                );
+                let run = housekeeping.run(lease, shutdown.clone());
+                async move {
+                    run.await;
+                    anyhow::Ok(())
+                }
+            });
+        }
+        {
+            let (clock, shutdown) = (clock.clone(), shutdown.clone());
+            supervisor.spawn("clock", move || clock.clone().run(shutdown.clone()));
+        }
+        {
+            let shutdown = shutdown.clone();
+            supervisor.spawn("consumers", move || consumers.clone().run(shutdown.clone()));
+        }
+        supervisor.close();
         tracker.close();
 
         tracing::info!(replica = %config.replica_id, ?metrics_addr, "chime-scheduler ready");
@@ -302,8 +486,11 @@ impl Replica {
             store,
             nats,
             metrics_addr,
+            health: supervisor.health(),
+            clock: clock.status(),
             shutdown,
             tracker,
+            supervisor,
             drain: config.shutdown_drain,
         })
     }
@@ -314,7 +501,7 @@ impl Replica {
     /// still exits: after the drain plus `SHUTDOWN_SLACK` it stops waiting.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
-        if tokio::time::timeout(self.drain + SHUTDOWN_SLACK, self.tracker.wait())
+        if tokio::time::timeout(self.drain + SHUTDOWN_SLACK, self.wait())
             .await
             .is_err()
         {
@@ -325,6 +512,59 @@ impl Replica {
 
     /// Waits until every service has stopped.
     pub async fn wait(&self) {
-        self.tracker.wait().await
+        self.supervisor.wait().await;
+        self.tracker.wait().await;
     }
+}
+
+/// Every supervised service, by the name its metrics and `/healthz` use.
+pub const SERVICES: [&str; 10] = [
+    "lifecycle_starts",
+    "lifecycle_finished",
+    "api",
+    "submit",
+    "slicer",
+    "publisher",
+    "expiry",
+    "housekeeping",
+    "clock",
+    "consumers",
+];
+
+/// What a service's first run uses (made before the replica reports ready);
+/// later runs make their own.
+fn first_run<T>(initial: T) -> Arc<Mutex<Option<T>>> {
+    Arc::new(Mutex::new(Some(initial)))
+}
+
+fn take<T>(first: &Mutex<Option<T>>) -> Option<T> {
+    first.lock().unwrap_or_else(|p| p.into_inner()).take()
+}
+
+async fn submit_consumer_of(
+    topology: &Topology,
+) -> Result<async_nats::jetstream::consumer::PullConsumer, chime_common::topology::TopologyError> {
+    let subjects = &topology.subjects;
+    topology
+        .durable(
+            &subjects.submit_stream(),
+            "chime-submit",
+            subjects.submit(),
+            Duration::from_secs(30),
+        )
+        .await
+}
+
+async fn finished_consumer_of(
+    topology: &Topology,
+) -> Result<async_nats::jetstream::consumer::PullConsumer, chime_common::topology::TopologyError> {
+    let subjects = &topology.subjects;
+    topology
+        .durable(
+            &subjects.events_stream(),
+            "chime-lifecycle",
+            subjects.finished(),
+            Duration::from_secs(30),
+        )
+        .await
 }

@@ -17,6 +17,7 @@ use crate::claim::{
     liveness_key, liveness_owner, slice_key, slice_start, ClaimState, ClaimValue, Liveness,
     SliceProgress,
 };
+use crate::clock::ClockStatus;
 use crate::metrics::Metrics;
 use crate::store::{StageRequest, Store};
 use crate::wheel::Wheel;
@@ -28,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 /// Slicer settings.
 #[derive(Debug, Clone)]
@@ -121,6 +123,8 @@ pub struct SlicerOutcome {
     pub taken_over: Vec<String>,
     /// Firings put in the wheel.
     pub staged: usize,
+    /// Nothing was claimed: this replica's clock is off.
+    pub clock_off: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -147,6 +151,8 @@ pub struct Slicer {
     /// Slices this replica claimed early as dense, not yet topped up at the
     /// lookahead.
     claimed_early: Mutex<HashSet<String>>,
+    /// While this replica's clock is off, it claims and takes over nothing.
+    clock: ClockStatus,
 }
 
 impl Slicer {
@@ -172,7 +178,14 @@ impl Slicer {
             alive: Arc::new(Mutex::new(HashMap::new())),
             dense_checked: Mutex::new(i64::MIN),
             claimed_early: Mutex::new(HashSet::new()),
+            clock: ClockStatus::default(),
         }
+    }
+
+    /// Claims only while `clock` says this replica's clock is in sync.
+    pub fn with_clock(mut self, clock: ClockStatus) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Whether `owner` is known to be gone at `now_ms`: its liveness key was
@@ -195,6 +208,13 @@ impl Slicer {
     /// takes over stale claims. Time is passed in so tests control it.
     pub async fn run_once(&self, now: DateTime<Utc>) -> SlicerOutcome {
         let mut outcome = SlicerOutcome::default();
+        if !self.clock.in_sync() {
+            // Claims are cut by wall-clock time; a replica whose clock is
+            // off would stage slices early or late. Its own unfinished
+            // claims are taken over by the others as usual.
+            outcome.clock_off = true;
+            return outcome;
+        }
         let now_ms = now.timestamp_millis();
         let len = self.slice_ms();
         let first = now_ms.div_euclid(len) * len;
@@ -620,24 +640,28 @@ impl Slicer {
     /// between. After `shutdown` it keeps marking slices while the publisher
     /// drains the wheel, and once `drained` it releases whatever slice is
     /// still unfinished so another replica takes it over at once.
+    ///
+    /// Takes `&self` and the channel by reference so the supervisor can run
+    /// it again after a panic with the slicer's claims intact; the watch and
+    /// the liveness beat end with the run, however it ends.
     pub async fn run(
-        self,
-        mut done: mpsc::UnboundedReceiver<Arc<str>>,
+        &self,
+        done: &mut mpsc::UnboundedReceiver<Arc<str>>,
         shutdown: CancellationToken,
         drained: CancellationToken,
     ) {
-        let watching = tokio::spawn(Self::watch(
+        let _watching = AbortOnDropHandle::new(tokio::spawn(Self::watch(
             self.claims.clone(),
             self.alive.clone(),
             self.kv.clone(),
             drained.clone(),
-        ));
-        let beating = tokio::spawn(Self::beat(
+        )));
+        let _beating = AbortOnDropHandle::new(tokio::spawn(Self::beat(
             self.replica.clone(),
             self.kv.clone(),
             self.config.liveness,
             drained.clone(),
-        ));
+        )));
         // Each pass waits a random 50–150 % of the tick: with a fixed period
         // the replica whose phase comes first after a slice enters the window
         // would win every slice and do all the staging alone.
@@ -659,7 +683,5 @@ impl Slicer {
             self.mark_published(&key).await;
         }
         self.release_unfinished().await;
-        watching.abort();
-        beating.abort();
     }
 }

@@ -63,6 +63,7 @@ pub enum Applied {
 }
 
 /// The submission consumer of one replica (all replicas share one durable consumer).
+#[derive(Clone)]
 pub struct Submit {
     pub config: SubmitConfig,
     pub store: Store,
@@ -175,31 +176,27 @@ impl Submit {
             .await;
     }
 
-    /// Consumes submissions until `shutdown`.
-    pub async fn run(self, consumer: PullConsumer, shutdown: CancellationToken) {
+    /// Consumes submissions until `shutdown`. A failed pull is returned: the
+    /// supervisor opens the consumer again after a backoff.
+    pub async fn run(
+        self,
+        consumer: PullConsumer,
+        shutdown: CancellationToken,
+    ) -> Result<(), async_nats::Error> {
         while !shutdown.is_cancelled() {
-            let batch = consumer
+            let mut batch = consumer
                 .batch()
                 .max_messages(self.config.batch)
                 .expires(self.config.wait)
                 .messages()
-                .await;
-            let mut batch = match batch {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot pull submissions");
-                    tokio::select! {
-                        _ = tokio::time::sleep(self.config.retry_after) => continue,
-                        _ = shutdown.cancelled() => break,
-                    }
-                }
-            };
+                .await?;
             while let Some(message) = batch.next().await {
                 match message {
                     Ok(message) => self.handle(&message).await,
-                    Err(e) => tracing::debug!(error = %e, "submission pull ended"),
+                    Err(e) => return Err(e),
                 }
             }
         }
+        Ok(())
     }
 }

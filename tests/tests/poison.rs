@@ -314,7 +314,10 @@ backend_tests! {
         })
         .await;
         shutdown.cancel();
-        consuming.await.expect("the consumer stops");
+        consuming
+        .await
+        .expect("the consumer stops")
+        .expect("the consumer ends without a pull error");
     }
 
     /// A batch of start requests with one the store refuses and one that is
@@ -694,7 +697,10 @@ async fn a_finished_event_that_meets_a_busy_store_is_never_dead_lettered() {
     .await;
     assert!(dead_letters(&js).await.is_empty());
     shutdown.cancel();
-    consuming.await.expect("the consumer stops");
+    consuming
+        .await
+        .expect("the consumer stops")
+        .expect("the consumer ends without a pull error");
 }
 
 /// A real lock wait that timed out (55P03) is `Busy`: retryable.

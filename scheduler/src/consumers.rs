@@ -1,0 +1,186 @@
+//! Creates and reconciles the firing consumers of every group.
+//!
+//! Schedulers own the NATS topology (see `chime_common::topology`): workers
+//! only wait for their group's consumers. A group needs its three band
+//! consumers once it has a stored job or a live worker, so each pass reads
+//! the groups of stored jobs (one index step per group) and of the heartbeat
+//! bucket, ensures the consumers of groups it has not handled yet, and
+//! re-checks every group's settings every `recheck` (a consumer someone
+//! deleted or changed is put back).
+
+use chime_common::job::check_name;
+use chime_common::protocol::WorkerInfo;
+use chime_common::topology::{Topology, TopologyError};
+use chime_common::Band;
+use chrono::{DateTime, Utc};
+use futures::StreamExt as _;
+use sqlx::{AnyPool, Row as _};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Consumer reconciliation settings.
+#[derive(Debug, Clone)]
+pub struct ConsumersConfig {
+    /// How often new groups are looked for (a new group's worker waits at most this long).
+    pub interval: Duration,
+    /// How often the consumers of known groups are checked again.
+    pub recheck: Duration,
+}
+
+impl Default for ConsumersConfig {
+    fn default() -> Self {
+        ConsumersConfig {
+            interval: Duration::from_secs(2),
+            recheck: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ConsumersOutcome {
+    /// Groups whose consumers were created or checked in this pass.
+    pub ensured: Vec<String>,
+}
+
+/// A pass could not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumersError {
+    #[error("cannot read the groups of stored jobs: {0}")]
+    Store(#[from] sqlx::Error),
+    #[error("cannot read the worker registry: {0}")]
+    Workers(String),
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+}
+
+/// Distinct `group_name` of `jobs`, one index step per group (a loose index
+/// scan on `jobs_group_created`), so a million jobs in ten groups cost ten lookups.
+const JOB_GROUPS: &str = "WITH RECURSIVE g(name) AS ( \
+     SELECT MIN(group_name) FROM jobs \
+     UNION ALL \
+     SELECT (SELECT MIN(group_name) FROM jobs WHERE group_name > g.name) FROM g WHERE g.name IS NOT NULL \
+   ) SELECT name FROM g WHERE name IS NOT NULL";
+
+/// The reconciler of one replica (every replica runs one: creation is idempotent).
+pub struct Consumers {
+    config: ConsumersConfig,
+    topology: Topology,
+    workers: async_nats::jetstream::kv::Store,
+    /// A connection of its own to the scheduler's database (read only);
+    /// None for an in-memory SQLite database, which only the store can see.
+    database: Option<AnyPool>,
+    /// When each group's consumers were last ensured.
+    checked: Mutex<HashMap<String, DateTime<Utc>>>,
+    /// Each live worker's group: a worker id keeps its group for life, so
+    /// only new heartbeat keys are read.
+    worker_group: Mutex<HashMap<String, String>>,
+}
+
+impl Consumers {
+    /// A reconciler reading job groups from `database` and worker groups from `workers`.
+    pub fn new(
+        config: ConsumersConfig,
+        topology: Topology,
+        workers: async_nats::jetstream::kv::Store,
+        database: Option<AnyPool>,
+    ) -> Self {
+        Consumers {
+            config,
+            topology,
+            workers,
+            database,
+            checked: Mutex::new(HashMap::new()),
+            worker_group: Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn job_groups(&self) -> Result<BTreeSet<String>, sqlx::Error> {
+        let Some(database) = &self.database else {
+            return Ok(BTreeSet::new());
+        };
+        let rows = sqlx::query(JOB_GROUPS).fetch_all(database).await?;
+        rows.iter()
+            .map(|row| row.try_get::<String, _>("name"))
+            .collect()
+    }
+
+    async fn worker_groups(&self) -> Result<BTreeSet<String>, ConsumersError> {
+        let failed = |e: &dyn std::fmt::Display| ConsumersError::Workers(e.to_string());
+        let mut keys = self.workers.keys().await.map_err(|e| failed(&e))?;
+        let mut live = HashMap::new();
+        while let Some(key) = keys.next().await {
+            let key = key.map_err(|e| failed(&e))?;
+            let known = self
+                .worker_group
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&key)
+                .cloned();
+            if let Some(group) = known {
+                live.insert(key, group);
+                continue;
+            }
+            let Ok(Some(bytes)) = self.workers.get(&key).await else {
+                continue;
+            };
+            match serde_json::from_slice::<WorkerInfo>(&bytes) {
+                // A heartbeat names the group: never trust it into a subject.
+                Ok(info) if check_name(&info.group, 64).is_ok() => {
+                    live.insert(key, info.group);
+                }
+                _ => tracing::debug!(key, "ignoring a heartbeat without a valid group"),
+            }
+        }
+        let groups = live.values().cloned().collect();
+        *self.worker_group.lock().unwrap_or_else(|p| p.into_inner()) = live;
+        Ok(groups)
+    }
+
+    /// One pass: ensures the consumers of every group not handled within
+    /// `recheck`. Time is passed in so tests control it.
+    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<ConsumersOutcome, ConsumersError> {
+        let mut groups = self.job_groups().await?;
+        groups.extend(self.worker_groups().await?);
+        let recheck = chrono::Duration::from_std(self.config.recheck)
+            .unwrap_or_else(|_| chrono::Duration::seconds(60));
+        let mut outcome = ConsumersOutcome::default();
+        for group in groups {
+            let due = {
+                let checked = self.checked.lock().unwrap_or_else(|p| p.into_inner());
+                checked.get(&group).is_none_or(|at| now - *at >= recheck)
+            };
+            if !due {
+                continue;
+            }
+            for band in Band::ALL {
+                self.topology.fire_consumer(&group, band).await?;
+            }
+            self.checked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(group.clone(), now);
+            outcome.ensured.push(group);
+        }
+        if !outcome.ensured.is_empty() {
+            tracing::debug!(groups = ?outcome.ensured, "firing consumers ensured");
+        }
+        Ok(outcome)
+    }
+
+    /// A pass every interval until `shutdown`; a failed pass is an error
+    /// (the supervisor restarts the service and reports it if it keeps failing).
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), ConsumersError> {
+        let mut tick = tokio::time::interval(self.config.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.cancelled() => return Ok(()),
+            }
+            self.run_once(Utc::now()).await?;
+        }
+    }
+}
