@@ -15,6 +15,7 @@
 //! | the same test on both | [`backend_tests!`] and [`TestDatabase`] |
 //! | a scheduler, worker or `chimectl` | [`Binary::command`] and [`ChimeProcess::spawn`] |
 //! | logs of the code under test | [`init_tracing`] |
+//! | the fuzz targets' bodies | [`fuzz_targets`] (docs/FUZZING.md) |
 //!
 //! ```ignore
 //! use std::time::Duration;
@@ -47,6 +48,7 @@
 mod binaries;
 mod child;
 mod database;
+pub mod fuzz_targets;
 mod logfile;
 mod nats;
 mod ports;
