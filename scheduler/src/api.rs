@@ -119,7 +119,7 @@ fn check_id(id: &str) -> Result<(), ApiError> {
 /// exercise exactly the parsing and validation the API applies.
 #[derive(Debug, Clone)]
 pub enum ApiRequest {
-    PutJob(JobSpec),
+    PutJob(Box<JobSpec>),
     GetJob(String),
     ListJobs(JobFilter),
     DeleteJob(String),
@@ -146,10 +146,10 @@ impl ApiRequest {
             Ok(req.id)
         };
         Ok(match verb {
-            "jobs.put" => ApiRequest::PutJob(
+            "jobs.put" => ApiRequest::PutJob(Box::new(
                 JobSpec::from_json(&parse_value(body)?, &config.limits)
                     .map_err(ApiError::from_field_errors)?,
-            ),
+            )),
             "jobs.get" => ApiRequest::GetJob(id_request()?),
             "jobs.list" => {
                 let req: ListJobsRequest = parse_request(body)?;
