@@ -114,70 +114,55 @@ fn check_id(id: &str) -> Result<(), ApiError> {
     check_name(id, MAX_ID_LEN).map_err(|e| ApiError::invalid("id", e))
 }
 
-impl Api {
-    /// Answers one request: the reply body for `verb` given `body`.
-    pub async fn handle(
-        &self,
+/// A request that passed every check needing no store: what
+/// [`Api::handle`] acts on. Public so the fuzz targets (docs/FUZZING.md)
+/// exercise exactly the parsing and validation the API applies.
+#[derive(Debug, Clone)]
+pub enum ApiRequest {
+    PutJob(Box<JobSpec>),
+    GetJob(String),
+    ListJobs(JobFilter),
+    DeleteJob(String),
+    /// `jobs.pause` (true) or `jobs.resume` (false).
+    SetPaused(String, bool),
+    Trigger(TriggerRequest),
+    /// `jobs.preview` needs no store: its answer, the instants as written.
+    Preview(Vec<String>),
+    ListFirings(FiringFilter),
+    ListWorkers(ListWorkersRequest),
+}
+
+impl ApiRequest {
+    /// Parses and checks the body of `verb`; `now` is the default `from` of a preview.
+    pub fn parse(
         verb: &str,
         body: &[u8],
+        config: &ApiConfig,
         now: DateTime<Utc>,
-    ) -> Result<Value, ApiError> {
-        match verb {
-            "jobs.put" => {
-                let value = parse_value(body)?;
-                let spec = JobSpec::from_json(&value, &self.config.limits)
-                    .map_err(ApiError::from_field_errors)?;
-                let job = self.store.put_job(&spec, now).await?;
-                Ok(json!({ "job": job }))
-            }
-            "jobs.get" => {
-                let req: IdRequest = parse_request(body)?;
-                check_id(&req.id)?;
-                let job = self
-                    .store
-                    .get_job(&req.id)
-                    .await?
-                    .ok_or_else(|| not_found(&req.id))?;
-                Ok(json!({ "job": job }))
-            }
+    ) -> Result<ApiRequest, ApiError> {
+        let id_request = || -> Result<String, ApiError> {
+            let req: IdRequest = parse_request(body)?;
+            check_id(&req.id)?;
+            Ok(req.id)
+        };
+        Ok(match verb {
+            "jobs.put" => ApiRequest::PutJob(Box::new(
+                JobSpec::from_json(&parse_value(body)?, &config.limits)
+                    .map_err(ApiError::from_field_errors)?,
+            )),
+            "jobs.get" => ApiRequest::GetJob(id_request()?),
             "jobs.list" => {
                 let req: ListJobsRequest = parse_request(body)?;
-                let limit = check_limit(req.limit)?;
-                let page = self
-                    .store
-                    .list_jobs(&JobFilter {
-                        group: req.group,
-                        state: req.state,
-                        limit,
-                        after: req.after,
-                    })
-                    .await?;
-                Ok(json!({ "jobs": page.items, "next": page.next }))
+                ApiRequest::ListJobs(JobFilter {
+                    group: req.group,
+                    state: req.state,
+                    limit: check_limit(req.limit)?,
+                    after: req.after,
+                })
             }
-            "jobs.delete" => {
-                let req: IdRequest = parse_request(body)?;
-                check_id(&req.id)?;
-                let deleted = self
-                    .store
-                    .delete_job(&req.id, now)
-                    .await?
-                    .ok_or_else(|| not_found(&req.id))?;
-                for running in &deleted.cancel {
-                    self.cancel(&running.worker_id, &running.firing_id, "job deleted")
-                        .await;
-                }
-                Ok(json!({ "job": deleted.job }))
-            }
+            "jobs.delete" => ApiRequest::DeleteJob(id_request()?),
             "jobs.pause" | "jobs.resume" => {
-                let req: IdRequest = parse_request(body)?;
-                check_id(&req.id)?;
-                let paused = verb == "jobs.pause";
-                let job = self
-                    .store
-                    .set_paused(&req.id, paused, now)
-                    .await?
-                    .ok_or_else(|| not_found(&req.id))?;
-                Ok(json!({ "job": job }))
+                ApiRequest::SetPaused(id_request()?, verb == "jobs.pause")
             }
             "jobs.trigger" => {
                 let req: TriggerRequest = parse_request(body)?;
@@ -186,30 +171,25 @@ impl Api {
                     let size = serde_json::to_vec(payload)
                         .map(|v| v.len())
                         .unwrap_or(usize::MAX);
-                    if size > self.config.limits.max_payload_bytes {
+                    if size > config.limits.max_payload_bytes {
                         return Err(ApiError::invalid(
                             "payload",
                             format!(
                                 "is {size} bytes encoded; the limit is {} bytes",
-                                self.config.limits.max_payload_bytes
+                                config.limits.max_payload_bytes
                             ),
                         ));
                     }
                 }
-                let id = self
-                    .store
-                    .trigger(&req.id, req.payload, now)
-                    .await?
-                    .ok_or_else(|| not_found(&req.id))?;
-                Ok(json!({ "firing_id": id.to_string() }))
+                ApiRequest::Trigger(req)
             }
             "jobs.preview" => {
                 let req: PreviewRequest = parse_request(body)?;
                 let count = req.count.unwrap_or(10);
-                if count == 0 || count > self.config.max_preview {
+                if count == 0 || count > config.max_preview {
                     return Err(ApiError::invalid(
                         "count",
-                        format!("must be from 1 to {}", self.config.max_preview),
+                        format!("must be from 1 to {}", config.max_preview),
                     ));
                 }
                 let spec = ScheduleSpec::from_json(&req.schedule, "schedule")
@@ -220,36 +200,96 @@ impl Api {
                 }
                 let schedule = Schedule::compile(&spec, from)
                     .map_err(|e| ApiError::from_field_errors(vec![e]))?;
-                let times: Vec<String> = schedule
-                    .iter_after(from)
-                    .take(count as usize)
-                    .map(format_time)
-                    .collect();
-                Ok(json!({ "times": times }))
+                ApiRequest::Preview(
+                    schedule
+                        .iter_after(from)
+                        .take(count as usize)
+                        .map(format_time)
+                        .collect(),
+                )
             }
             "firings.list" => {
                 let req: ListFiringsRequest = parse_request(body)?;
-                let limit = check_limit(req.limit)?;
-                let page = self
+                ApiRequest::ListFirings(FiringFilter {
+                    job_id: req.job_id,
+                    state: req.state,
+                    limit: check_limit(req.limit)?,
+                    after: req.after,
+                })
+            }
+            "workers.list" => ApiRequest::ListWorkers(parse_request(body)?),
+            other => {
+                return Err(ApiError::not_found(format!(
+                    "no API verb {other:?}; verbs are {}",
+                    VERBS[..VERBS.len() - 1].join(", ")
+                )))
+            }
+        })
+    }
+}
+
+impl Api {
+    /// Answers one request: the reply body for `verb` given `body`.
+    pub async fn handle(
+        &self,
+        verb: &str,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<Value, ApiError> {
+        match ApiRequest::parse(verb, body, &self.config, now)? {
+            ApiRequest::PutJob(spec) => {
+                let job = self.store.put_job(&spec, now).await?;
+                Ok(json!({ "job": job }))
+            }
+            ApiRequest::GetJob(id) => {
+                let job = self
                     .store
-                    .list_firings(&FiringFilter {
-                        job_id: req.job_id,
-                        state: req.state,
-                        limit,
-                        after: req.after,
-                    })
-                    .await?;
+                    .get_job(&id)
+                    .await?
+                    .ok_or_else(|| not_found(&id))?;
+                Ok(json!({ "job": job }))
+            }
+            ApiRequest::ListJobs(filter) => {
+                let page = self.store.list_jobs(&filter).await?;
+                Ok(json!({ "jobs": page.items, "next": page.next }))
+            }
+            ApiRequest::DeleteJob(id) => {
+                let deleted = self
+                    .store
+                    .delete_job(&id, now)
+                    .await?
+                    .ok_or_else(|| not_found(&id))?;
+                for running in &deleted.cancel {
+                    self.cancel(&running.worker_id, &running.firing_id, "job deleted")
+                        .await;
+                }
+                Ok(json!({ "job": deleted.job }))
+            }
+            ApiRequest::SetPaused(id, paused) => {
+                let job = self
+                    .store
+                    .set_paused(&id, paused, now)
+                    .await?
+                    .ok_or_else(|| not_found(&id))?;
+                Ok(json!({ "job": job }))
+            }
+            ApiRequest::Trigger(req) => {
+                let id = self
+                    .store
+                    .trigger(&req.id, req.payload, now)
+                    .await?
+                    .ok_or_else(|| not_found(&req.id))?;
+                Ok(json!({ "firing_id": id.to_string() }))
+            }
+            ApiRequest::Preview(times) => Ok(json!({ "times": times })),
+            ApiRequest::ListFirings(filter) => {
+                let page = self.store.list_firings(&filter).await?;
                 Ok(json!({ "firings": page.items, "next": page.next }))
             }
-            "workers.list" => {
-                let req: ListWorkersRequest = parse_request(body)?;
+            ApiRequest::ListWorkers(req) => {
                 let workers = self.workers(req.group.as_deref()).await?;
                 Ok(serde_json::to_value(ListWorkersReply { workers }).unwrap_or(Value::Null))
             }
-            other => Err(ApiError::not_found(format!(
-                "no API verb {other:?}; verbs are {}",
-                VERBS[..VERBS.len() - 1].join(", ")
-            ))),
         }
     }
 

@@ -18,6 +18,7 @@
 //! | logs of the code under test | [`init_tracing`] |
 //! | a network fault between one client and a server | [`Proxy`]: `block()`, `cut()`, `unblock()` |
 //! | a group's consumers without a scheduler | [`create_group_consumers`] |
+//! | the fuzz targets' bodies | [`fuzz_targets`] (docs/FUZZING.md) |
 //!
 //! ```ignore
 //! use std::time::Duration;
@@ -50,6 +51,7 @@
 mod binaries;
 mod child;
 mod database;
+pub mod fuzz_targets;
 mod logfile;
 mod nats;
 mod pg_cluster;

@@ -35,7 +35,9 @@ pub(crate) fn next_after(expr: &CronExpr, tz: Tz, after: DateTime<Utc>) -> Optio
             .map(|n| n.and_utc());
     }
     let local = after.with_timezone(&tz);
-    let wall = local.naive_local();
+    // Within hours of the ends of time the local time is not representable
+    // (`naive_local` panics there); nothing fires beyond them.
+    let wall = after.naive_utc().checked_add_offset(local.offset().fix())?;
     let last_year = wall.year().checked_add(SEARCH_YEARS)?;
 
     // Second occurrences still to come of repeated times at or before `wall`.
@@ -344,6 +346,18 @@ mod tests {
             fire("0 * * * *", "Asia/Tokyo", "2026-11-01T00:10:00Z", 2),
             ["2026-11-01T01:00:00.000Z", "2026-11-01T02:00:00.000Z"]
         );
+    }
+
+    /// Found by fuzzing (fuzz/regressions/schedule/): the local time of an
+    /// instant within hours of chrono's ends is out of range.
+    #[test]
+    fn the_ends_of_time_in_a_zone_are_not_a_panic() {
+        let e = CronExpr::parse("0 0 1,15 * *").unwrap();
+        let tz: Tz = "America/Sao_Paulo".parse().unwrap();
+        assert_eq!(next_after(&e, tz, DateTime::<Utc>::MIN_UTC), None);
+        let e = CronExpr::parse("0 0 0 ? * L").unwrap();
+        let tz: Tz = "Asia/Kathmandu".parse().unwrap();
+        assert_eq!(next_after(&e, tz, DateTime::<Utc>::MAX_UTC), None);
     }
 
     #[test]
