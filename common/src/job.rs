@@ -303,6 +303,15 @@ impl<'a> Walk<'a> {
                     self.fail(key, "must be longer than zero");
                     None
                 }
+                Ok(d) if !d.subsec_nanos().is_multiple_of(1_000_000) => {
+                    // Stored and written in whole milliseconds: a finer
+                    // duration would read back as another one.
+                    self.fail(
+                        key,
+                        format!("must be a whole number of milliseconds, found {d:?}"),
+                    );
+                    None
+                }
                 Ok(d) => match check_at_most(d, max) {
                     Some(e) => {
                         self.fail(key, e);
@@ -743,6 +752,24 @@ mod tests {
         v["retry"] = json!({"initial": "30d", "max": "30d"});
         v["misfire_threshold"] = json!("30d");
         assert!(JobSpec::from_json(&v, &Limits::default()).is_ok());
+    }
+
+    #[test]
+    fn durations_finer_than_a_millisecond_are_refused() {
+        for (key, value) in [
+            ("timeout", "1us"),
+            ("timeout", "1500us"),
+            ("misfire_threshold", "1ns"),
+        ] {
+            let mut v = minimal();
+            v[key] = json!(value);
+            let errors = JobSpec::from_json(&v, &Limits::default()).unwrap_err();
+            assert_eq!(fields(&errors), vec![key], "{value}");
+        }
+        let mut v = minimal();
+        v["retry"] = json!({"initial": "0.5ms"});
+        let errors = JobSpec::from_json(&v, &Limits::default()).unwrap_err();
+        assert_eq!(fields(&errors), vec!["retry.initial"]);
     }
 
     #[test]
