@@ -127,7 +127,8 @@ fn duration(text: &str, what: &str) -> Duration {
 
 // --- The binaries' settings -----------------------------------------------------------
 
-/// The environment variables a binary reads: the `[env: NAME=…]` of its `--help`.
+/// The environment variables a binary reads: the `[env: NAME=…]` of its
+/// `--help` (`[env: NAME]` for a secret, whose value help hides).
 fn accepted_env(binary: Binary) -> BTreeSet<String> {
     let output = binary
         .command()
@@ -144,7 +145,7 @@ fn accepted_env(binary: Binary) -> BTreeSet<String> {
     let names: BTreeSet<String> = help
         .split("[env: ")
         .skip(1)
-        .filter_map(|rest| rest.split('=').next())
+        .filter_map(|rest| rest.split(['=', ']']).next())
         .map(str::to_string)
         .collect();
     assert!(

@@ -208,6 +208,64 @@ async fn refused_starts_are_acked_and_never_run() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_the_scheduler_keeps_rejecting_is_asked_a_bounded_number_of_times() {
+    let env = Env::start().await;
+    let responder = Responder::start(
+        env.nats.connect().await,
+        &env.subjects,
+        ResponderMode::Error("internal"),
+    )
+    .await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let worker = env
+        .worker("rejected", 1)
+        .await
+        .nak_delay(Duration::from_millis(20))
+        .handler_fn("count", move |_ctx: FiringContext| {
+            let runs = r.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok(None)
+            }
+        })
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .unwrap();
+    env.publish(&TestFiring::new("rejected", "poison", "count"))
+        .await;
+    env.ring("rejected").await;
+    // 20 ms doubling per delivery: the eighth comes about 2.5 s later.
+    eventually(
+        Duration::from_secs(30),
+        "the message is dropped",
+        || async {
+            let mut stream = env.jetstream.get_stream("CHIME_FIRE").await.unwrap();
+            stream.info().await.unwrap().state.messages == 0
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        responder.request_count(),
+        8,
+        "asked once per delivery, then dropped"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        worker
+            .metrics()
+            .start_refusals
+            .with_label_values(&["rejected"])
+            .get(),
+        8
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_scheduler_nothing_runs_and_the_firing_waits_for_one() {
     let env = Env::start().await;
     let mut events = env.events().await;

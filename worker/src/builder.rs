@@ -103,6 +103,12 @@ impl WorkerBuilder {
         self
     }
 
+    /// How long a firing that was not started comes back after (default 1 s).
+    pub fn nak_delay(mut self, delay: Duration) -> Self {
+        self.config.nak_delay = delay;
+        self
+    }
+
     /// Heartbeat period (default 2 s).
     pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
         self.config.heartbeat_interval = interval;

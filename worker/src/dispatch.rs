@@ -5,7 +5,9 @@ use crate::context::FiringContext;
 use crate::message::FiringMessage;
 use crate::run::run;
 use crate::slots::Slot;
-use crate::start::{refusal_label, request_start, StartDecision};
+use crate::start::{
+    refusal_label, rejected_delay, request_start, StartDecision, MAX_REJECTED_DELIVERIES,
+};
 use crate::worker::Shared;
 use async_nats::jetstream::{self, AckKind};
 use chime_common::protocol::{Finished, StartRequest};
@@ -91,6 +93,25 @@ async fn handle(
                 .inc();
             tracing::info!(reason, "start refused; dropping the delivery");
             ack(&message, AckKind::Ack).await;
+            return;
+        }
+        StartDecision::Rejected(error) => {
+            shared.running.release(&id);
+            shared
+                .metrics
+                .start_refusals
+                .with_label_values(&["rejected"])
+                .inc();
+            let delivered = message.info().map(|info| info.delivered).unwrap_or(1);
+            let delivered = u64::try_from(delivered).unwrap_or(1);
+            if delivered >= MAX_REJECTED_DELIVERIES {
+                tracing::error!(%error, delivered, "the scheduler keeps rejecting this firing; dropping it");
+                ack(&message, AckKind::Term).await;
+            } else {
+                let delay = rejected_delay(shared.config.nak_delay, delivered);
+                tracing::warn!(%error, delivered, ?delay, "start rejected; asking again later");
+                ack(&message, AckKind::Nak(Some(delay))).await;
+            }
             return;
         }
         StartDecision::Unavailable(error) => {

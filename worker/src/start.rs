@@ -24,8 +24,28 @@ pub(crate) enum StartDecision {
     Accepted { deadline: Option<DateTime<Utc>> },
     /// Drop it (ack, do not run).
     Refused(Option<StartRefusal>),
-    /// No decision (no scheduler, timeout, garbage reply): NAK it so it comes back.
+    /// No decision (no scheduler, timeout, garbage reply, `unavailable`):
+    /// NAK it so it comes back, however often.
     Unavailable(String),
+    /// The scheduler could not decide this firing for a reason of its own
+    /// (an `internal` or `invalid_argument` error, already dead-lettered on
+    /// its side): asked again a bounded number of times, then dropped.
+    Rejected(String),
+}
+
+/// Deliveries of one firing the scheduler keeps rejecting before the worker
+/// drops it (terminates the message); each waits twice as long as the last.
+pub(crate) const MAX_REJECTED_DELIVERIES: u64 = 8;
+
+/// How long a rejected firing stays away after its `delivered`-th delivery:
+/// `nak_delay` doubling per delivery, at most a minute.
+pub(crate) fn rejected_delay(nak_delay: Duration, delivered: u64) -> Duration {
+    let doublings = u32::try_from(delivered.saturating_sub(1))
+        .unwrap_or(u32::MAX)
+        .min(16);
+    nak_delay
+        .saturating_mul(1 << doublings)
+        .min(Duration::from_secs(60))
 }
 
 /// The metric label of a refusal.
@@ -113,8 +133,11 @@ fn decide(payload: &[u8]) -> StartDecision {
                 .and_then(|r| serde_json::from_value::<StartRefusal>(r.clone()).ok()),
         ),
         None => match value.get("error") {
-            Some(error) => {
+            Some(error) if error.get("code").and_then(|c| c.as_str()) == Some("unavailable") => {
                 StartDecision::Unavailable(format!("the scheduler answered with an error: {error}"))
+            }
+            Some(error) => {
+                StartDecision::Rejected(format!("the scheduler answered with an error: {error}"))
             }
             None => StartDecision::Unavailable(format!("unreadable start reply: {value}")),
         },
@@ -124,6 +147,15 @@ fn decide(payload: &[u8]) -> StartDecision {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rejected_firings_stay_away_longer_each_time() {
+        let base = Duration::from_secs(1);
+        assert_eq!(rejected_delay(base, 1), base);
+        assert_eq!(rejected_delay(base, 3), Duration::from_secs(4));
+        assert_eq!(rejected_delay(base, 40), Duration::from_secs(60));
+        assert_eq!(rejected_delay(base, u64::MAX), Duration::from_secs(60));
+    }
 
     #[test]
     fn replies_map_to_decisions() {
@@ -144,6 +176,10 @@ mod tests {
         assert!(matches!(
             decide(br#"{"error": {"code": "unavailable", "message": "db down"}}"#),
             StartDecision::Unavailable(m) if m.contains("db down")
+        ));
+        assert!(matches!(
+            decide(br#"{"error": {"code": "internal", "message": "corrupt row"}}"#),
+            StartDecision::Rejected(m) if m.contains("corrupt row")
         ));
         assert!(matches!(decide(b"garbage"), StartDecision::Unavailable(_)));
         assert_eq!(

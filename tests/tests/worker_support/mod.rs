@@ -121,6 +121,8 @@ pub enum ResponderMode {
     Accept,
     /// Refuses everything with this reason.
     Refuse(StartRefusal),
+    /// Answers every request with an API error of this code.
+    Error(&'static str),
 }
 
 /// The stand-in for the scheduler's start service.
@@ -154,6 +156,13 @@ impl Responder {
                     serde_json::from_slice(&message.payload).expect("a StartRequest");
                 r.lock().unwrap().push(request.clone());
                 let reply = match mode {
+                    ResponderMode::Error(code) => {
+                        let error = serde_json::json!({"error": {"code": code, "message": "cannot decide"}});
+                        let _ = client
+                            .publish(reply_to, serde_json::to_vec(&error).unwrap().into())
+                            .await;
+                        continue;
+                    }
                     ResponderMode::Refuse(why) => StartReply::refused(why),
                     ResponderMode::Accept => {
                         let mut owners = o.lock().unwrap();
