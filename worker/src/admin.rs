@@ -1,6 +1,6 @@
 //! The worker's HTTP endpoints: `/metrics` (Prometheus text), `/healthz`
-//! (liveness: 200 while the process serves requests; it does not depend on
-//! NATS, since restarting a worker does not bring NATS back) and `/readyz`
+//! (liveness: 200 unless one of its services keeps failing; it does not
+//! depend on NATS, since restarting a worker does not bring NATS back) and `/readyz`
 //! (200 while connected to NATS, started (every NATS object found), not
 //! fenced and not draining: taking firings; else 503 with the reason).
 
@@ -55,8 +55,18 @@ async fn render_metrics(AxumState(state): AxumState<AdminState>) -> impl IntoRes
     )
 }
 
-async fn health() -> impl IntoResponse {
-    (StatusCode::OK, "ok\n")
+/// Alive unless a service keeps failing (the supervisor restarts it, and
+/// restarting the process is the next thing to try).
+async fn health(AxumState(state): AxumState<AdminState>) -> impl IntoResponse {
+    let failing = state.status.failing();
+    if failing.is_empty() {
+        return (StatusCode::OK, "ok\n".to_string());
+    }
+    let lines: Vec<String> = failing
+        .iter()
+        .map(|(service, error)| format!("service {service} keeps failing: {error}\n"))
+        .collect();
+    (StatusCode::SERVICE_UNAVAILABLE, lines.concat())
 }
 
 async fn ready(AxumState(state): AxumState<AdminState>) -> impl IntoResponse {

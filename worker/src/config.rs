@@ -3,6 +3,7 @@
 use crate::error::WorkerError;
 use crate::output::DEFAULT_MAX_OUTPUT_BYTES;
 use chime_common::job::{check_name, MAX_GROUP_LEN};
+use chime_common::supervisor::SupervisorConfig;
 use std::time::Duration;
 
 /// Default group.
@@ -39,6 +40,8 @@ pub struct WorkerConfig {
     pub start_timeout: Duration,
     /// How long a firing that was not started comes back after (NAK delay, 1 s).
     pub nak_delay: Duration,
+    /// How the worker's services are restarted when they fail.
+    pub supervisor: SupervisorConfig,
     /// The `expires` of every fetch (10 ms): how long an empty band is waited on.
     pub fetch_expiry: Duration,
     /// After a handler's token is cancelled (deadline, cancel request), how long
@@ -64,6 +67,7 @@ impl Default for WorkerConfig {
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             start_timeout: Duration::from_secs(2),
             nak_delay: Duration::from_secs(1),
+            supervisor: SupervisorConfig::default(),
             fetch_expiry: Duration::from_millis(10),
             stop_grace: Duration::from_secs(1),
             fence_margin: Duration::from_secs(2),
@@ -106,6 +110,12 @@ impl WorkerConfig {
         if self.threads == 0 {
             return Err(WorkerError::ZeroThreads);
         }
+        self.supervisor
+            .validate()
+            .map_err(|reason| WorkerError::InvalidSetting {
+                setting: "supervisor",
+                reason,
+            })?;
         let positive = [
             ("poll_interval", self.poll_interval),
             ("heartbeat_interval", self.heartbeat_interval),

@@ -40,6 +40,8 @@ pub struct Metrics {
     pub report_retries: IntCounter,
     /// Times the worker fenced itself: no heartbeat for its whole lease, runs stopped.
     pub fenced: IntCounter,
+    /// Restarts of a supervised service after it panicked or stopped early, by service.
+    pub service_restarts: IntCounterVec,
     /// Local clock minus the NATS server's, from fetched messages' timestamps.
     pub clock_offset: Gauge,
 }
@@ -137,6 +139,14 @@ impl Metrics {
                 "Times the worker fenced itself: no heartbeat written for its lease, so its runs were stopped and fetching paused.",
             )
             .expect("valid metric"),
+            service_restarts: IntCounterVec::new(
+                Opts::new(
+                    "chime_service_restarts_total",
+                    "Restarts of a supervised service after it panicked or stopped early.",
+                ),
+                &["service"],
+            )
+            .expect("valid metric"),
             clock_offset: Gauge::new(
                 "chime_clock_offset_seconds",
                 "Local clock minus the NATS server's (positive: ahead), the smallest sample of the last 5 minutes of fetched firings; an upper bound.",
@@ -157,6 +167,7 @@ impl Metrics {
             Box::new(metrics.bad_messages.clone()),
             Box::new(metrics.report_retries.clone()),
             Box::new(metrics.fenced.clone()),
+            Box::new(metrics.service_restarts.clone()),
             Box::new(metrics.clock_offset.clone()),
         ];
         for collector in collectors {

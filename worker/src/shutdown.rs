@@ -11,8 +11,8 @@ use crate::metrics::Metrics;
 use crate::slots::Slots;
 use crate::status::WorkerStatus;
 use crate::worker::Shared;
+use chime_common::supervisor::Supervisor;
 use std::sync::Arc;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -39,8 +39,8 @@ pub struct WorkerHandle {
     firings: TaskTracker,
     stop_fetching: CancellationToken,
     stop_background: CancellationToken,
-    pull_task: JoinHandle<()>,
-    background: Vec<JoinHandle<()>>,
+    fetching: Supervisor,
+    background: Supervisor,
 }
 
 impl WorkerHandle {
@@ -52,8 +52,8 @@ impl WorkerHandle {
         firings: TaskTracker,
         stop_fetching: CancellationToken,
         stop_background: CancellationToken,
-        pull_task: JoinHandle<()>,
-        background: Vec<JoinHandle<()>>,
+        fetching: Supervisor,
+        background: Supervisor,
     ) -> Self {
         WorkerHandle {
             shared,
@@ -62,7 +62,7 @@ impl WorkerHandle {
             firings,
             stop_fetching,
             stop_background,
-            pull_task,
+            fetching,
             background,
         }
     }
@@ -101,9 +101,7 @@ impl WorkerHandle {
         );
         self.shared.status.set_draining();
         self.stop_fetching.cancel();
-        if let Err(error) = self.pull_task.await {
-            tracing::error!(%error, "the fetch loop ended abnormally");
-        }
+        self.fetching.wait().await;
 
         self.firings.close();
         let drained = tokio::time::timeout(config.drain_grace, self.firings.wait())
@@ -120,9 +118,7 @@ impl WorkerHandle {
         let unsent_events = reporter.flush(config.flush_grace).await;
 
         self.stop_background.cancel();
-        for task in self.background {
-            let _ = task.await;
-        }
+        self.background.wait().await;
         self.heartbeat.remove().await;
         let report = ShutdownReport {
             drained,

@@ -1,6 +1,8 @@
 //! What the worker is doing now, for `/readyz`: waiting for its NATS
-//! objects, taking firings, fenced, or draining.
+//! objects, taking firings, fenced, or draining; and for `/healthz`, which
+//! of its services keep failing.
 
+use chime_common::supervisor::Health;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -12,6 +14,8 @@ struct Inner {
     draining: AtomicBool,
     /// What start-up waits for, while it waits.
     waiting_for: Mutex<Option<String>>,
+    /// The supervisors' views of their services, for `/healthz`.
+    services: Mutex<Vec<Health>>,
 }
 
 /// A worker's state, shared with its admin endpoint. Get it with
@@ -44,6 +48,21 @@ impl WorkerStatus {
             });
         }
         None
+    }
+
+    /// The services that keep failing, with their last error; empty when
+    /// the worker is healthy.
+    pub fn failing(&self) -> Vec<(String, String)> {
+        let services = self.0.services.lock().unwrap_or_else(|p| p.into_inner());
+        services.iter().flat_map(Health::failing).collect()
+    }
+
+    pub(crate) fn watch(&self, health: Health) {
+        self.0
+            .services
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(health);
     }
 
     /// Whether the worker has fenced itself.

@@ -1,6 +1,7 @@
 //! A built worker and its start-up: find the heartbeat bucket, register
 //! (first heartbeat), wait for the streams and the group's consumers, then
-//! start the background tasks. A worker never creates NATS objects; see
+//! start the background services, each under a supervisor that restarts it
+//! if it panics or stops early. A worker never creates NATS objects; see
 //! `topology.rs`.
 
 use crate::builder::WorkerBuilder;
@@ -20,11 +21,19 @@ use crate::slots::Slots;
 use crate::status::WorkerStatus;
 use crate::topology::{awaited, find_bucket, find_fire_consumer, find_stream, wait_for};
 use async_nats::jetstream;
+use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::Client;
+use chime_common::supervisor::Supervisor;
 use chime_common::{Band, Subjects};
+use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+/// What a service's first run uses; later runs make their own.
+fn take<T>(first: &Mutex<Option<T>>) -> Option<T> {
+    first.lock().unwrap_or_else(|p| p.into_inner()).take()
+}
 
 /// What every firing task shares.
 pub(crate) struct Shared {
@@ -134,14 +143,43 @@ impl Worker {
         let stop_background = CancellationToken::new();
         // Stops the heartbeat and the fence if this future is dropped before it returns.
         let abandoned = stop_background.clone().drop_guard();
-        let mut background = vec![
-            tokio::spawn(
-                heartbeat
-                    .clone()
-                    .run(fence.clone(), stop_background.clone()),
-            ),
-            tokio::spawn(fence.clone().run(stop_background.clone())),
-        ];
+        let restarts = metrics.service_restarts.clone();
+        let on_restart = move |service: &str| restarts.with_label_values(&[service]).inc();
+        // Two supervisors, because shutdown stops fetching first and the
+        // rest only after the runs have drained.
+        let fetching = Supervisor::new(
+            config.supervisor.clone(),
+            stop_fetching.clone(),
+            on_restart.clone(),
+        );
+        let background = Supervisor::new(
+            config.supervisor.clone(),
+            stop_background.clone(),
+            on_restart,
+        );
+        status.watch(fetching.health());
+        status.watch(background.health());
+        {
+            let (heartbeat, fence, stop) =
+                (heartbeat.clone(), fence.clone(), stop_background.clone());
+            background.spawn("heartbeat", move || {
+                let run = heartbeat.clone().run(fence.clone(), stop.clone());
+                async move {
+                    run.await;
+                    Ok::<(), Infallible>(())
+                }
+            });
+        }
+        {
+            let (fence, stop) = (fence.clone(), stop_background.clone());
+            background.spawn("fence", move || {
+                let run = fence.clone().run(stop.clone());
+                async move {
+                    run.await;
+                    Ok::<(), Infallible>(())
+                }
+            });
+        }
 
         for stream in [subjects.fire_stream(), subjects.events_stream()] {
             wait_for(&status, &awaited("stream", &stream), || {
@@ -190,22 +228,93 @@ impl Worker {
         });
 
         let firings = TaskTracker::new();
-        let puller = Puller::new(
+        // The first runs use what start-up made; a restarted one makes its own.
+        let first_puller = Arc::new(Mutex::new(Some(Puller::new(
             shared.clone(),
-            jetstream,
+            jetstream.clone(),
             consumers,
             doorbell,
             slots.clone(),
-            fence,
+            fence.clone(),
             firings.clone(),
-        );
-        let pull_task = tokio::spawn(puller.run(stop_fetching.clone()));
-        background.push(tokio::spawn(cancel::listen(
-            client,
-            cancels,
-            running,
-            stop_background.clone(),
-        )));
+        ))));
+        {
+            let (shared, slots, firings, stop) = (
+                shared.clone(),
+                slots.clone(),
+                firings.clone(),
+                stop_fetching.clone(),
+            );
+            fetching.spawn("fetch", move || {
+                let first = take(&first_puller);
+                let (shared, jetstream, slots, fence, firings, stop) = (
+                    shared.clone(),
+                    jetstream.clone(),
+                    slots.clone(),
+                    fence.clone(),
+                    firings.clone(),
+                    stop.clone(),
+                );
+                async move {
+                    let puller = match first {
+                        Some(puller) => puller,
+                        None => {
+                            let group = shared.config.group.as_str();
+                            let subjects = &shared.subjects;
+                            let mut consumers = Vec::new();
+                            for band in Band::ALL {
+                                consumers.push(
+                                    find_fire_consumer(&jetstream, subjects, group, band).await?,
+                                );
+                            }
+                            let consumers: [PullConsumer; 3] = consumers
+                                .try_into()
+                                .map_err(|_| "three bands, three consumers".to_string())?;
+                            let doorbell = shared
+                                .client
+                                .subscribe(subjects.ready(group))
+                                .await
+                                .map_err(|e| format!("subscribing to the doorbell: {e}"))?;
+                            Puller::new(
+                                shared.clone(),
+                                jetstream,
+                                consumers,
+                                doorbell,
+                                slots,
+                                fence,
+                                firings,
+                            )
+                        }
+                    };
+                    puller.run(stop).await;
+                    Ok::<(), String>(())
+                }
+            });
+        }
+        {
+            let first_cancels = Arc::new(Mutex::new(Some(cancels)));
+            let subject = shared.subjects.cancel(&shared.config.worker_id);
+            let stop = stop_background.clone();
+            background.spawn("cancel_listener", move || {
+                let first = take(&first_cancels);
+                let (client, subject, running, stop) = (
+                    client.clone(),
+                    subject.clone(),
+                    running.clone(),
+                    stop.clone(),
+                );
+                async move {
+                    let requests = match first {
+                        Some(requests) => requests,
+                        None => client.subscribe(subject).await?,
+                    };
+                    cancel::listen(client, requests, running, stop).await;
+                    Ok::<(), async_nats::SubscribeError>(())
+                }
+            });
+        }
+        fetching.close();
+        background.close();
         abandoned.disarm();
         status.set_started();
         tracing::debug!(worker_id = %shared.config.worker_id, handlers = ?shared.handlers.names(), ?lease, "worker started");
@@ -216,7 +325,7 @@ impl Worker {
             firings,
             stop_fetching,
             stop_background,
-            pull_task,
+            fetching,
             background,
         ))
     }
