@@ -14,10 +14,9 @@
 
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
-use crate::store::Backend;
+use crate::store::{Store, StoreError};
 use chime_common::protocol::{Alert, AlertKind};
 use chrono::{DateTime, Utc};
-use sqlx::{AnyPool, Row as _};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,15 +86,12 @@ impl ClockStatus {
 /// A clock measurement failed.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot read the database clock: {0}")]
-pub struct ClockError(#[from] sqlx::Error);
+pub struct ClockError(#[from] StoreError);
 
 /// Measures the offset every interval.
 pub struct ClockMonitor {
     config: ClockConfig,
-    backend: Backend,
-    /// A pool of its own, so waiting behind the store's queries never counts
-    /// as round trip.
-    database: AnyPool,
+    store: Store,
     status: ClockStatus,
     lifecycle: Lifecycle,
     metrics: Metrics,
@@ -103,19 +99,17 @@ pub struct ClockMonitor {
 }
 
 impl ClockMonitor {
-    /// A monitor of `database`'s clock; alerts go through `lifecycle`.
+    /// A monitor of the store's database clock; alerts go through `lifecycle`.
     pub fn new(
         config: ClockConfig,
-        backend: Backend,
-        database: AnyPool,
+        store: Store,
         lifecycle: Lifecycle,
         metrics: Metrics,
         replica: String,
     ) -> Self {
         ClockMonitor {
             config,
-            backend,
-            database,
+            store,
             status: ClockStatus::default(),
             lifecycle,
             metrics,
@@ -128,30 +122,10 @@ impl ClockMonitor {
         self.status.clone()
     }
 
-    /// The database clock minus the local clock at the midpoint of the round trip.
-    async fn measure(&self) -> Result<chrono::Duration, ClockError> {
-        if self.backend == Backend::Sqlite {
-            return Ok(chrono::Duration::zero());
-        }
-        let mut connection = self.database.acquire().await?;
-        let sent = Utc::now();
-        let row = sqlx::query(
-            "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT) AS micros",
-        )
-        .fetch_one(&mut *connection)
-        .await?;
-        let received = Utc::now();
-        let database_micros: i64 = row.try_get("micros")?;
-        let midpoint = sent + (received - sent) / 2;
-        Ok(chrono::Duration::microseconds(
-            database_micros.saturating_sub(midpoint.timestamp_micros()),
-        ))
-    }
-
     /// One measurement: updates the status and the metric, raises an alert
     /// when the offset goes over the limit. Returns the offset.
     pub async fn run_once(&self, now: DateTime<Utc>) -> Result<chrono::Duration, ClockError> {
-        let offset = self.measure().await?;
+        let offset = self.store.clock_offset().await?;
         let micros = offset.num_microseconds().unwrap_or(i64::MAX);
         self.status.offset_micros.store(micros, Ordering::Relaxed);
         self.metrics.clock_offset.set(micros as f64 / 1e6);

@@ -8,13 +8,13 @@
 //! re-checks every group's settings every `recheck` (a consumer someone
 //! deleted or changed is put back).
 
+use crate::store::{Store, StoreError};
 use chime_common::job::check_name;
 use chime_common::protocol::WorkerInfo;
 use chime_common::topology::{Topology, TopologyError};
 use chime_common::Band;
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
-use sqlx::{AnyPool, Row as _};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -49,29 +49,19 @@ pub struct ConsumersOutcome {
 #[derive(Debug, thiserror::Error)]
 pub enum ConsumersError {
     #[error("cannot read the groups of stored jobs: {0}")]
-    Store(#[from] sqlx::Error),
+    Store(#[from] StoreError),
     #[error("cannot read the worker registry: {0}")]
     Workers(String),
     #[error(transparent)]
     Topology(#[from] TopologyError),
 }
 
-/// Distinct `group_name` of `jobs`, one index step per group (a loose index
-/// scan on `jobs_group_created`), so a million jobs in ten groups cost ten lookups.
-const JOB_GROUPS: &str = "WITH RECURSIVE g(name) AS ( \
-     SELECT MIN(group_name) FROM jobs \
-     UNION ALL \
-     SELECT (SELECT MIN(group_name) FROM jobs WHERE group_name > g.name) FROM g WHERE g.name IS NOT NULL \
-   ) SELECT name FROM g WHERE name IS NOT NULL";
-
 /// The reconciler of one replica (every replica runs one: creation is idempotent).
 pub struct Consumers {
     config: ConsumersConfig,
     topology: Topology,
     workers: async_nats::jetstream::kv::Store,
-    /// A connection of its own to the scheduler's database (read only);
-    /// None for an in-memory SQLite database, which only the store can see.
-    database: Option<AnyPool>,
+    store: Store,
     /// When each group's consumers were last ensured.
     checked: Mutex<HashMap<String, DateTime<Utc>>>,
     /// Each live worker's group: a worker id keeps its group for life, so
@@ -80,31 +70,21 @@ pub struct Consumers {
 }
 
 impl Consumers {
-    /// A reconciler reading job groups from `database` and worker groups from `workers`.
+    /// A reconciler reading job groups from `store` and worker groups from `workers`.
     pub fn new(
         config: ConsumersConfig,
         topology: Topology,
         workers: async_nats::jetstream::kv::Store,
-        database: Option<AnyPool>,
+        store: Store,
     ) -> Self {
         Consumers {
             config,
             topology,
             workers,
-            database,
+            store,
             checked: Mutex::new(HashMap::new()),
             worker_group: Mutex::new(HashMap::new()),
         }
-    }
-
-    async fn job_groups(&self) -> Result<BTreeSet<String>, sqlx::Error> {
-        let Some(database) = &self.database else {
-            return Ok(BTreeSet::new());
-        };
-        let rows = sqlx::query(JOB_GROUPS).fetch_all(database).await?;
-        rows.iter()
-            .map(|row| row.try_get::<String, _>("name"))
-            .collect()
     }
 
     async fn worker_groups(&self) -> Result<BTreeSet<String>, ConsumersError> {
@@ -142,7 +122,7 @@ impl Consumers {
     /// One pass: ensures the consumers of every group not handled within
     /// `recheck`. Time is passed in so tests control it.
     pub async fn run_once(&self, now: DateTime<Utc>) -> Result<ConsumersOutcome, ConsumersError> {
-        let mut groups = self.job_groups().await?;
+        let mut groups = self.store.job_groups().await?;
         groups.extend(self.worker_groups().await?);
         let recheck = chrono::Duration::from_std(self.config.recheck)
             .unwrap_or_else(|_| chrono::Duration::seconds(60));

@@ -197,19 +197,6 @@ impl Replica {
             shutdown.clone(),
             move |service| restarts.with_label_values(&[service]).inc(),
         );
-        // The clock check and the consumer reconciler read the database on
-        // a connection of their own, next to the store's pools.
-        let side_database = sqlx::any::AnyPoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect_lazy(&config.database_url)
-            .with_context(|| {
-                format!(
-                    "cannot open {}",
-                    chime_common::secret::redact_url(&config.database_url)
-                )
-            })?;
-
         let lifecycle = Lifecycle {
             config: config.lifecycle.clone(),
             store: store.clone(),
@@ -220,8 +207,7 @@ impl Replica {
         };
         let clock = Arc::new(ClockMonitor::new(
             config.clock.clone(),
-            store.backend(),
-            side_database.clone(),
+            store.clone(),
             lifecycle.clone(),
             metrics.clone(),
             config.replica_id.clone(),
@@ -293,14 +279,11 @@ impl Replica {
             progress,
             metrics: metrics.clone(),
         };
-        // In-memory SQLite is one connection's own: nothing else can read it.
-        let job_groups = !config.database_url.contains(":memory:")
-            && !config.database_url.contains("mode=memory");
         let consumers = Arc::new(Consumers::new(
             config.consumers.clone(),
             topology.clone(),
             workers.clone(),
-            job_groups.then_some(side_database),
+            store.clone(),
         ));
         consumers
             .run_once(chrono::Utc::now())

@@ -48,6 +48,7 @@
 //! out; `start`, `finish` and `requeue` treat an unreadable firing as unknown
 //! and an unreadable job as deleted (logged).
 
+mod clock;
 mod dependencies;
 mod dialect;
 mod error;
