@@ -316,6 +316,21 @@ class Worker:
                 break
             except Exception:
                 break
+        error = reply.get("error") if isinstance(reply, dict) else None
+        if isinstance(error, dict) and error.get("code") != "unavailable":
+            # The scheduler cannot decide this firing: ask again later, less
+            # often each time, and drop it at the 8th delivery.
+            try:
+                delivered = msg.metadata.num_delivered
+            except Exception:
+                delivered = 1
+            if delivered >= 8:
+                print("the scheduler keeps rejecting %s; dropping it" % fid, file=sys.stderr, flush=True)
+                await self.ack(msg, b"+TERM")
+            else:
+                delay_ns = min(2 ** (delivered - 1), 60) * 1_000_000_000
+                await self.ack(msg, b'-NAK {"delay": %d}' % delay_ns)
+            return
         if not isinstance(reply, dict) or "accepted" not in reply:
             await self.ack(msg, b'-NAK {"delay": 1000000000}')
             return
