@@ -266,6 +266,44 @@ async fn a_start_the_scheduler_keeps_rejecting_is_asked_a_bounded_number_of_time
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_keeps_failing_is_restarted_and_makes_the_worker_unhealthy() {
+    let env = Env::start().await;
+    let client = env.nats.connect().await;
+    let worker = env
+        .worker("closed", 1)
+        .await
+        .nats(client.clone())
+        .handler_fn("noop", |_ctx: FiringContext| async { Ok(None) })
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .unwrap();
+    assert!(worker.status().failing().is_empty());
+    // A connection closed for good: the cancel listener's subscription ends
+    // and it cannot subscribe again.
+    client.drain().await.expect("drain");
+    eventually(
+        Duration::from_secs(30),
+        "the cancel listener restarted and reported as failing",
+        || async {
+            worker
+                .metrics()
+                .service_restarts
+                .with_label_values(&["cancel_listener"])
+                .get()
+                >= 1
+                && worker
+                    .status()
+                    .failing()
+                    .iter()
+                    .any(|(service, _)| service == "cancel_listener")
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_scheduler_nothing_runs_and_the_firing_waits_for_one() {
     let env = Env::start().await;
     let mut events = env.events().await;
