@@ -196,7 +196,7 @@ impl Supervisor {
                     Ok(Ok(())) if stopping => return,
                     Ok(Ok(())) => "stopped before shutdown".to_string(),
                     Ok(Err(e)) => e.to_string(),
-                    Err(join) if join.is_panic() => format!("panicked: {}", panic_text(join)),
+                    Err(join) if join.is_panic() => format!("panicked: {}", panic_message(join.into_panic())),
                     Err(join) => format!("task ended: {join}"),
                 };
                 if stopping {
@@ -230,15 +230,14 @@ impl Supervisor {
     }
 }
 
-/// The message of a panic, when it was a string.
-fn panic_text(join: tokio::task::JoinError) -> String {
-    let payload = join.into_panic();
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
+/// The message a panic carried, when it was text.
+pub fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_string()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
     } else {
-        "(no message)".to_string()
+        "(a panic payload that is not text)".to_string()
     }
 }
 

@@ -6,9 +6,9 @@ use crate::handler::{Handler, HandlerResult};
 use crate::running::RunControl;
 use chime_common::duration::format_time;
 use chime_common::protocol::Outcome;
+use chime_common::supervisor::panic_message;
 use chime_common::text;
 use chrono::{DateTime, Utc};
-use std::any::Any;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinError;
@@ -151,16 +151,6 @@ fn join_failure(error: JoinError) -> String {
         format!("handler panicked: {}", panic_message(error.into_panic()))
     } else {
         "the handler's task was aborted".to_string()
-    }
-}
-
-fn panic_message(payload: Box<dyn Any + Send>) -> String {
-    if let Some(text) = payload.downcast_ref::<&str>() {
-        text.to_string()
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "(a panic payload that is not text)".to_string()
     }
 }
 
