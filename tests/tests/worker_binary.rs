@@ -54,6 +54,7 @@ async fn chime_worker_rejects_bad_flags_naming_them() {
             "--nats-tls-cert",
         ),
         (vec!["--nats-connect-wait", "soon"], "--nats-connect-wait"),
+        (vec!["--handlers", "shell,ftp"], "--handlers"),
     ] {
         let mut command = Binary::Worker.command();
         command.args(&args);
@@ -184,6 +185,53 @@ async fn chime_worker_runs_firings_serves_metrics_and_stops_on_sigterm() {
         kv.get("bin-worker").await.unwrap().is_none(),
         "heartbeat key deleted on SIGTERM"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chime_worker_runs_only_allowed_handlers_and_passes_only_the_named_environment() {
+    let env = Env::start().await;
+    env.create_group_consumers("policy").await;
+    let _responder = env.responder().await;
+    let mut events = env.events().await;
+    let mut command = Binary::Worker.command();
+    command
+        .args(["--nats-url", &env.nats.url(), "--metrics-addr", "off"])
+        .args(["--group", "policy", "--allow-shell", "--handlers", "shell"])
+        .args(["--shell-env", "PATH,CHIME_TEST_VISIBLE"])
+        .env("CHIME_TEST_VISIBLE", "visible")
+        .env("CHIME_TEST_HIDDEN", "hidden-s3cret")
+        .env("CHIME_NATS_PASSWORD_FILE_HINT", "hidden-too");
+    let mut worker = ChimeProcess::spawn(command);
+    worker
+        .wait_for_log_line("chime-worker ready", Duration::from_secs(30))
+        .await;
+
+    let shell = env
+        .publish(&TestFiring::new("policy", "env", "shell").payload(json!({"argv": ["env"]})))
+        .await;
+    let http = env
+        .publish(
+            &TestFiring::new("policy", "web", "http")
+                .payload(json!({"url": "http://127.0.0.1:1/"})),
+        )
+        .await;
+    env.ring("policy").await;
+    let event = events.of(&shell, Duration::from_secs(15)).await;
+    assert_eq!(event.outcome, Outcome::Succeeded, "{event:?}");
+    let output = event.output.unwrap_or_default();
+    assert!(output.contains("CHIME_TEST_VISIBLE=visible"), "{output}");
+    assert!(!output.contains("hidden"), "{output}");
+    let event = events.of(&http, Duration::from_secs(15)).await;
+    assert_eq!(event.outcome, Outcome::Failed);
+    assert!(
+        event
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("handler not allowed"),
+        "{event:?}"
+    );
+    worker.terminate(Duration::from_secs(15)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -36,6 +36,23 @@ pub struct Args {
     #[arg(long, env = "CHIME_ALLOW_SHELL", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub allow_shell: bool,
 
+    /// The handlers this worker agrees to run, comma-separated [default:
+    /// all built in: shell, http]; a firing for another fails with
+    /// "handler not allowed".
+    #[arg(long, env = "CHIME_HANDLERS", value_delimiter = ',')]
+    pub handlers: Option<Vec<String>>,
+
+    /// The only variables of the worker's environment a `shell` job
+    /// inherits, comma-separated (besides the firing's CHIME_* variables and
+    /// the payload's `env`).
+    #[arg(
+        long,
+        env = "CHIME_SHELL_ENV",
+        value_delimiter = ',',
+        default_value = "PATH,HOME,LANG,TZ"
+    )]
+    pub shell_env: Vec<String>,
+
     /// Address of /metrics and /healthz; `off` disables them.
     #[arg(long, env = "CHIME_METRICS_ADDR", default_value = "127.0.0.1:9465")]
     pub metrics_addr: String,
@@ -85,6 +102,14 @@ impl Args {
         if self.threads == Some(0) {
             return Err("--threads must be at least 1".into());
         }
+        for name in self.handlers.iter().flatten() {
+            if !crate::handlers::BUILT_IN.contains(&name.trim()) {
+                return Err(format!(
+                    "--handlers: {name:?} is not a built-in handler; they are {}",
+                    crate::handlers::BUILT_IN.join(", ")
+                ));
+            }
+        }
         if let Some(id) = &self.worker_id {
             validate_worker_id(id).map_err(|e| format!("--worker-id: {e}"))?;
         }
@@ -121,6 +146,13 @@ impl Args {
     }
 
     /// The worker settings these flags ask for.
+    /// Whether built-in handler `name` may run here (`--handlers`).
+    pub fn allows(&self, name: &str) -> bool {
+        self.handlers
+            .as_ref()
+            .is_none_or(|allowed| allowed.iter().any(|a| a.trim() == name))
+    }
+
     pub fn worker_config(&self) -> WorkerConfig {
         let defaults = WorkerConfig::default();
         WorkerConfig {

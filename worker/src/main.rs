@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use chime_common::Subjects;
 use chime_worker::cli::{Args, LogFormat};
-use chime_worker::handlers::{HttpHandler, ShellHandler};
+use chime_worker::handlers::{HttpHandler, NotAllowed, ShellHandler};
 use chime_worker::{admin, Worker};
 use clap::Parser;
 use std::io::IsTerminal;
@@ -55,17 +55,27 @@ async fn run(args: Args) -> Result<()> {
             args.nats_connect_wait,
         )
         .await?;
-    let worker = Worker::builder()
+    let mut builder = Worker::builder()
         .nats(client.clone())
         .config(config)
-        .subjects(Subjects::new(args.subject_prefix.clone()))
-        .handler("shell", ShellHandler::new(args.allow_shell))
-        .handler(
+        .subjects(Subjects::new(args.subject_prefix.clone()));
+    builder = if args.allows("shell") {
+        builder.handler(
+            "shell",
+            ShellHandler::new(args.allow_shell).inheriting(args.shell_env.iter().map(|n| n.trim())),
+        )
+    } else {
+        builder.handler("shell", NotAllowed::new("shell"))
+    };
+    builder = if args.allows("http") {
+        builder.handler(
             "http",
             HttpHandler::new().context("cannot set up the http handler")?,
         )
-        .build()
-        .context("invalid worker settings")?;
+    } else {
+        builder.handler("http", NotAllowed::new("http"))
+    };
+    let worker = builder.build().context("invalid worker settings")?;
 
     let stop_admin = CancellationToken::new();
     let admin_task = match args.metrics_addr().map_err(anyhow::Error::msg)? {

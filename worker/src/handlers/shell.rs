@@ -3,7 +3,10 @@
 //! Payload `{"argv": ["program", "arg", …], "env"?: {"NAME": "value"}, "cwd"?: "dir"}`.
 //! Exit 0 is success. stdout and stderr are captured together (last
 //! `max_output_bytes` kept). The environment also carries `CHIME_FIRING_ID`,
-//! `CHIME_JOB_ID`, `CHIME_SCHEDULED_AT` and `CHIME_ATTEMPT`. The program runs
+//! `CHIME_JOB_ID`, `CHIME_SCHEDULED_AT` and `CHIME_ATTEMPT`; of the worker's
+//! own environment it sees only the variables the handler is told to pass
+//! (`PATH`, `HOME`, `LANG`, `TZ` by default), never the worker's credentials.
+//! The program runs
 //! in its own process group; the whole group is killed (SIGKILL) on timeout
 //! or cancel, and when the program exits, so nothing it started outlives the run.
 //! Refused unless enabled (`--allow-shell`).
@@ -33,10 +36,18 @@ const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 pub const SHELL_DISABLED: &str = "the shell handler is disabled on this worker; \
     start chime-worker with --allow-shell (or CHIME_ALLOW_SHELL=true) to let it run commands";
 
+/// The variables of the worker's environment a command inherits unless
+/// told otherwise (`--shell-env`): enough to find programs and read text,
+/// nothing that could hold a credential.
+pub const DEFAULT_INHERITED_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TZ"];
+
 /// Runs `argv` as a child process.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ShellHandler {
     allowed: bool,
+    /// The worker's environment variables a command inherits; the rest of
+    /// the worker's environment (credentials, paths to them) is not passed.
+    inherited: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -52,7 +63,17 @@ struct ShellPayload {
 impl ShellHandler {
     /// Enabled when `allowed`; otherwise every firing fails with [`SHELL_DISABLED`].
     pub fn new(allowed: bool) -> Self {
-        ShellHandler { allowed }
+        ShellHandler {
+            allowed,
+            inherited: DEFAULT_INHERITED_ENV.map(String::from).to_vec(),
+        }
+    }
+
+    /// Commands inherit only these variables of the worker's environment
+    /// (besides the firing's `CHIME_*` ones and the payload's `env`).
+    pub fn inheriting(mut self, names: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.inherited = names.into_iter().map(Into::into).collect();
+        self
     }
 
     /// A handler that runs commands.
@@ -139,6 +160,12 @@ impl Handler for ShellHandler {
         let payload = parse_payload(&ctx.payload)?;
         let program = &payload.argv[0];
         let mut command = Command::new(program);
+        command.env_clear();
+        for name in &self.inherited {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
         command
             .args(&payload.argv[1..])
             .envs(&payload.env)
@@ -267,6 +294,35 @@ mod tests {
             "{output}"
         );
         assert!(output.contains("err"), "{output}");
+    }
+
+    #[tokio::test]
+    async fn commands_inherit_only_the_named_variables_of_the_worker() {
+        // Set once for this test process; no other test reads these names.
+        std::env::set_var("CHIME_TEST_WORKER_SECRET", "s3cret");
+        std::env::set_var("CHIME_TEST_PASSED_ON", "kept");
+        let payload = json!({"argv": ["env"], "env": {"FROM_PAYLOAD": "p"}});
+        let output = ShellHandler::enabled()
+            .run(ctx(payload.clone()))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!output.contains("s3cret"), "{output}");
+        assert!(!output.contains("CHIME_TEST_PASSED_ON"), "{output}");
+        assert!(output.contains("PATH="), "{output}");
+        assert!(output.contains("FROM_PAYLOAD=p"), "{output}");
+        assert!(output.contains("CHIME_FIRING_ID=job-1@"), "{output}");
+        let output = ShellHandler::enabled()
+            .inheriting(["CHIME_TEST_PASSED_ON"])
+            .run(ctx(json!({"argv": ["/usr/bin/env"]})))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(output.contains("CHIME_TEST_PASSED_ON=kept"), "{output}");
+        assert!(
+            !output.contains("s3cret") && !output.contains("PATH="),
+            "{output}"
+        );
     }
 
     #[tokio::test]
