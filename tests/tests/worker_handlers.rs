@@ -285,7 +285,7 @@ async fn http_handler_2xx_succeeds_and_500_fails() {
     let worker = env
         .worker("web", 2)
         .await
-        .handler("http", HttpHandler::new().unwrap())
+        .handler("http", HttpHandler::allowing_private().unwrap())
         .build()
         .unwrap()
         .start()

@@ -36,6 +36,12 @@ pub struct Args {
     #[arg(long, env = "CHIME_ALLOW_SHELL", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub allow_shell: bool,
 
+    /// Let the `http` handler reach loopback, private, link-local and
+    /// unspecified addresses (off: refused, after DNS resolution and on
+    /// every redirect).
+    #[arg(long, env = "CHIME_HTTP_ALLOW_PRIVATE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub http_allow_private: bool,
+
     /// The handlers this worker agrees to run, comma-separated [default:
     /// all built in: shell, http]; a firing for another fails with
     /// "handler not allowed".

@@ -68,10 +68,12 @@ async fn run(args: Args) -> Result<()> {
         builder.handler("shell", NotAllowed::new("shell"))
     };
     builder = if args.allows("http") {
-        builder.handler(
-            "http",
-            HttpHandler::new().context("cannot set up the http handler")?,
-        )
+        let http = if args.http_allow_private {
+            HttpHandler::allowing_private()
+        } else {
+            HttpHandler::new()
+        };
+        builder.handler("http", http.context("cannot set up the http handler")?)
     } else {
         builder.handler("http", NotAllowed::new("http"))
     };

@@ -4,8 +4,14 @@
 //! "body"?: "text" | JSON}`. A JSON body that is not a string is sent as JSON
 //! (`Content-Type: application/json` unless set). The request also carries
 //! `Chime-Firing-Id`, `Chime-Job-Id`, `Chime-Scheduled-At` and `Chime-Attempt`.
-//! A 2xx status is success; the response body's tail is the output. The
-//! firing's deadline is the request's timeout.
+//! A 2xx status is success; the response body's tail is the output (at most
+//! 16 MiB of it is read). The firing's deadline is the request's timeout.
+//!
+//! Unless the worker runs with `--http-allow-private`, loopback, private,
+//! link-local and unspecified destinations are refused: literal addresses
+//! in the URL, every address a name resolves to, and on every redirect. A
+//! redirect to another host is not followed (the job's headers go only
+//! where the job said).
 
 use crate::context::FiringContext;
 use crate::handler::{Handler, HandlerError, HandlerResult};
@@ -13,16 +19,93 @@ use crate::output::TailBuffer;
 use async_trait::async_trait;
 use chime_common::duration::format_time;
 use chrono::Utc;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use reqwest::{Method, Url};
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
+use url::Host;
+
+/// The most response bytes read per firing; the rest is not read (the
+/// output keeps only its own tail anyway).
+const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The most redirects followed per request.
+const MAX_REDIRECTS: usize = 10;
 
 /// Sends the firing's request with a shared connection pool.
 #[derive(Debug, Clone)]
 pub struct HttpHandler {
     client: reqwest::Client,
+    /// Whether loopback, private, link-local and unspecified addresses may be reached.
+    allow_private: bool,
+}
+
+/// Whether `ip` is one a job must not reach without `--http-allow-private`:
+/// this host, the private networks, link-local (cloud metadata at
+/// 169.254.169.254), unspecified, shared (CGNAT), multicast, broadcast.
+pub fn is_private(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => {
+            let [first, second, ..] = a.octets();
+            a.is_loopback()
+                || a.is_private()
+                || a.is_link_local()
+                || a.is_unspecified()
+                || a.is_broadcast()
+                || a.is_multicast()
+                || first == 0
+                || (first == 100 && (64..128).contains(&second))
+        }
+        IpAddr::V6(a) => {
+            let first = a.segments()[0];
+            a.is_loopback()
+                || a.is_unspecified()
+                || a.is_multicast()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+                || a.to_ipv4_mapped()
+                    .is_some_and(|v4| is_private(IpAddr::V4(v4)))
+        }
+    }
+}
+
+/// Resolves host names to their public addresses only: a name that
+/// resolves only to private ones is refused, whatever the URL says.
+struct PublicOnly;
+
+impl Resolve for PublicOnly {
+    fn resolve(&self, name: Name) -> Resolving {
+        Box::pin(async move {
+            let host = name.as_str().to_string();
+            let found = tokio::net::lookup_host((host.as_str(), 0)).await?;
+            let public: Vec<SocketAddr> = found.filter(|a| !is_private(a.ip())).collect();
+            if public.is_empty() {
+                return Err(refused(&host).into());
+            }
+            Ok(Box::new(public.into_iter()) as Addrs)
+        })
+    }
+}
+
+fn refused(host: &str) -> String {
+    format!(
+        "{host} is a loopback, private, link-local or unspecified address; \
+         refused (start the worker with --http-allow-private to allow it)"
+    )
+}
+
+/// The private address a URL names literally (no DNS involved), if any.
+fn private_literal(url: &Url) -> Option<String> {
+    let ip = match url.host()? {
+        Host::Ipv4(ip) => IpAddr::V4(ip),
+        Host::Ipv6(ip) => IpAddr::V6(ip),
+        Host::Domain(_) => return None,
+    };
+    is_private(ip).then(|| ip.to_string())
 }
 
 #[derive(Debug, Deserialize)]
@@ -47,17 +130,47 @@ struct Prepared {
 }
 
 impl HttpHandler {
-    /// A handler with its own connection pool (rustls, webpki roots).
+    /// A handler with its own connection pool (rustls, webpki roots) that
+    /// reaches public addresses only.
     pub fn new() -> Result<Self, reqwest::Error> {
-        let client = reqwest::Client::builder()
-            .user_agent(concat!("chime-worker/", env!("CARGO_PKG_VERSION")))
-            .build()?;
-        Ok(HttpHandler { client })
+        Self::build(false)
     }
 
-    /// A handler using `client`.
-    pub fn with_client(client: reqwest::Client) -> Self {
-        HttpHandler { client }
+    /// A handler that also reaches loopback, private and link-local
+    /// addresses (`--http-allow-private`).
+    pub fn allowing_private() -> Result<Self, reqwest::Error> {
+        Self::build(true)
+    }
+
+    fn build(allow_private: bool) -> Result<Self, reqwest::Error> {
+        // A redirect is followed only on the same host, so the job's
+        // headers never go to a host the job did not name; a redirect to a
+        // private address is refused like the first request.
+        let redirects = reqwest::redirect::Policy::custom(move |attempt| {
+            let from = attempt
+                .previous()
+                .first()
+                .and_then(|u| u.host_str().map(str::to_string));
+            if attempt.previous().len() > MAX_REDIRECTS {
+                attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+            } else if from.as_deref() != attempt.url().host_str() {
+                attempt.stop()
+            } else if let Some(ip) = private_literal(attempt.url()).filter(|_| !allow_private) {
+                attempt.error(refused(&ip))
+            } else {
+                attempt.follow()
+            }
+        });
+        let mut builder = reqwest::Client::builder()
+            .user_agent(concat!("chime-worker/", env!("CARGO_PKG_VERSION")))
+            .redirect(redirects);
+        if !allow_private {
+            builder = builder.dns_resolver(Arc::new(PublicOnly));
+        }
+        Ok(HttpHandler {
+            client: builder.build()?,
+            allow_private,
+        })
     }
 }
 
@@ -122,6 +235,9 @@ fn prepare(ctx: &FiringContext) -> Result<Prepared, HandlerError> {
 impl Handler for HttpHandler {
     async fn run(&self, ctx: FiringContext) -> HandlerResult {
         let request = prepare(&ctx)?;
+        if let Some(ip) = private_literal(&request.url).filter(|_| !self.allow_private) {
+            return Err(HandlerError::new(refused(&ip)));
+        }
         // The worker cuts the run off at the deadline; the request's own
         // timeout is a backstop just after it.
         let timeout =
@@ -145,9 +261,13 @@ impl Handler for HttpHandler {
             })?;
             let status = response.status();
             let mut body = TailBuffer::new(ctx.max_output_bytes);
-            loop {
+            let mut read = 0usize;
+            while read < MAX_RESPONSE_BYTES {
                 match response.chunk().await {
-                    Ok(Some(chunk)) => body.push(&chunk),
+                    Ok(Some(chunk)) => {
+                        read = read.saturating_add(chunk.len());
+                        body.push(&chunk);
+                    }
                     Ok(None) => break,
                     Err(e) => {
                         return Err(HandlerError::new(format!(
@@ -223,6 +343,102 @@ mod tests {
             max_output_bytes: 1024,
             worker_id: "w".into(),
         }
+    }
+
+    #[test]
+    fn private_addresses_are_recognised() {
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "100.64.0.1",
+            "255.255.255.255",
+            "::1",
+            "::",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+        ] {
+            assert!(is_private(private.parse().unwrap()), "{private}");
+        }
+        for public in ["1.1.1.1", "8.8.8.8", "2606:4700::1111", "100.128.0.1"] {
+            assert!(!is_private(public.parse().unwrap()), "{public}");
+        }
+    }
+
+    /// A server on 127.0.0.1 that answers every request with `response`
+    /// and counts requests.
+    async fn server(response: String) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = count.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let response = response.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = socket.read(&mut buf).await;
+                    let _ = socket.write_all(response.as_bytes()).await;
+                });
+            }
+        });
+        (port, count)
+    }
+
+    const OK: &str = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok";
+
+    #[tokio::test]
+    async fn private_destinations_are_refused_unless_allowed() {
+        let (port, count) = server(OK.to_string()).await;
+        let public_only = HttpHandler::new().unwrap();
+        for url in [
+            format!("http://127.0.0.1:{port}/"),
+            format!("http://localhost:{port}/"),
+            "http://169.254.169.254/latest/meta-data/".to_string(),
+            format!("http://[::ffff:127.0.0.1]:{port}/"),
+        ] {
+            let error = public_only.run(ctx(json!({"url": url}))).await.unwrap_err();
+            assert!(
+                error.message.contains("--http-allow-private"),
+                "{url}: {}",
+                error.message
+            );
+        }
+        assert_eq!(
+            count.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "nothing reached the server"
+        );
+        let allowed = HttpHandler::allowing_private().unwrap();
+        let output = allowed
+            .run(ctx(json!({"url": format!("http://127.0.0.1:{port}/")})))
+            .await
+            .unwrap();
+        assert_eq!(output.as_deref(), Some("ok"));
+    }
+
+    #[tokio::test]
+    async fn a_redirect_to_another_host_is_not_followed() {
+        let (target, reached) = server(OK.to_string()).await;
+        let (origin, _) = server(format!(
+            "HTTP/1.1 302 Found\r\nlocation: http://localhost:{target}/stolen\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        ))
+        .await;
+        let error = HttpHandler::allowing_private()
+            .unwrap()
+            .run(ctx(json!({"url": format!("http://127.0.0.1:{origin}/"),
+                "headers": {"Authorization": "Bearer job-secret", "X-Api-Key": "k"}})))
+            .await
+            .unwrap_err();
+        assert_eq!(error.message, "HTTP 302 Found");
+        assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 
     #[test]
