@@ -503,6 +503,26 @@ impl Marker {
                         tokio::time::sleep(self.config.flush_interval).await;
                     }
                 }
+                Err(e) if !e.is_retryable() => {
+                    // A reason of one firing's own: mark them one by one,
+                    // so only that one stays `staged` (a start marks it,
+                    // and nothing else waits behind it).
+                    self.metrics
+                        .store_errors
+                        .with_label_values(&["mark_published"])
+                        .inc();
+                    tracing::warn!(error = %e, pending = batch.len(), "cannot mark a batch published; marking one by one");
+                    for acked in batch {
+                        let one = std::slice::from_ref(&acked.id);
+                        if let Err(e) = self.store.mark_published(one, acked.at).await {
+                            if e.is_retryable() {
+                                waiting.push_front(acked);
+                            } else {
+                                tracing::warn!(firing_id = %acked.id, error = %e, "cannot mark this firing published; it stays staged");
+                            }
+                        }
+                    }
+                }
                 Err(e) => {
                     self.metrics
                         .store_errors

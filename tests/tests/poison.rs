@@ -500,6 +500,35 @@ backend_tests! {
     }
 }
 
+backend_tests! {
+    /// A firing the store refuses to mark `published` (a reason of its own,
+    /// not an outage) stays `staged` alone: the others of its batch and every
+    /// later batch are marked. Before, the publisher retried the same batch
+    /// forever and marked nothing after it.
+    async fn a_firing_that_cannot_be_marked_published_holds_back_nothing(db: TestDatabase) {
+        init_tracing();
+        let nats = NatsServer::start().await;
+        let replica = Replica::start(SchedulerConfig::new(nats.url(), db.url()))
+            .await
+            .expect("replica");
+        let store = replica.store.clone();
+        let first = triggered(&store, &["poison", "good-1"]).await;
+        poison(&db, &first[0]).await;
+        // No worker: every published firing is marked a second after its ack.
+        eventually(Duration::from_secs(30), "good-1 marked published", || async {
+            firing_state(&store, &first[1]).await == Some(FiringState::Published)
+        })
+        .await;
+        let later = triggered(&store, &["good-2"]).await;
+        eventually(Duration::from_secs(30), "a later batch marked too", || async {
+            firing_state(&store, &later[0]).await == Some(FiringState::Published)
+        })
+        .await;
+        assert_eq!(firing_state(&store, &first[0]).await, Some(FiringState::Staged));
+        replica.shutdown().await;
+    }
+}
+
 /// The URL of a PostgreSQL test database whose sessions give up waiting
 /// for a lock after `lock_timeout`.
 fn with_lock_timeout(url: &str, lock_timeout: &str) -> String {
