@@ -141,6 +141,20 @@ impl Topology {
     pub async fn ensure(&self) -> Result<(), TopologyError> {
         let s = &self.subjects;
         let c = &self.config;
+        // Streams that keep history: bounded by age, count and size, the
+        // oldest dropped first.
+        let history = |name: String, subjects: Vec<String>| stream::Config {
+            name,
+            subjects,
+            retention: stream::RetentionPolicy::Limits,
+            duplicate_window: c.duplicate_window,
+            max_age: c.events_max_age,
+            max_bytes: c.history_max_bytes,
+            max_messages: c.history_max_msgs,
+            discard: stream::DiscardPolicy::Old,
+            num_replicas: c.replicas,
+            ..Default::default()
+        };
         let streams = [
             stream::Config {
                 name: s.fire_stream(),
@@ -167,44 +181,10 @@ impl Topology {
                 num_replicas: c.replicas,
                 ..Default::default()
             },
-            stream::Config {
-                name: s.submit_stream(),
-                subjects: vec![s.submit(), s.submit_rejected()],
-                retention: stream::RetentionPolicy::Limits,
-                duplicate_window: c.duplicate_window,
-                max_age: c.events_max_age,
-                max_bytes: c.history_max_bytes,
-                max_messages: c.history_max_msgs,
-                discard: stream::DiscardPolicy::Old,
-                num_replicas: c.replicas,
-                ..Default::default()
-            },
-            stream::Config {
-                name: s.alerts_stream(),
-                subjects: vec![s.alerts()],
-                retention: stream::RetentionPolicy::Limits,
-                duplicate_window: c.duplicate_window,
-                max_age: c.events_max_age,
-                max_bytes: c.history_max_bytes,
-                max_messages: c.history_max_msgs,
-                discard: stream::DiscardPolicy::Old,
-                num_replicas: c.replicas,
-                ..Default::default()
-            },
-            // Dead letters wait for an operator; bounded by age, count and
-            // size, the oldest dropped first (docs/OPERATIONS.md, "Dead letters").
-            stream::Config {
-                name: s.dead_stream(),
-                subjects: vec![s.dead_wildcard()],
-                retention: stream::RetentionPolicy::Limits,
-                max_age: c.events_max_age,
-                max_messages: c.history_max_msgs,
-                max_bytes: c.history_max_bytes,
-                discard: stream::DiscardPolicy::Old,
-                duplicate_window: c.duplicate_window,
-                num_replicas: c.replicas,
-                ..Default::default()
-            },
+            history(s.submit_stream(), vec![s.submit(), s.submit_rejected()]),
+            history(s.alerts_stream(), vec![s.alerts()]),
+            // Dead letters wait for an operator (docs/OPERATIONS.md, "Dead letters").
+            history(s.dead_stream(), vec![s.dead_wildcard()]),
         ];
         for config in streams {
             self.reconcile_stream(config).await?;
