@@ -23,7 +23,9 @@ pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 /// How to reach NATS: servers, credentials and TLS.
 ///
 /// `global` lets chimectl take these flags after its subcommand too; it
-/// changes nothing for the programs without subcommands.
+/// changes nothing for the programs without subcommands. The short aliases
+/// (`--user`, `--password`, `--token`, `--nkey`, `--creds`) are the names
+/// CONTRACT.md gives chimectl.
 #[derive(Clone, PartialEq, Eq, clap::Args)]
 pub struct NatsConnection {
     /// NATS server URL(s), comma-separated; `nats://user:password@host` or
@@ -32,12 +34,18 @@ pub struct NatsConnection {
     pub url: String,
 
     /// NATS user name; needs --nats-password.
-    #[arg(long = "nats-user", env = "CHIME_NATS_USER", global = true)]
+    #[arg(
+        long = "nats-user",
+        visible_alias = "user",
+        env = "CHIME_NATS_USER",
+        global = true
+    )]
     pub user: Option<String>,
 
     /// NATS password; needs --nats-user.
     #[arg(
         long = "nats-password",
+        visible_alias = "password",
         env = "CHIME_NATS_PASSWORD",
         global = true,
         hide_env_values = true
@@ -47,6 +55,7 @@ pub struct NatsConnection {
     /// NATS authentication token.
     #[arg(
         long = "nats-token",
+        visible_alias = "token",
         env = "CHIME_NATS_TOKEN",
         global = true,
         hide_env_values = true
@@ -54,11 +63,21 @@ pub struct NatsConnection {
     pub token: Option<Secret>,
 
     /// File holding a NATS nkey seed (`SU…`).
-    #[arg(long = "nats-nkey", env = "CHIME_NATS_NKEY", global = true)]
+    #[arg(
+        long = "nats-nkey",
+        visible_alias = "nkey",
+        env = "CHIME_NATS_NKEY",
+        global = true
+    )]
     pub nkey: Option<PathBuf>,
 
     /// NATS credentials file (JWT and NKey seed).
-    #[arg(long = "nats-creds", env = "CHIME_NATS_CREDS", global = true)]
+    #[arg(
+        long = "nats-creds",
+        visible_alias = "creds",
+        env = "CHIME_NATS_CREDS",
+        global = true
+    )]
     pub creds: Option<PathBuf>,
 
     /// CA certificate (PEM) to verify the NATS server with; TLS is then required.
@@ -82,6 +101,16 @@ pub struct NatsConnection {
         global = true
     )]
     pub tls_key: Option<PathBuf>,
+
+    /// Subject prefix of this program's reply inboxes (default `_INBOX`):
+    /// with NATS permissions, `_INBOX.<user>` keeps replies, pulled firings
+    /// among them, readable only by this user (docs/SECURITY.md).
+    #[arg(
+        long = "nats-inbox-prefix",
+        env = "CHIME_NATS_INBOX_PREFIX",
+        global = true
+    )]
+    pub inbox_prefix: Option<String>,
 }
 
 /// Shows the URL without its credentials; password and token print as `***`.
@@ -97,6 +126,7 @@ impl std::fmt::Debug for NatsConnection {
             .field("tls_ca", &self.tls_ca)
             .field("tls_cert", &self.tls_cert)
             .field("tls_key", &self.tls_key)
+            .field("inbox_prefix", &self.inbox_prefix)
             .finish()
     }
 }
@@ -117,6 +147,23 @@ pub enum ConnectError {
         wait: String,
         last: String,
     },
+}
+
+/// An inbox prefix is a literal subject (tokens of printable characters
+/// without wildcards): replies are sent to `<prefix>.<unique id>`.
+fn check_inbox_prefix(prefix: &str) -> Result<(), String> {
+    let tokens_ok = prefix.split('.').all(|token| {
+        !token.is_empty()
+            && token
+                .chars()
+                .all(|c| c.is_ascii_graphic() && c != '*' && c != '>')
+    });
+    if prefix.len() > 128 || !tokens_ok {
+        return Err(format!(
+            "{prefix:?} is not a subject of 1 to 128 printable characters without wildcards"
+        ));
+    }
+    Ok(())
 }
 
 /// How a connection authenticates: at most one way.
@@ -142,6 +189,7 @@ impl NatsConnection {
             tls_ca: None,
             tls_cert: None,
             tls_key: None,
+            inbox_prefix: None,
         }
     }
 
@@ -240,6 +288,9 @@ impl NatsConnection {
     /// Checks every setting; the message names the flag to fix.
     pub fn validate(&self) -> Result<(), String> {
         self.auth()?;
+        if let Some(prefix) = &self.inbox_prefix {
+            check_inbox_prefix(prefix).map_err(|e| format!("--nats-inbox-prefix: {e}"))?;
+        }
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return Err(
                 "--nats-tls-cert and --nats-tls-key go together: give both or neither".into(),
@@ -311,6 +362,9 @@ impl NatsConnection {
     /// Connect options for one attempt (the credentials file is read each time).
     async fn options(&self, name: &str) -> Result<ConnectOptions, ConnectError> {
         let mut options = ConnectOptions::new().name(name);
+        if let Some(prefix) = &self.inbox_prefix {
+            options = options.custom_inbox_prefix(prefix.as_str());
+        }
         match self.auth().map_err(ConnectError::Settings)? {
             Auth::None => {}
             Auth::UserPassword { user, password } => {
@@ -380,6 +434,25 @@ mod tests {
         };
         let error = missing.validate().unwrap_err();
         assert!(error.starts_with("--nats-creds:"), "{error}");
+        for (prefix, ok) in [
+            ("_INBOX.worker-a", true),
+            ("_INBOX", true),
+            ("_INBOX.*", false),
+            ("_INBOX.>", false),
+            ("_INBOX..a", false),
+            ("_INBOX.a b", false),
+            ("", false),
+        ] {
+            let connection = NatsConnection {
+                inbox_prefix: Some(prefix.into()),
+                ..NatsConnection::new(DEFAULT_NATS_URL)
+            };
+            let result = connection.validate();
+            assert_eq!(result.is_ok(), ok, "{prefix:?}: {result:?}");
+            if let Err(error) = result {
+                assert!(error.starts_with("--nats-inbox-prefix:"), "{error}");
+            }
+        }
     }
 
     #[test]

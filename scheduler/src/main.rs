@@ -37,6 +37,10 @@ struct Args {
     /// Database: postgres://… for several replicas, sqlite://FILE for one (created if missing).
     #[arg(long, env = "CHIME_DATABASE_URL", default_value = "sqlite://chime.db")]
     database_url: String,
+    /// File holding the database password (a mounted secret), for a
+    /// postgres:// URL written without one.
+    #[arg(long, env = "CHIME_DATABASE_PASSWORD_FILE")]
+    database_password_file: Option<std::path::PathBuf>,
     /// Where /metrics, /healthz and /readyz are served.
     #[arg(long, env = "CHIME_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     metrics_addr: SocketAddr,
@@ -102,7 +106,11 @@ struct Args {
 
 impl Args {
     fn into_config(self) -> anyhow::Result<SchedulerConfig> {
-        let mut config = SchedulerConfig::new(self.nats.url.clone(), self.database_url);
+        let database_url = match &self.database_password_file {
+            Some(file) => with_password_from(&self.database_url, file)?,
+            None => self.database_url,
+        };
+        let mut config = SchedulerConfig::new(self.nats.url.clone(), database_url);
         config.nats = self.nats;
         config.nats_connect_wait = self.nats_connect_wait;
         Subjects::validate_prefix(&self.subject_prefix)
@@ -156,6 +164,31 @@ impl Args {
     }
 }
 
+/// `url` with the password read from `file` (its first line), so the secret
+/// can live in a mounted file instead of the environment.
+fn with_password_from(url: &str, file: &std::path::Path) -> anyhow::Result<String> {
+    let what = "--database-password-file";
+    let mut parsed = url::Url::parse(url)
+        .map_err(|_| anyhow::anyhow!("{what} needs a postgres:// --database-url"))?;
+    anyhow::ensure!(
+        matches!(parsed.scheme(), "postgres" | "postgresql"),
+        "{what} needs a postgres:// --database-url"
+    );
+    anyhow::ensure!(
+        parsed.password().is_none(),
+        "{what}: --database-url already holds a password; give it in one place"
+    );
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| anyhow::anyhow!("{what}: cannot read {}: {e}", file.display()))?;
+    let password = text.lines().next().unwrap_or("");
+    anyhow::ensure!(!password.is_empty(), "{what}: {} is empty", file.display());
+    // set_password percent-encodes; sqlx decodes.
+    parsed
+        .set_password(Some(password))
+        .map_err(|_| anyhow::anyhow!("{what} needs a --database-url with a user"))?;
+    Ok(parsed.into())
+}
+
 fn init_tracing(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -198,4 +231,25 @@ async fn main() -> anyhow::Result<()> {
     }
     tracing::info!("chime-scheduler stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_database_password_comes_from_its_file_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("password");
+        std::fs::write(&file, "p@ss word/:x\n").unwrap();
+        let url = with_password_from("postgres://chime@db:5432/chime", &file).unwrap();
+        assert_eq!(url, "postgres://chime:p%40ss%20word%2F%3Ax@db:5432/chime");
+        let twice = with_password_from("postgres://chime:other@db/chime", &file).unwrap_err();
+        assert!(twice.to_string().contains("one place"), "{twice}");
+        let sqlite = with_password_from("sqlite://chime.db", &file).unwrap_err();
+        assert!(sqlite.to_string().contains("postgres://"), "{sqlite}");
+        std::fs::write(&file, "\n").unwrap();
+        let empty = with_password_from("postgres://chime@db/chime", &file).unwrap_err();
+        assert!(empty.to_string().contains("empty"), "{empty}");
+    }
 }

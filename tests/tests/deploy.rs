@@ -249,6 +249,17 @@ async fn assert_starts_with(settings: &Settings) {
     }
     let dir = tempfile::tempdir().expect("temporary directory");
     cmd.current_dir(dir.path());
+    // A mounted secret (Compose secrets, Kubernetes volumes) is a file here.
+    if let Some(path) = settings.get("CHIME_DATABASE_PASSWORD_FILE") {
+        let file = dir.path().join("database-password");
+        std::fs::write(&file, "test-password\n").expect("password file");
+        assert!(
+            path.starts_with("/run/secrets/"),
+            "{}: {path}",
+            settings.origin
+        );
+        cmd.env("CHIME_DATABASE_PASSWORD_FILE", &file);
+    }
     if settings.binary == Binary::Ctl {
         cmd.arg("workers");
     }
@@ -446,6 +457,28 @@ fn compose_file() -> PathBuf {
     deploy_dir().join("compose/compose.yaml")
 }
 
+/// A Compose value with its required variables (`${NAME:?message}`) given
+/// test values, as Compose would from `.env`; any other `${` is an error,
+/// since a default would put a password in the file.
+fn interpolate(value: &str, what: &str) -> String {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let end = rest[start..]
+            .find('}')
+            .unwrap_or_else(|| panic!("{what}: unclosed ${{ in {value:?}"));
+        let inner = &rest[start + 2..start + end];
+        let (name, _) = inner.split_once(":?").unwrap_or_else(|| {
+            panic!("{what}: {value:?} must use ${{NAME:?message}}, which refuses to start without NAME")
+        });
+        out.push_str(&format!("test-value-of-{name}"));
+        rest = &rest[start + end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 fn compose_env(service: &Yaml, name: &str) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
     match &service["environment"] {
@@ -454,6 +487,7 @@ fn compose_env(service: &Yaml, name: &str) -> BTreeMap<String, String> {
                 let key = str_of(k, "an environment name").to_string();
                 let value = scalar(v)
                     .unwrap_or_else(|| panic!("service {name}: {key} has no scalar value"));
+                let value = interpolate(&value, &format!("service {name}: {key}"));
                 env.insert(key, value);
             }
         }
@@ -1647,4 +1681,210 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
     step("stopping");
     worker.terminate(Duration::from_secs(40)).await;
     scheduler.terminate(Duration::from_secs(20)).await;
+}
+
+// --- Safe by default ---------------------------------------------------------------------------
+
+/// Compose: NATS requires the shipped users, nothing listens beyond the
+/// host's loopback, no password is written in the file (each comes from a
+/// variable Compose refuses to start without, or from a secret file), and
+/// Grafana has neither a default admin password nor anonymous access.
+#[test]
+fn compose_is_safe_by_default() {
+    let compose = yaml_doc(&compose_file());
+    let services = compose["services"].as_mapping().expect("services");
+    for (name, service) in services {
+        let name = str_of(name, "a service name");
+        for port in seq(&service["ports"]) {
+            let port = str_of(port, "a port mapping");
+            assert!(
+                port.starts_with("127.0.0.1:"),
+                "service {name} publishes {port} on every interface; bind it to 127.0.0.1"
+            );
+        }
+        let env = compose_env(service, name);
+        for (key, value) in &env {
+            if key.contains("PASSWORD") && !key.ends_with("_FILE") {
+                assert!(
+                    value.starts_with("test-value-of-"),
+                    "service {name}: {key} is written in compose.yaml; take it from ${{{key}:?…}} or a secret file"
+                );
+            }
+            if let Ok(url) = url::Url::parse(value) {
+                assert!(
+                    url.password().is_none(),
+                    "service {name}: {key} carries a password in its URL"
+                );
+            }
+        }
+        if name.starts_with("nats-") {
+            let command: Vec<&str> = seq(&service["command"])
+                .iter()
+                .map(|c| str_of(c, "a command word"))
+                .collect();
+            assert!(
+                command.contains(&"--config=/etc/nats/compose.conf"),
+                "{name} must load the users of deploy/nats: {command:?}"
+            );
+        }
+        let target = service["build"]["target"].as_str();
+        if matches!(target, Some("scheduler" | "worker" | "chimectl")) {
+            assert!(
+                env.contains_key("CHIME_NATS_USER") && env.contains_key("CHIME_NATS_PASSWORD"),
+                "service {name} connects to NATS without a user"
+            );
+        }
+        if target == Some("worker") || target == Some("chimectl") {
+            let user = &env["CHIME_NATS_USER"];
+            assert_eq!(
+                env.get("CHIME_NATS_INBOX_PREFIX"),
+                Some(&format!("_INBOX.{user}")),
+                "service {name}: replies must go to inboxes only its user reads"
+            );
+        }
+    }
+    let nats_conf = read(&deploy_dir().join("nats/compose.conf"));
+    assert!(
+        nats_conf.contains("include ./chime-auth.conf"),
+        "{nats_conf}"
+    );
+
+    let postgres = compose_env(&services["postgres"], "postgres");
+    assert!(
+        postgres.contains_key("POSTGRES_PASSWORD_FILE"),
+        "{postgres:?}"
+    );
+    assert!(!postgres.contains_key("POSTGRES_PASSWORD"), "{postgres:?}");
+    let grafana = compose_env(&services["grafana"], "grafana");
+    assert_eq!(
+        grafana.get("GF_AUTH_ANONYMOUS_ENABLED").map(String::as_str),
+        Some("false")
+    );
+    assert!(
+        !grafana.contains_key("GF_SECURITY_ADMIN_PASSWORD"),
+        "{grafana:?}"
+    );
+    assert!(
+        grafana.contains_key("GF_SECURITY_ADMIN_PASSWORD__FILE"),
+        "{grafana:?}"
+    );
+
+    let ignored = read(&repo_root().join(".gitignore"));
+    for file in ["deploy/compose/.env", "deploy/compose/secrets/"] {
+        assert!(
+            ignored.lines().any(|l| l == file),
+            ".gitignore misses {file}"
+        );
+    }
+    for (name, secret) in compose["secrets"].as_mapping().expect("secrets") {
+        let file = str_of(&secret["file"], "a secret file");
+        assert!(
+            file.starts_with("./secrets/"),
+            "secret {name:?} lives outside the ignored secrets/ directory: {file}"
+        );
+    }
+    let script = deploy_dir().join("compose/make-secrets.sh");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    std::fs::copy(&script, dir.path().join("make-secrets.sh")).expect("copy");
+    run_tool(Command::new("bash").arg(dir.path().join("make-secrets.sh")));
+    let env_file = read(&dir.path().join(".env"));
+    for variable in [
+        "CHIME_NATS_SCHEDULER_PASSWORD",
+        "CHIME_NATS_ADMIN_PASSWORD",
+        "CHIME_NATS_WORKERS_DEFAULT_PASSWORD",
+    ] {
+        let line = env_file
+            .lines()
+            .find(|l| l.starts_with(&format!("{variable}=")))
+            .unwrap_or_else(|| panic!("make-secrets.sh wrote no {variable}"));
+        assert!(
+            line.len() > variable.len() + 32,
+            "{variable}: a short password"
+        );
+    }
+    for secret in ["postgres-password", "grafana-admin-password"] {
+        let value = read(&dir.path().join("secrets").join(secret));
+        assert!(value.len() >= 32, "{secret}: a short password");
+    }
+}
+
+/// Kubernetes: no pod carries a service account token, every container runs
+/// as non-root on a read-only root filesystem, a default-deny NetworkPolicy
+/// covers the namespace and each Deployment has its own, and no Secret is
+/// part of a kustomization (the examples sit outside them).
+#[test]
+fn kubernetes_is_safe_by_default() {
+    let objects = kubernetes_objects("base");
+    let deployments: Vec<&Yaml> = objects
+        .iter()
+        .map(|(_, o)| o)
+        .filter(|o| o["kind"].as_str() == Some("Deployment"))
+        .collect();
+    assert!(
+        deployments.len() >= 2,
+        "the base runs schedulers and workers"
+    );
+    let policies: Vec<&Yaml> = objects
+        .iter()
+        .map(|(_, o)| o)
+        .filter(|o| o["kind"].as_str() == Some("NetworkPolicy"))
+        .collect();
+    let deny_all = policies.iter().any(|p| {
+        p["spec"]["podSelector"]
+            .as_mapping()
+            .is_some_and(|m| m.is_empty())
+            && seq(&p["spec"]["policyTypes"]).len() == 2
+            && p["spec"].get("ingress").is_none()
+            && p["spec"].get("egress").is_none()
+    });
+    assert!(deny_all, "no default-deny NetworkPolicy in the base");
+    for deployment in deployments {
+        let name = deployment["metadata"]["name"].as_str().unwrap_or("?");
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert_eq!(
+            pod["automountServiceAccountToken"].as_bool(),
+            Some(false),
+            "Deployment {name} mounts a service account token"
+        );
+        assert_eq!(
+            pod["securityContext"]["runAsNonRoot"].as_bool(),
+            Some(true),
+            "{name}"
+        );
+        for container in seq(&pod["containers"]) {
+            let context = &container["securityContext"];
+            assert_eq!(
+                context["readOnlyRootFilesystem"].as_bool(),
+                Some(true),
+                "Deployment {name}: the root filesystem must be read-only"
+            );
+            assert_eq!(
+                context["allowPrivilegeEscalation"].as_bool(),
+                Some(false),
+                "{name}"
+            );
+        }
+        let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+        let own = policies
+            .iter()
+            .any(|p| labels_match(&p["spec"]["podSelector"]["matchLabels"], labels));
+        assert!(own, "no NetworkPolicy selects Deployment {name}'s pods");
+    }
+    for path in files_under(&deploy_dir().join("kubernetes")) {
+        if path.file_name().and_then(|n| n.to_str()) != Some("kustomization.yaml") {
+            continue;
+        }
+        let dir = path.parent().expect("a directory");
+        for resource in seq(&yaml_doc(&path)["resources"]) {
+            let file = dir.join(str_of(resource, "a resource"));
+            for doc in yaml_docs(&file) {
+                assert_ne!(
+                    doc["kind"].as_str(),
+                    Some("Secret"),
+                    "{} applies a Secret with a placeholder password",
+                    file.display()
+                );
+            }
+        }
+    }
 }

@@ -1,0 +1,327 @@
+//! The shipped authorization model (deploy/nats/chime-auth.conf), on a real
+//! nats-server (issue 19, item 3): the scheduler, a worker and chimectl
+//! run a job with their own users, and each role is held to its subjects.
+//! A read-only client lists but cannot put or delete; a submitter can only
+//! submit; a worker cannot pull another group's firings, publish firings,
+//! report as another worker or read other users' inboxes; no client can
+//! publish on `chime.fire.>`.
+
+use async_nats::{ConnectOptions, Event};
+use chime_tests::{Binary, ChimeProcess, NatsOptions, NatsServer, ProbeAuth, SqliteDatabase};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The role passwords the shipped file reads from variables.
+const ROLES: [(&str, &str, &str); 6] = [
+    (
+        "chime-scheduler",
+        "CHIME_NATS_SCHEDULER_PASSWORD",
+        "pw-scheduler",
+    ),
+    ("chime-admin", "CHIME_NATS_ADMIN_PASSWORD", "pw-admin"),
+    ("chime-viewer", "CHIME_NATS_VIEWER_PASSWORD", "pw-viewer"),
+    (
+        "chime-submitter",
+        "CHIME_NATS_SUBMITTER_PASSWORD",
+        "pw-submitter",
+    ),
+    (
+        "worker-default-1",
+        "CHIME_NATS_WORKER_DEFAULT_1_PASSWORD",
+        "pw-worker-1",
+    ),
+    (
+        "chime-workers-default",
+        "CHIME_NATS_WORKERS_DEFAULT_PASSWORD",
+        "pw-workers-default",
+    ),
+];
+
+fn password(user: &str) -> &'static str {
+    ROLES
+        .iter()
+        .find(|(name, _, _)| *name == user)
+        .map(|(_, _, password)| *password)
+        .unwrap_or_else(|| panic!("no role {user}"))
+}
+
+fn auth_file() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/nats/chime-auth.conf")
+}
+
+/// A server configuration: the passwords, then the shipped file's text
+/// (nats-server resolves `include` relative to the including file, which
+/// the harness writes in a temporary directory).
+fn server_config() -> String {
+    let mut config = String::new();
+    for (_, variable, value) in ROLES {
+        config.push_str(&format!("{variable}: \"{value}\"\n"));
+    }
+    let shipped = std::fs::read_to_string(auth_file()).expect("deploy/nats/chime-auth.conf");
+    config.push_str(&shipped);
+    config
+}
+
+/// Sets a program's NATS user, password and inbox prefix.
+fn as_user(command: &mut Command, nats: &NatsServer, user: &str) {
+    command
+        .env("CHIME_NATS_URL", nats.url())
+        .env("CHIME_NATS_USER", user)
+        .env("CHIME_NATS_PASSWORD", password(user))
+        .env("CHIME_NATS_INBOX_PREFIX", format!("_INBOX.{user}"));
+}
+
+/// A raw client of `user` whose server errors (permission violations) arrive on the receiver.
+async fn client(
+    nats: &NatsServer,
+    user: &str,
+) -> (async_nats::Client, mpsc::UnboundedReceiver<String>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let client = ConnectOptions::new()
+        .user_and_password(user.into(), password(user).into())
+        .custom_inbox_prefix(format!("_INBOX.{user}"))
+        .event_callback(move |event| {
+            let tx = tx.clone();
+            async move {
+                if let Event::ServerError(error) = event {
+                    let _ = tx.send(error.to_string());
+                }
+            }
+        })
+        .connect(nats.url())
+        .await
+        .unwrap_or_else(|e| panic!("{user} connects: {e}"));
+    (client, rx)
+}
+
+/// Waits for the server to report a permission violation naming `subject`.
+async fn assert_violation(errors: &mut mpsc::UnboundedReceiver<String>, who: &str, subject: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let error = tokio::time::timeout_at(deadline, errors.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{who}: no permission violation for {subject}"))
+            .expect("the event channel stays open");
+        let lower = error.to_lowercase();
+        if lower.contains("permissions violation") && error.contains(subject) {
+            return;
+        }
+    }
+}
+
+/// `chimectl ARGS` as `user`; its stdout, or its stderr when it fails.
+fn chimectl(nats: &NatsServer, user: &str, args: &[&str]) -> Result<String, String> {
+    let mut command = Binary::Ctl.command();
+    as_user(&mut command, nats, user);
+    command.args(["--json", "--timeout", "3s"]).args(args);
+    let out = command.output().expect("chimectl runs");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn job_file(dir: &std::path::Path, id: &str, argv: &[&str]) -> String {
+    let spec = serde_json::json!({
+        "id": id,
+        "schedule": {"every": "1s"},
+        "handler": "shell",
+        "payload": {"argv": argv},
+    });
+    let path = dir.join(format!("{id}.json"));
+    std::fs::write(&path, spec.to_string()).expect("job file");
+    path.display().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_role_does_its_work_and_nothing_else() {
+    chime_tests::init_tracing();
+    let nats = NatsServer::start_with(NatsOptions {
+        config: Some(server_config()),
+        probe_auth: Some(ProbeAuth::UserPassword(
+            "chime-scheduler".into(),
+            password("chime-scheduler").into(),
+        )),
+        ..Default::default()
+    })
+    .await;
+    let db = SqliteDatabase::create();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+
+    let mut command = Binary::Scheduler.command();
+    command.args(["--database-url", &db.url(), "--metrics-addr", "127.0.0.1:0"]);
+    as_user(&mut command, &nats, "chime-scheduler");
+    command.env_remove("CHIME_NATS_INBOX_PREFIX");
+    let mut scheduler = ChimeProcess::spawn(command);
+    scheduler
+        .wait_for_log_line("chime-scheduler ready", Duration::from_secs(30))
+        .await;
+
+    // Two workers of group default: one with its own user and fixed id, one
+    // with the group's user, as a scaled Deployment runs them.
+    let mut workers = Vec::new();
+    for (user, id) in [
+        ("worker-default-1", "worker-default-1"),
+        ("chime-workers-default", "scaled-7f9c"),
+    ] {
+        let mut command = Binary::Worker.command();
+        command.args([
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--threads",
+            "2",
+            "--allow-shell",
+            "--worker-id",
+            id,
+        ]);
+        as_user(&mut command, &nats, user);
+        let mut worker = ChimeProcess::spawn(command);
+        worker
+            .wait_for_log_line("chime-worker ready", Duration::from_secs(30))
+            .await;
+        workers.push(worker);
+    }
+
+    // The admin puts a job; the workers run it with their own users.
+    let marker = dir.path().join("ran");
+    let touch = format!("echo ran >> {}", marker.display());
+    let file = job_file(dir.path(), "tick", &["sh", "-c", &touch]);
+    chimectl(&nats, "chime-admin", &["put", &file]).expect("the admin puts a job");
+    chime_tests::eventually(
+        Duration::from_secs(20),
+        "both workers run firings",
+        || async {
+            let out =
+                chimectl(&nats, "chime-viewer", &["history", "--job", "tick"]).unwrap_or_default();
+            out.contains("\"worker-default-1\"")
+                && out.contains("\"scaled-7f9c\"")
+                && out.contains("\"succeeded\"")
+        },
+    )
+    .await;
+
+    // A read-only client lists but cannot put or delete.
+    let listed = chimectl(&nats, "chime-viewer", &["list"]).expect("the viewer lists");
+    assert!(listed.contains("\"tick\""), "{listed}");
+    let (viewer, mut viewer_errors) = client(&nats, "chime-viewer").await;
+    let spec = std::fs::read(&file).expect("job file");
+    let put = viewer.request("chime.api.v1.jobs.put", spec.clone().into());
+    assert!(
+        tokio::time::timeout(Duration::from_secs(3), put)
+            .await
+            .map(|reply| reply.is_err())
+            .unwrap_or(true),
+        "the viewer's put got a reply"
+    );
+    assert_violation(&mut viewer_errors, "viewer", "chime.api.v1.jobs.put").await;
+    viewer
+        .publish("chime.api.v1.jobs.delete", r#"{"id":"tick"}"#.into())
+        .await
+        .expect("publish");
+    assert_violation(&mut viewer_errors, "viewer", "chime.api.v1.jobs.delete").await;
+    let error = chimectl(&nats, "chime-viewer", &["delete", "tick"]).expect_err("viewer delete");
+    assert!(!error.is_empty());
+    chimectl(&nats, "chime-admin", &["get", "tick"]).expect("the job is still there");
+
+    // A submitter submits, and does nothing else.
+    let (submitter, mut submitter_errors) = client(&nats, "chime-submitter").await;
+    let js = async_nats::jetstream::new(submitter.clone());
+    let submitted = job_file(dir.path(), "submitted", &["true"]);
+    js.publish(
+        "chime.submit",
+        std::fs::read(&submitted).expect("spec").into(),
+    )
+    .await
+    .expect("the submission is sent")
+    .await
+    .expect("JetStream stores the submission");
+    chime_tests::eventually(
+        Duration::from_secs(10),
+        "the submitted job exists",
+        || async { chimectl(&nats, "chime-admin", &["get", "submitted"]).is_ok() },
+    )
+    .await;
+    submitter
+        .publish("chime.api.v1.jobs.list", "{}".into())
+        .await
+        .expect("publish");
+    assert_violation(&mut submitter_errors, "submitter", "chime.api.v1.jobs.list").await;
+
+    // No client, the admin included, publishes firings.
+    for user in [
+        "chime-admin",
+        "chime-viewer",
+        "chime-submitter",
+        "worker-default-1",
+    ] {
+        let (client, mut errors) = client(&nats, user).await;
+        client
+            .publish("chime.fire.default.normal", "{}".into())
+            .await
+            .expect("publish");
+        assert_violation(&mut errors, user, "chime.fire.default.normal").await;
+    }
+
+    // A worker of group default cannot pull group b's firings, report as
+    // another worker or another group, or read others' inboxes.
+    let (worker, mut worker_errors) = client(&nats, "worker-default-1").await;
+    for subject in [
+        "$JS.API.CONSUMER.MSG.NEXT.CHIME_FIRE.fire_g_b_normal",
+        "chime.worker.v1.start.default.worker-default-2",
+        "chime.worker.v1.start.b.worker-default-1",
+        "chime.events.finished.default.worker-default-2",
+        "chime.worker.v1.start",
+        "chime.events.finished",
+        "$KV.chime-workers.worker-default-2",
+        "$JS.API.STREAM.DELETE.CHIME_FIRE",
+    ] {
+        worker.publish(subject, "{}".into()).await.expect("publish");
+        assert_violation(&mut worker_errors, "worker", subject).await;
+    }
+    let _sniffer = worker.subscribe("_INBOX.>").await.expect("subscribe");
+    assert_violation(&mut worker_errors, "worker", "_INBOX.>").await;
+    let (scaled, mut scaled_errors) = client(&nats, "chime-workers-default").await;
+    for subject in [
+        "$JS.API.CONSUMER.MSG.NEXT.CHIME_FIRE.fire_g_b_high",
+        "chime.worker.v1.start.b.scaled-7f9c",
+        "chime.events.finished.b.scaled-7f9c",
+    ] {
+        scaled.publish(subject, "{}".into()).await.expect("publish");
+        assert_violation(&mut scaled_errors, "the group's worker user", subject).await;
+    }
+
+    for worker in &mut workers {
+        worker.terminate(Duration::from_secs(10)).await;
+        let log = worker.log();
+        assert!(
+            !log.to_lowercase().contains("permissions violation"),
+            "a worker needed a subject its user lacks:\n{log}"
+        );
+    }
+    scheduler.terminate(Duration::from_secs(15)).await;
+    let log = nats.log_tail(400);
+    for user in [
+        "worker-default-1",
+        "chime-workers-default",
+        "chime-scheduler",
+    ] {
+        let needed = log
+            .lines()
+            .filter(|l| l.contains("Permissions Violation") && l.contains(&format!("\"{user}\"")))
+            .filter(|l| !l.contains("worker-default-2") && !l.contains(".b.") && !l.contains("_b_"))
+            .filter(|l| !l.contains("chime.fire.") && !l.contains("STREAM.DELETE"))
+            .filter(|l| {
+                !l.contains("\"chime.worker.v1.start\"") && !l.contains("\"chime.events.finished\"")
+            })
+            .filter(|l| !l.contains("_INBOX.>"))
+            .collect::<Vec<_>>();
+        assert!(
+            needed.is_empty(),
+            "{user} was refused a subject the real program needs:\n{}",
+            needed.join("\n")
+        );
+    }
+}
