@@ -17,6 +17,7 @@ after N firings have run and their finished events were stored.
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import random
@@ -107,6 +108,8 @@ def read_firing(msg):
             "deadline": parse_time(need("Chime-Deadline")),
             "timeout_ms": int(timeout_ms) if timeout_ms else None,
             "payload": json.loads(body) if body else None,
+            # What the scheduler compares with the firing it staged (section 4).
+            "payload_sha256": hashlib.sha256(msg.data).hexdigest(),
         }
     except BadMessage:
         raise
@@ -303,11 +306,17 @@ class Worker:
             await self.ack(msg, b"+ACK")  # a second delivery of an attempt we hold
             return
 
-        request = json.dumps({"firing_id": fid, "worker_id": self.worker_id, "group": self.group}).encode()
+        request = json.dumps({
+            "firing_id": fid,
+            "worker_id": self.worker_id,
+            "group": self.group,
+            "handler": firing["handler"],
+            "payload_sha256": firing["payload_sha256"],
+        }).encode()
         reply = None
         for _ in range(2):
             try:
-                answer = await self.nc.request(self.subj("worker.v1.start"), request, timeout=5)
+                answer = await self.nc.request(self.subj("worker.v1.start." + self.group + "." + self.worker_id), request, timeout=5)
                 reply = json.loads(answer.data)
                 break
             except NatsTimeout:
@@ -393,7 +402,9 @@ class Worker:
         delay = 0.1
         while True:
             try:
-                await self.js.publish(self.subj("events.finished"), body, headers=headers, timeout=5)
+                await self.js.publish(
+                    self.subj("events.finished." + self.group + "." + self.worker_id), body, headers=headers, timeout=5
+                )
                 break
             except Exception as e:
                 print("finished event not stored yet: %s" % e, file=sys.stderr, flush=True)
