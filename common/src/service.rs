@@ -108,6 +108,9 @@ pub enum RunError<E: ServiceError> {
     },
 }
 
+/// Told of every failed pass (a metric).
+type OnFailure<E> = Arc<dyn Fn(&E) + Send + Sync>;
+
 /// Runs a [`Service`] every interval until shutdown.
 pub struct Periodic<S: Service> {
     name: &'static str,
@@ -115,7 +118,7 @@ pub struct Periodic<S: Service> {
     config: PeriodicConfig,
     lease: Option<Arc<dyn Leadership>>,
     signal: TestSignal<Pass<S::Outcome>>,
-    on_failure: Arc<dyn Fn(&S::Error) + Send + Sync>,
+    on_failure: OnFailure<S::Error>,
 }
 
 impl<S: Service> Clone for Periodic<S> {
