@@ -5,8 +5,9 @@
 //! ranges ([`bounds`]), schedules ([`schedule`]),
 //! firing identities and states ([`firing`]), subject, stream and header names
 //! ([`subjects`], [`headers`]), the worker protocol messages ([`protocol`]),
-//! the error shape ([`error`]), how to connect to NATS ([`connection`]) and a
-//! typed API client ([`client`]).
+//! the error shape ([`error`]), how to connect to NATS ([`connection`]), a
+//! typed API client ([`client`]), and the shape every long-running service
+//! shares ([`service`], [`supervisor`], [`signal`]).
 
 pub mod bounds;
 pub mod client;
@@ -19,6 +20,8 @@ pub mod job;
 pub mod protocol;
 pub mod schedule;
 pub mod secret;
+pub mod service;
+pub mod signal;
 pub mod subjects;
 pub mod supervisor;
 pub mod text;

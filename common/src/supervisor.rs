@@ -17,10 +17,15 @@
 //! a run lasting `healthy_after` in between, makes the supervisor unhealthy
 //! (see [`Health::failing`]) until one of its runs lasts `healthy_after`.
 //!
+//! Periodic services ([`crate::service`]) are spawned with
+//! [`Supervisor::spawn_periodic`]: the runner retries outages itself and
+//! fails the run, for a restart here, on anything else.
+//!
 //! Shutdown: cancel the token given to [`Supervisor::new`] (services watch the
 //! same token). A run that ends after cancellation, however it ends, is not
 //! restarted.
 
+use crate::service::{Periodic, Service};
 use backoff::backoff::Backoff as _;
 use backoff::{ExponentialBackoff, ExponentialBackoffBuilder};
 use std::collections::BTreeMap;
@@ -216,6 +221,15 @@ impl Supervisor {
                 on_restart(&name);
                 health.update(&name, |s| s.restarts = s.restarts.saturating_add(1));
             }
+        });
+    }
+
+    /// Runs the periodic service `runner` until shutdown, under its own name.
+    pub fn spawn_periodic<S: Service>(&self, runner: Periodic<S>) {
+        let shutdown = self.shutdown.clone();
+        self.spawn(runner.name(), move || {
+            let (runner, shutdown) = (runner.clone(), shutdown.clone());
+            async move { runner.run(shutdown).await }
         });
     }
 

@@ -12,15 +12,15 @@
 //! SQLite lives in this process, so its clock is the local clock: the offset
 //! is 0 by definition (one replica, nothing to disagree with).
 
-use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
+use crate::worker_reports::WorkerReports;
 use chime_common::protocol::{Alert, AlertKind};
+use chime_common::service::{Service, ServiceError};
 use chrono::{DateTime, Utc};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// Clock check settings.
 #[derive(Debug, Clone)]
@@ -88,22 +88,30 @@ impl ClockStatus {
 #[error("cannot read the database clock: {0}")]
 pub struct ClockError(#[from] StoreError);
 
+impl ServiceError for ClockError {
+    /// A failed measurement keeps the previous status while the database is
+    /// unreachable (which already makes the replica not ready).
+    fn is_retryable(&self) -> bool {
+        self.0.is_retryable()
+    }
+}
+
 /// Measures the offset every interval.
 pub struct ClockMonitor {
     config: ClockConfig,
     store: Store,
     status: ClockStatus,
-    lifecycle: Lifecycle,
+    reports: WorkerReports,
     metrics: Metrics,
     replica: String,
 }
 
 impl ClockMonitor {
-    /// A monitor of the store's database clock; alerts go through `lifecycle`.
+    /// A monitor of the store's database clock; alerts go through `reports`.
     pub fn new(
         config: ClockConfig,
         store: Store,
-        lifecycle: Lifecycle,
+        reports: WorkerReports,
         metrics: Metrics,
         replica: String,
     ) -> Self {
@@ -111,7 +119,7 @@ impl ClockMonitor {
             config,
             store,
             status: ClockStatus::default(),
-            lifecycle,
+            reports,
             metrics,
             replica,
         }
@@ -139,7 +147,7 @@ impl ClockMonitor {
                 micros as f64 / 1e6,
                 self.config.max_offset
             );
-            self.lifecycle
+            self.reports
                 .alert(&Alert {
                     kind: AlertKind::ClockOffset,
                     job_id: String::new(),
@@ -156,21 +164,13 @@ impl ClockMonitor {
         }
         Ok(offset)
     }
+}
 
-    /// Measures every interval until `shutdown`. A failed measurement keeps
-    /// the previous status (an unreachable database already makes the
-    /// replica not ready).
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), ClockError> {
-        let mut tick = tokio::time::interval(self.config.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = shutdown.cancelled() => return Ok(()),
-            }
-            if let Err(e) = self.run_once(Utc::now()).await {
-                tracing::warn!(error = %e, "clock check failed");
-            }
-        }
+impl Service for ClockMonitor {
+    type Outcome = chrono::Duration;
+    type Error = ClockError;
+
+    async fn run_once(&self, now: DateTime<Utc>) -> Result<chrono::Duration, ClockError> {
+        ClockMonitor::run_once(self, now).await
     }
 }

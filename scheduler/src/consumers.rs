@@ -11,14 +11,14 @@
 use crate::store::{Store, StoreError};
 use chime_common::job::check_name;
 use chime_common::protocol::WorkerInfo;
+use chime_common::service::{Service, ServiceError};
 use chime_common::topology::{Topology, TopologyError};
 use chime_common::Band;
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// Consumer reconciliation settings.
 #[derive(Debug, Clone)]
@@ -38,6 +38,18 @@ impl Default for ConsumersConfig {
     }
 }
 
+impl ConsumersConfig {
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.interval.is_zero() || self.recheck.is_zero() {
+            return Err(
+                "the consumer reconciliation interval and recheck must be above zero".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// What one pass did.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct ConsumersOutcome {
@@ -54,6 +66,18 @@ pub enum ConsumersError {
     Workers(String),
     #[error(transparent)]
     Topology(#[from] TopologyError),
+}
+
+impl ServiceError for ConsumersError {
+    /// A store or heartbeat outage is waited out; a consumer JetStream
+    /// refuses to create is reported (a restart, then `/healthz`).
+    fn is_retryable(&self) -> bool {
+        match self {
+            ConsumersError::Store(e) => e.is_retryable(),
+            ConsumersError::Workers(_) => true,
+            ConsumersError::Topology(_) => false,
+        }
+    }
 }
 
 /// The reconciler of one replica (every replica runs one: creation is idempotent).
@@ -149,18 +173,13 @@ impl Consumers {
         }
         Ok(outcome)
     }
+}
 
-    /// A pass every interval until `shutdown`; a failed pass is an error
-    /// (the supervisor restarts the service and reports it if it keeps failing).
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), ConsumersError> {
-        let mut tick = tokio::time::interval(self.config.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = shutdown.cancelled() => return Ok(()),
-            }
-            self.run_once(Utc::now()).await?;
-        }
+impl Service for Consumers {
+    type Outcome = ConsumersOutcome;
+    type Error = ConsumersError;
+
+    async fn run_once(&self, now: DateTime<Utc>) -> Result<ConsumersOutcome, ConsumersError> {
+        Consumers::run_once(self, now).await
     }
 }

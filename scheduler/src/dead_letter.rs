@@ -8,8 +8,8 @@
 //! acked: if publishing fails, the original comes back and is tried again.
 //! docs/OPERATIONS.md ("Dead letters") says how to inspect and replay one.
 
-use crate::lifecycle::publish_alert;
 use crate::metrics::Metrics;
+use crate::worker_reports::publish_alert;
 use async_nats::jetstream;
 use async_nats::HeaderMap;
 use bytes::Bytes;

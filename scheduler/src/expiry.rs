@@ -6,19 +6,18 @@
 //! once in the store: the attempt ends `lost` and the next attempt is staged
 //! while attempts remain, so an attempt never runs twice concurrently.
 
-use crate::lease::Lease;
-use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
 use crate::retry::retry_delay;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
+use crate::worker_reports::WorkerReports;
 use async_nats::jetstream::kv;
 use chime_common::protocol::{Alert, AlertKind};
+use chime_common::service::{Service, ServiceError};
 use chime_common::FiringId;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use std::collections::HashSet;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// Expiry monitor settings.
 #[derive(Debug, Clone)]
@@ -78,12 +77,31 @@ pub struct ExpiryOutcome {
     pub failed: Vec<FiringId>,
 }
 
+/// A scan could not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum ExpiryError {
+    #[error("cannot scan the store: {0}")]
+    Store(#[from] StoreError),
+    /// Without the heartbeats no worker can be judged; NATS is unreachable.
+    #[error("cannot read the worker heartbeats: {0}")]
+    Workers(String),
+}
+
+impl ServiceError for ExpiryError {
+    fn is_retryable(&self) -> bool {
+        match self {
+            ExpiryError::Store(e) => e.is_retryable(),
+            ExpiryError::Workers(_) => true,
+        }
+    }
+}
+
 /// The expiry monitor.
 pub struct ExpiryMonitor {
     pub config: ExpiryConfig,
     pub store: Store,
     pub workers: kv::Store,
-    pub lifecycle: Lifecycle,
+    pub reports: WorkerReports,
     pub metrics: Metrics,
     reported: std::sync::Mutex<HashSet<FiringId>>,
 }
@@ -94,36 +112,33 @@ impl ExpiryMonitor {
         config: ExpiryConfig,
         store: Store,
         workers: kv::Store,
-        lifecycle: Lifecycle,
+        reports: WorkerReports,
         metrics: Metrics,
     ) -> Self {
         ExpiryMonitor {
             config,
             store,
             workers,
-            lifecycle,
+            reports,
             metrics,
             reported: Default::default(),
         }
     }
 
-    async fn live_workers(&self) -> Result<HashSet<String>, String> {
-        let mut keys = self.workers.keys().await.map_err(|e| e.to_string())?;
+    async fn live_workers(&self) -> Result<HashSet<String>, ExpiryError> {
+        let failed = |e: &dyn std::fmt::Display| ExpiryError::Workers(e.to_string());
+        let mut keys = self.workers.keys().await.map_err(|e| failed(&e))?;
         let mut live = HashSet::new();
         while let Some(key) = keys.next().await {
-            live.insert(key.map_err(|e| e.to_string())?);
+            live.insert(key.map_err(|e| failed(&e))?);
         }
         Ok(live)
     }
 
     /// One scan. Returns what it did, for logs, metrics and tests.
-    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<ExpiryOutcome, String> {
+    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<ExpiryOutcome, ExpiryError> {
         let mut outcome = ExpiryOutcome::default();
-        let rows = self
-            .store
-            .executing(self.config.batch)
-            .await
-            .map_err(|e| e.to_string())?;
+        let rows = self.store.executing(self.config.batch).await?;
         if !rows.is_empty() {
             let live = self.live_workers().await?;
             let grace = chrono::Duration::from_std(self.config.start_grace).unwrap_or_default();
@@ -150,7 +165,7 @@ impl ExpiryMonitor {
                             None => self.metrics.lost.inc(),
                         }
                         if let Some(alert) = &requeued.alert {
-                            self.lifecycle.alert(alert).await;
+                            self.reports.alert(alert).await;
                         }
                     }
                     Ok(None) => {}
@@ -160,7 +175,7 @@ impl ExpiryMonitor {
                             .with_label_values(&["requeue"])
                             .inc();
                         if e.is_retryable() {
-                            return Err(e.to_string());
+                            return Err(e.into());
                         }
                         // One firing the store refuses to re-queue must not
                         // keep every row after it waiting; it is tried again
@@ -173,11 +188,7 @@ impl ExpiryMonitor {
         }
         let before =
             now - chrono::Duration::from_std(self.config.not_started_after).unwrap_or_default();
-        let waiting = self
-            .store
-            .unstarted(before, self.config.batch)
-            .await
-            .map_err(|e| e.to_string())?;
+        let waiting = self.store.unstarted(before, self.config.batch).await?;
         for firing in waiting {
             let fresh = self
                 .reported
@@ -200,7 +211,7 @@ impl ExpiryMonitor {
                 consecutive_failures: None,
                 paused: false,
             };
-            self.lifecycle.alert(&alert).await;
+            self.reports.alert(&alert).await;
             outcome.not_started.push(firing.id);
         }
         let mut reported = self.reported.lock().unwrap_or_else(|p| p.into_inner());
@@ -209,23 +220,13 @@ impl ExpiryMonitor {
         }
         Ok(outcome)
     }
+}
 
-    /// Scans every interval while this replica holds the lease.
-    pub async fn run(self, lease: Lease, shutdown: CancellationToken) {
-        let mut tick = tokio::time::interval(self.config.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = shutdown.cancelled() => break,
-            }
-            if !lease.acquire_or_renew(Utc::now()).await {
-                continue;
-            }
-            if let Err(e) = self.run_once(Utc::now()).await {
-                tracing::warn!(error = %e, "expiry scan failed");
-            }
-        }
-        lease.release().await;
+impl Service for ExpiryMonitor {
+    type Outcome = ExpiryOutcome;
+    type Error = ExpiryError;
+
+    async fn run_once(&self, now: DateTime<Utc>) -> Result<ExpiryOutcome, ExpiryError> {
+        ExpiryMonitor::run_once(self, now).await
     }
 }

@@ -8,15 +8,14 @@
 //! makes an overlap with a late original harmless. One replica runs it at a
 //! time (see `lease.rs`).
 
-use crate::lease::Lease;
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use crate::wheel::Wheel;
+use chime_common::service::{Service, ServiceError};
 use chime_common::FiringId;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// Housekeeping settings.
 #[derive(Debug, Clone)]
@@ -56,11 +55,38 @@ impl Default for HousekeepingConfig {
     }
 }
 
+impl HousekeepingConfig {
+    /// Checks the settings; the message names the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.interval.is_zero() || self.rescue_batch == 0 {
+            return Err("the housekeeping interval and rescue batch must be above zero".into());
+        }
+        if self.lease_ttl <= self.interval {
+            return Err("the housekeeping lease must outlast one housekeeping interval".into());
+        }
+        if self.retention.is_zero() {
+            return Err("--history-retention must be above zero".into());
+        }
+        Ok(())
+    }
+}
+
 /// What one pass did.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct HousekeepingOutcome {
     pub rescued: usize,
     pub pruned: u64,
+}
+
+/// A pass could not finish.
+#[derive(Debug, thiserror::Error)]
+#[error("housekeeping: {0}")]
+pub struct HousekeepingError(#[from] StoreError);
+
+impl ServiceError for HousekeepingError {
+    fn is_retryable(&self) -> bool {
+        self.0.is_retryable()
+    }
 }
 
 /// The housekeeper.
@@ -91,15 +117,17 @@ impl Housekeeping {
     }
 
     /// One pass.
-    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<HousekeepingOutcome, String> {
+    pub async fn run_once(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<HousekeepingOutcome, HousekeepingError> {
         let mut outcome = HousekeepingOutcome::default();
         let due_before =
             now - chrono::Duration::from_std(self.config.rescue_after).unwrap_or_default();
         let orphans = self
             .store
             .overdue_staged(due_before, self.config.rescue_batch)
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         let orphans: Vec<_> = {
             let mut rescued = self.rescued.lock().unwrap_or_else(|p| p.into_inner());
             let again_after =
@@ -125,17 +153,12 @@ impl Housekeeping {
             outcome.pruned = self
                 .store
                 .prune_history(before, self.config.keep_per_job)
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
             self.metrics.pruned.inc_by(outcome.pruned);
             *self.last_prune.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
         }
         if due(&self.last_count, self.config.count_interval, now) {
-            let counts = self
-                .store
-                .counts_by_state()
-                .await
-                .map_err(|e| e.to_string())?;
+            let counts = self.store.counts_by_state().await?;
             self.metrics.firings_by_state.reset();
             for (group, state, count) in counts {
                 self.metrics
@@ -147,30 +170,14 @@ impl Housekeeping {
         }
         Ok(outcome)
     }
+}
 
-    /// Runs every interval while this replica holds the lease.
-    pub async fn run(self, lease: Lease, shutdown: CancellationToken) {
-        let mut tick = tokio::time::interval(self.config.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = shutdown.cancelled() => break,
-            }
-            let leading = lease.acquire_or_renew(Utc::now()).await;
-            self.metrics.leader.set(leading as i64);
-            if !leading {
-                continue;
-            }
-            if let Err(e) = self.run_once(Utc::now()).await {
-                self.metrics
-                    .store_errors
-                    .with_label_values(&["housekeeping"])
-                    .inc();
-                tracing::warn!(error = %e, "housekeeping pass failed");
-            }
-        }
-        lease.release().await;
+impl Service for Housekeeping {
+    type Outcome = HousekeepingOutcome;
+    type Error = HousekeepingError;
+
+    async fn run_once(&self, now: DateTime<Utc>) -> Result<HousekeepingOutcome, HousekeepingError> {
+        Housekeeping::run_once(self, now).await
     }
 }
 

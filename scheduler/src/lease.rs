@@ -6,7 +6,10 @@
 //! can never both believe they hold it after the same revision.
 
 use async_nats::jetstream::kv;
+use chime_common::service::Leadership;
 use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use prometheus::IntGauge;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -22,6 +25,8 @@ pub struct Lease {
     key: String,
     holder: String,
     ttl: Duration,
+    /// Set to 1 while held, 0 otherwise (`chime_leader`), when given.
+    gauge: Option<IntGauge>,
 }
 
 impl Lease {
@@ -37,11 +42,26 @@ impl Lease {
             key: key.into(),
             holder: holder.into(),
             ttl,
+            gauge: None,
         }
+    }
+
+    /// Reports whether the lease is held on `gauge` after each try.
+    pub fn with_gauge(mut self, gauge: IntGauge) -> Self {
+        self.gauge = Some(gauge);
+        self
     }
 
     /// Takes the lease if free or expired, renews it if held; true while this replica holds it.
     pub async fn acquire_or_renew(&self, now: DateTime<Utc>) -> bool {
+        let held = self.try_hold(now).await;
+        if let Some(gauge) = &self.gauge {
+            gauge.set(i64::from(held));
+        }
+        held
+    }
+
+    async fn try_hold(&self, now: DateTime<Utc>) -> bool {
         let value = LeaseValue {
             holder: self.holder.clone(),
             until_ms: now.timestamp_millis() + self.ttl.as_millis() as i64,
@@ -85,5 +105,15 @@ impl Lease {
                     .await;
             }
         }
+    }
+}
+
+impl Leadership for Lease {
+    fn hold(&self, now: DateTime<Utc>) -> BoxFuture<'_, bool> {
+        Box::pin(self.acquire_or_renew(now))
+    }
+
+    fn release(&self) -> BoxFuture<'_, ()> {
+        Box::pin(Lease::release(self))
     }
 }

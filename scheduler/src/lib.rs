@@ -3,10 +3,11 @@
 //! A replica is a set of small services, one per file:
 //! [`api`] (request/reply), [`submit`] (durable submissions), [`slicer`]
 //! (claims time slices, see [`claim`]), [`wheel`] (holds staged firings),
-//! [`publisher`] (publishes each at its instant), [`lifecycle`] (start
+//! [`publisher`] (publishes each at its instant), [`worker_reports`] (start
 //! decisions and finished events), [`expiry`] (re-queues lost firings),
 //! [`housekeeping`] (rescue and retention), over the [`store`]. [`replica`]
-//! wires them; [`lease`] elects the single-active services.
+//! wires them; [`lease`] elects the single-active services; [`signals`]
+//! tells tests what they did.
 
 pub mod alarm;
 pub mod api;
@@ -18,14 +19,15 @@ pub mod expiry;
 pub mod housekeeping;
 pub mod http;
 pub mod lease;
-pub mod lifecycle;
 pub mod metrics;
 pub mod publisher;
 pub mod replica;
 pub mod retry;
+pub mod signals;
 pub mod slicer;
 pub mod store;
 pub mod submit;
 pub mod wheel;
+pub mod worker_reports;
 
 pub use replica::{Replica, SchedulerConfig};

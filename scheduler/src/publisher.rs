@@ -13,8 +13,8 @@
 //! not-started alert), and the marker waits `mark_delay` before writing it,
 //! by which time nearly every firing has been started and needs no write at
 //! all. Marking each firing at once cost PostgreSQL a non-HOT update per
-//! firing, the most expensive write of its lifecycle, and in a burst of
-//! 100,000 it competed with publishing for the CPU.
+//! firing, the most expensive write of its life, and in a large burst it
+//! competed with publishing for the CPU (BENCHMARKS.md).
 
 use crate::alarm::Alarm;
 use crate::claim::SliceProgress;
@@ -104,9 +104,9 @@ fn message_id(firing_id: &str, publish_seq: u32) -> String {
 }
 
 /// Header names built once: `HeaderName::from_static` neither validates nor
-/// allocates, where a `&str` name does both for every message. With owned
-/// values (no second copy) the headers went from 1.76 to 1.35 µs per message
-/// (`cargo bench -p chime-scheduler --bench publish`).
+/// allocates, where a `&str` name does both for every message; values are
+/// owned so they are not copied a second time (measured with
+/// `cargo bench -p chime-scheduler --bench publish`, see BENCHMARKS.md).
 mod names {
     use async_nats::HeaderName;
     use chime_common::headers;

@@ -10,15 +10,17 @@ use crate::consumers::{Consumers, ConsumersConfig};
 use crate::expiry::{ExpiryConfig, ExpiryMonitor};
 use crate::housekeeping::{Housekeeping, HousekeepingConfig};
 use crate::lease::Lease;
-use crate::lifecycle::{Lifecycle, LifecycleConfig};
 use crate::metrics::Metrics;
 use crate::publisher::{Publisher, PublisherConfig};
+use crate::signals::Signals;
 use crate::slicer::{Slicer, SlicerConfig};
 use crate::store::{Store, StoreOptions};
 use crate::submit::{Submit, SubmitConfig};
 use crate::wheel::Wheel;
+use crate::worker_reports::{WorkerReports, WorkerReportsConfig};
 use anyhow::Context as _;
 use chime_common::connection::NatsConnection;
+use chime_common::service::{Periodic, PeriodicConfig};
 use chime_common::supervisor::{Health, Supervisor, SupervisorConfig};
 use chime_common::topology::{Topology, TopologyConfig};
 use chime_common::Subjects;
@@ -46,7 +48,7 @@ pub struct SchedulerConfig {
     pub publisher: PublisherConfig,
     pub api: ApiConfig,
     pub submit: SubmitConfig,
-    pub lifecycle: LifecycleConfig,
+    pub worker_reports: WorkerReportsConfig,
     pub expiry: ExpiryConfig,
     pub housekeeping: HousekeepingConfig,
     /// How failed services are restarted and when they make `/healthz` fail.
@@ -75,7 +77,7 @@ impl SchedulerConfig {
             publisher: PublisherConfig::default(),
             api: ApiConfig::default(),
             submit: SubmitConfig::default(),
-            lifecycle: LifecycleConfig::default(),
+            worker_reports: WorkerReportsConfig::default(),
             expiry: ExpiryConfig::default(),
             housekeeping: HousekeepingConfig::default(),
             supervisor: SupervisorConfig::default(),
@@ -92,8 +94,10 @@ impl SchedulerConfig {
         self.slicer.validate()?;
         self.publisher.validate()?;
         self.expiry.validate()?;
+        self.housekeeping.validate()?;
         self.supervisor.validate()?;
         self.clock.validate()?;
+        self.consumers.validate()?;
         if self.slicer.partitions != self.store.partitions {
             return Err("the slicer and the store must use the same --partitions".into());
         }
@@ -133,6 +137,8 @@ pub struct Replica {
     pub health: Health,
     /// The last clock offset measurement (`/readyz`).
     pub clock: ClockStatus,
+    /// What the services report, for tests to wait on.
+    pub signals: Signals,
     shutdown: CancellationToken,
     /// The metrics endpoint.
     tracker: TaskTracker,
@@ -186,6 +192,7 @@ impl Replica {
         let finished_consumer = finished_consumer_of(&topology).await?;
 
         let metrics = Metrics::new();
+        let signals = Signals::default();
         let shutdown = CancellationToken::new();
         let drained = CancellationToken::new();
         let tracker = TaskTracker::new();
@@ -197,8 +204,9 @@ impl Replica {
             shutdown.clone(),
             move |service| restarts.with_label_values(&[service]).inc(),
         );
-        let lifecycle = Lifecycle {
-            config: config.lifecycle.clone(),
+        let reports = WorkerReports {
+            config: config.worker_reports.clone(),
+            finished: signals.finished.clone(),
             store: store.clone(),
             nats: nats.clone(),
             jetstream: jetstream.clone(),
@@ -208,7 +216,7 @@ impl Replica {
         let clock = Arc::new(ClockMonitor::new(
             config.clock.clone(),
             store.clone(),
-            lifecycle.clone(),
+            reports.clone(),
             metrics.clone(),
             config.replica_id.clone(),
         ));
@@ -292,7 +300,7 @@ impl Replica {
 
         // Subscribed and flushed before "ready": a request sent the moment
         // start returns finds a responder. Later runs subscribe again.
-        let start_requests = first_run(lifecycle.subscribe_starts().await?);
+        let start_requests = first_run(reports.subscribe_starts().await?);
         let api_requests = first_run(api.subscribe().await?);
         let submit_consumer = first_run(submit_consumer);
         let finished_consumer = first_run(finished_consumer);
@@ -303,35 +311,34 @@ impl Replica {
         for service in SERVICES {
             metrics.service_restarts.with_label_values(&[service]);
         }
-        // Lifecycle keeps serving until the wheel has drained: workers still start what we publish.
+        // Worker reports keep being served until the wheel has drained: workers still start what we publish.
         {
-            let (lifecycle, drained) = (lifecycle.clone(), drained.clone());
+            let (reports, drained) = (reports.clone(), drained.clone());
             supervisor.spawn("lifecycle_starts", move || {
-                let (lifecycle, drained) = (lifecycle.clone(), drained.clone());
+                let (reports, drained) = (reports.clone(), drained.clone());
                 let initial = take(&start_requests);
                 async move {
                     let requests = match initial {
                         Some(requests) => requests,
-                        None => lifecycle.subscribe_starts().await?,
+                        None => reports.subscribe_starts().await?,
                     };
-                    lifecycle.serve_starts(requests, drained).await;
+                    reports.serve_starts(requests, drained).await;
                     anyhow::Ok(())
                 }
             });
         }
         {
-            let (lifecycle, drained, topology) =
-                (lifecycle.clone(), drained.clone(), topology.clone());
+            let (reports, drained, topology) = (reports.clone(), drained.clone(), topology.clone());
             supervisor.spawn("lifecycle_finished", move || {
-                let (lifecycle, drained, topology) =
-                    (lifecycle.clone(), drained.clone(), topology.clone());
+                let (reports, drained, topology) =
+                    (reports.clone(), drained.clone(), topology.clone());
                 let initial = take(&finished_consumer);
                 async move {
                     let consumer = match initial {
                         Some(consumer) => consumer,
                         None => finished_consumer_of(&topology).await?,
                     };
-                    lifecycle
+                    reports
                         .consume_finished(consumer, drained)
                         .await
                         .map_err(anyhow::Error::from_boxed)
@@ -396,69 +403,68 @@ impl Replica {
                 }
             });
         }
-        {
-            let shutdown = shutdown.clone();
-            let (expiry_config, store, lifecycle, metrics) = (
-                config.expiry.clone(),
-                store.clone(),
-                lifecycle.clone(),
-                metrics.clone(),
-            );
-            let (leases, replica) = (leases.clone(), config.replica_id.clone());
-            supervisor.spawn("expiry", move || {
-                let expiry = ExpiryMonitor::new(
-                    expiry_config.clone(),
-                    store.clone(),
-                    workers.clone(),
-                    lifecycle.clone(),
-                    metrics.clone(),
-                );
-                let lease = Lease::new(
-                    leases.clone(),
-                    "expiry",
-                    replica.clone(),
-                    expiry_config.lease_ttl,
-                );
-                let run = expiry.run(lease, shutdown.clone());
-                async move {
-                    run.await;
-                    anyhow::Ok(())
-                }
-            });
-        }
-        {
-            let shutdown = shutdown.clone();
-            let (housekeeping_config, store, metrics) =
-                (config.housekeeping.clone(), store.clone(), metrics.clone());
-            let replica = config.replica_id.clone();
-            supervisor.spawn("housekeeping", move || {
-                let housekeeping = Housekeeping::new(
-                    housekeeping_config.clone(),
-                    store.clone(),
-                    wheel.clone(),
-                    metrics.clone(),
-                );
-                let lease = Lease::new(
-                    leases.clone(),
-                    "housekeeping",
-                    replica.clone(),
-                    housekeeping_config.lease_ttl,
-                );
-                let run = housekeeping.run(lease, shutdown.clone());
-                async move {
-                    run.await;
-                    anyhow::Ok(())
-                }
-            });
-        }
-        {
-            let (clock, shutdown) = (clock.clone(), shutdown.clone());
-            supervisor.spawn("clock", move || clock.clone().run(shutdown.clone()));
-        }
-        {
-            let shutdown = shutdown.clone();
-            supervisor.spawn("consumers", move || consumers.clone().run(shutdown.clone()));
-        }
+        let expiry = ExpiryMonitor::new(
+            config.expiry.clone(),
+            store.clone(),
+            workers.clone(),
+            reports.clone(),
+            metrics.clone(),
+        );
+        let expiry_lease = Lease::new(
+            leases.clone(),
+            "expiry",
+            config.replica_id.clone(),
+            config.expiry.lease_ttl,
+        );
+        supervisor.spawn_periodic(
+            Periodic::new(
+                "expiry",
+                Arc::new(expiry),
+                PeriodicConfig::every(config.expiry.interval),
+            )
+            .with_lease(Arc::new(expiry_lease))
+            .with_signal(signals.expiry.clone()),
+        );
+        let housekeeping = Housekeeping::new(
+            config.housekeeping.clone(),
+            store.clone(),
+            wheel,
+            metrics.clone(),
+        );
+        let housekeeping_lease = Lease::new(
+            leases,
+            "housekeeping",
+            config.replica_id.clone(),
+            config.housekeeping.lease_ttl,
+        )
+        .with_gauge(metrics.leader.clone());
+        let store_errors = metrics.store_errors.clone();
+        supervisor.spawn_periodic(
+            Periodic::new(
+                "housekeeping",
+                Arc::new(housekeeping),
+                PeriodicConfig::every(config.housekeeping.interval),
+            )
+            .with_lease(Arc::new(housekeeping_lease))
+            .with_signal(signals.housekeeping.clone())
+            .on_failure(move |_| store_errors.with_label_values(&["housekeeping"]).inc()),
+        );
+        supervisor.spawn_periodic(
+            Periodic::new(
+                "clock",
+                clock.clone(),
+                PeriodicConfig::every(config.clock.interval),
+            )
+            .with_signal(signals.clock.clone()),
+        );
+        supervisor.spawn_periodic(
+            Periodic::new(
+                "consumers",
+                consumers,
+                PeriodicConfig::every(config.consumers.interval),
+            )
+            .with_signal(signals.consumers.clone()),
+        );
         supervisor.close();
         tracker.close();
 
@@ -471,6 +477,7 @@ impl Replica {
             metrics_addr,
             health: supervisor.health(),
             clock: clock.status(),
+            signals,
             shutdown,
             tracker,
             supervisor,

@@ -114,6 +114,16 @@ impl SlicerConfig {
     }
 }
 
+/// A claim could not be tried (NATS is unreachable): the pass stops there
+/// and the next one starts over.
+#[derive(Debug, thiserror::Error)]
+enum ClaimError {
+    #[error("cannot encode the claim: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error("cannot create the claim: {0}")]
+    Create(#[from] kv::CreateError),
+}
+
 /// What one pass did.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct SlicerOutcome {
@@ -237,7 +247,7 @@ impl Slicer {
                         outcome.staged += staged;
                     }
                     Ok(None) => {}
-                    Err(()) => return outcome,
+                    Err(_) => return outcome,
                 }
             }
             start += len;
@@ -277,7 +287,7 @@ impl Slicer {
         from: i64,
         now: DateTime<Utc>,
         outcome: &mut SlicerOutcome,
-    ) -> Result<(), ()> {
+    ) -> Result<(), ClaimError> {
         let len = self.slice_ms();
         let horizon = now.timestamp_millis() + self.config.dense_horizon.as_millis() as i64;
         let last = horizon.div_euclid(len) * len;
@@ -326,20 +336,20 @@ impl Slicer {
     }
 
     /// Tries to win `key`; on a win stages its firings from `start_ms` (all
-    /// due ones if `None`) to `end_ms`. Err: NATS unreachable, stop this pass.
+    /// due ones if `None`) to `end_ms`.
     async fn claim(
         &self,
         key: &str,
         start_ms: Option<i64>,
         end_ms: i64,
         now: DateTime<Utc>,
-    ) -> Result<Option<usize>, ()> {
+    ) -> Result<Option<usize>, ClaimError> {
         let value = ClaimValue {
             owner: self.replica.clone(),
             state: ClaimState::Claimed,
             until_ms: end_ms + self.config.takeover_after.as_millis() as i64,
         };
-        let bytes = serde_json::to_vec(&value).map_err(|_| ())?;
+        let bytes = serde_json::to_vec(&value)?;
         match self.kv.create(key, bytes.into()).await {
             Ok(revision) => {
                 self.claims().insert(
@@ -369,7 +379,7 @@ impl Slicer {
             }
             Err(e) => {
                 tracing::warn!(key, error = %e, "cannot claim slice");
-                Err(())
+                Err(e.into())
             }
         }
     }

@@ -2,8 +2,9 @@
 //!
 //! XXL-JOB keeps a 60-slot ring keyed by second, so it fires to the second.
 //! Chime orders firings by (due millisecond, priority descending, arrival) in a
-//! B-tree and sleeps until the earliest one, so each firing leaves within the
-//! timer's resolution (about a millisecond) and, within one instant, higher
+//! B-tree and the publisher sleeps until the earliest one on its alarm
+//! (`alarm.rs`), which wakes to the microsecond on Linux (a timerfd) and to
+//! tokio's whole millisecond elsewhere; within one instant, higher
 //! priorities leave first.
 
 use crate::metrics::Metrics;

@@ -17,9 +17,9 @@ use chime_common::topology::{Topology, TopologyConfig};
 use chime_common::{ErrorCode, FiringId, FiringState, JobSpec, Limits, Subjects};
 use chime_scheduler::dead_letter::{DELIVERIES_HEADER, SUBJECT_HEADER};
 use chime_scheduler::expiry::{ExpiryConfig, ExpiryMonitor};
-use chime_scheduler::lifecycle::{Lifecycle, LifecycleConfig};
 use chime_scheduler::metrics::Metrics;
 use chime_scheduler::store::{FiringFilter, Store, StoreError, StoreOptions};
+use chime_scheduler::worker_reports::{WorkerReports, WorkerReportsConfig};
 use chime_scheduler::{Replica, SchedulerConfig};
 use chime_tests::{
     backend_tests, eventually, init_tracing, DatabaseKind, NatsServer, PgDatabase, TestDatabase,
@@ -230,8 +230,8 @@ backend_tests! {
         client.flush().await.expect("flush");
 
         let max_deliveries = 3;
-        let lifecycle = Lifecycle {
-            config: LifecycleConfig {
+        let reports = WorkerReports {
+            config: WorkerReportsConfig {
                 max_deliveries,
                 retry_after: Duration::from_millis(300),
                 ..Default::default()
@@ -241,6 +241,7 @@ backend_tests! {
             jetstream: js.clone(),
             subjects: subjects.clone(),
             metrics: Metrics::new(),
+            finished: Default::default(),
         };
         let consumer = topology
             .durable(&subjects.events_stream(), "chime-lifecycle", subjects.finished(), Duration::from_secs(30))
@@ -261,7 +262,7 @@ backend_tests! {
                 batch.push(Ok(message.expect("a message")));
             }
         }
-        assert!(lifecycle.apply_batch(batch).await);
+        assert!(reports.apply_batch(batch).await);
         for id in firings.iter().filter(|id| **id != poisoned) {
             assert_eq!(firing_state(&store, id).await, Some(FiringState::Succeeded), "{id}");
         }
@@ -277,7 +278,7 @@ backend_tests! {
 
         // Later deliveries of the refused event, through the service's own loop.
         let shutdown = CancellationToken::new();
-        let consuming = tokio::spawn(lifecycle.clone().consume_finished(consumer, shutdown.clone()));
+        let consuming = tokio::spawn(reports.clone().consume_finished(consumer, shutdown.clone()));
         eventually(Duration::from_secs(30), "the refused event dead-lettered", || async {
             dead_letters(&js).await.len() == 2
         })
@@ -290,7 +291,7 @@ backend_tests! {
         assert!(refused.error.error.message.contains("refused by the test"), "{:?}", refused.error);
         assert_eq!(firing_state(&store, &poisoned).await, Some(FiringState::Executing));
 
-        let text = lifecycle.metrics.render();
+        let text = reports.metrics.render();
         assert_eq!(series(&text, r#"chime_dead_letters_total{kind="finished"}"#), 2.0, "{text}");
         assert_eq!(series(&text, r#"chime_alerts_total{kind="dead_letter"}"#), 2.0);
         let alerts = dead_letter_alerts(&mut alerts, 2).await;
@@ -337,16 +338,17 @@ backend_tests! {
         let firings = triggered(&store, &["good-1", "good-2", "poison", "good-3"]).await;
         let poisoned = firings[2].clone();
         poison(&db, &poisoned).await;
-        let lifecycle = Lifecycle {
-            config: LifecycleConfig::default(),
+        let reports = WorkerReports {
+            config: WorkerReportsConfig::default(),
             store: store.clone(),
             nats: client.clone(),
             jetstream: js.clone(),
             subjects: subjects.clone(),
             metrics: Metrics::new(),
+            finished: Default::default(),
         };
 
-        // The lifecycle answers exactly this batch, as `serve_starts` would.
+        // The reports answers exactly this batch, as `serve_starts` would.
         let mut inbox = client.subscribe(subjects.worker_start()).await.expect("subscribe");
         client.flush().await.expect("flush");
         let mut bodies: Vec<Vec<u8>> = firings
@@ -373,7 +375,7 @@ backend_tests! {
                     .expect("subscription open"),
             );
         }
-        lifecycle.answer(batch).await;
+        reports.answer(batch).await;
 
         let mut replies = Vec::new();
         for reply in asked {
@@ -403,7 +405,7 @@ backend_tests! {
         expected.sort();
         assert_eq!(dead, expected);
         assert_eq!(
-            series(&lifecycle.metrics.render(), r#"chime_dead_letters_total{kind="start"}"#),
+            series(&reports.metrics.render(), r#"chime_dead_letters_total{kind="start"}"#),
             2.0
         );
     }
@@ -431,19 +433,20 @@ backend_tests! {
         store.start(&requests, started).await.expect("start");
         poison(&db, &firings[0]).await;
         let metrics = Metrics::new();
-        let lifecycle = Lifecycle {
-            config: LifecycleConfig::default(),
+        let reports = WorkerReports {
+            config: WorkerReportsConfig::default(),
             store: store.clone(),
             nats: client.clone(),
             jetstream: js.clone(),
             subjects: subjects.clone(),
             metrics: metrics.clone(),
+            finished: Default::default(),
         };
         let monitor = ExpiryMonitor::new(
             ExpiryConfig::default(),
             store.clone(),
             topology.workers().await.expect("workers bucket"),
-            lifecycle,
+            reports,
             metrics,
         );
 
@@ -671,8 +674,8 @@ async fn a_finished_event_that_meets_a_busy_store_is_never_dead_lettered() {
     .await
     .expect("ack");
     let max_deliveries = 2;
-    let lifecycle = Lifecycle {
-        config: LifecycleConfig {
+    let reports = WorkerReports {
+        config: WorkerReportsConfig {
             max_deliveries,
             retry_after: Duration::from_millis(100),
             ..Default::default()
@@ -682,6 +685,7 @@ async fn a_finished_event_that_meets_a_busy_store_is_never_dead_lettered() {
         jetstream: js.clone(),
         subjects: subjects.clone(),
         metrics: Metrics::new(),
+        finished: Default::default(),
     };
     let consumer = topology
         .durable(
@@ -693,14 +697,10 @@ async fn a_finished_event_that_meets_a_busy_store_is_never_dead_lettered() {
         .await
         .expect("consumer");
     let shutdown = CancellationToken::new();
-    let consuming = tokio::spawn(
-        lifecycle
-            .clone()
-            .consume_finished(consumer, shutdown.clone()),
-    );
+    let consuming = tokio::spawn(reports.clone().consume_finished(consumer, shutdown.clone()));
     let failures = || {
         series(
-            &lifecycle.metrics.render(),
+            &reports.metrics.render(),
             r#"chime_store_errors_total{op="finish"}"#,
         )
     };

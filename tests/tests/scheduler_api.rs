@@ -4,7 +4,7 @@
 use chime_common::client::{Client, ListFiringsRequest, ListJobsRequest};
 use chime_common::{ErrorCode, JobState};
 use chime_scheduler::{Replica, SchedulerConfig};
-use chime_tests::{backend_tests, init_tracing, NatsServer, TestDatabase};
+use chime_tests::{backend_tests, eventually, init_tracing, NatsServer, TestDatabase};
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -158,7 +158,6 @@ backend_tests! {
             while let Some(Ok(message)) = batch.next().await {
                 rejected.push(message);
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert_eq!(rejected.len(), 2, "both bad submissions land on chime.submit.rejected");
         let bodies: Vec<Vec<u8>> = rejected.iter().map(|m| m.payload.to_vec()).collect();
@@ -175,14 +174,10 @@ backend_tests! {
             .expect("the invalid spec's rejection");
         assert!(invalid_error.contains("schedule.cron"), "{invalid_error}");
 
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            if client.get_job("submitted").await.is_ok() {
-                break;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "the valid submission was applied");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually(Duration::from_secs(10), "the valid submission was applied", || async {
+            client.get_job("submitted").await.is_ok()
+        })
+        .await;
         assert!(client.get_job("bad").await.is_err());
         replica.shutdown().await;
     }

@@ -1,13 +1,17 @@
 //! The nets under slice takeover: housekeeping publishes firings that were
 //! staged and never published; the expiry lease has one holder at a time; a
-//! replica started before NATS waits for it.
+//! replica started before NATS waits for it; a replica reports its periodic
+//! passes on its test signals.
 
+use chime_common::client::Client;
+use chime_common::service::Pass;
 use chime_common::{JobSpec, Limits};
 use chime_scheduler::housekeeping::{Housekeeping, HousekeepingConfig};
 use chime_scheduler::lease::Lease;
 use chime_scheduler::metrics::Metrics;
 use chime_scheduler::store::{StageRequest, Store, StoreOptions};
 use chime_scheduler::wheel::Wheel;
+use chime_scheduler::{Replica, SchedulerConfig};
 use chime_tests::{
     backend_tests, free_port, init_tracing, Binary, ChimeProcess, NatsServer, SqliteDatabase,
     TestDatabase,
@@ -113,4 +117,36 @@ async fn a_replica_started_before_nats_waits_for_it() {
         .await
         .expect("the replica answers once NATS is up");
     assert!(scheduler.terminate(Duration::from_secs(20)).await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_reports_its_periodic_passes_on_test_signals() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let mut config = SchedulerConfig::new(nats.url(), db.url());
+    config.consumers.interval = Duration::from_millis(200);
+    let replica = Replica::start(config).await.expect("replica starts");
+    let mut consumers = replica.signals.consumers.subscribe();
+    let mut expiry = replica.signals.expiry.subscribe();
+    let client = Client::new(nats.connect().await);
+    client
+        .put_job(&json!({"id": "signalled", "group": "fresh", "handler": "noop", "schedule": {"every": "1h"}}))
+        .await
+        .expect("put");
+    consumers
+        .wait_for(
+            Duration::from_secs(10),
+            "the new group's consumers ensured",
+            |pass| matches!(pass, Pass::Done(outcome) if outcome.ensured.iter().any(|g| g == "fresh")),
+        )
+        .await;
+    expiry
+        .wait_for(
+            Duration::from_secs(10),
+            "an expiry scan by the lease holder",
+            |pass| matches!(pass, Pass::Done(_)),
+        )
+        .await;
+    replica.shutdown().await;
 }

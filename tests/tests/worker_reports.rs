@@ -404,7 +404,28 @@ async fn after_ten_seconds_down_each_misfire_policy_does_what_it_says() {
     ))
     .await;
     let second = replica(&nats, db.url()).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    eventually(
+        Duration::from_secs(15),
+        "the missed instants are recorded and fire_all's catch-ups published",
+        || async {
+            let skipped = history(&client, "misfire-skip").await;
+            let Some(last_missed) = skipped
+                .iter()
+                .filter(|f| f.state == FiringState::Skipped)
+                .map(|f| f.scheduled_at.timestamp_millis())
+                .max()
+            else {
+                return false;
+            };
+            let all = history(&client, "misfire-fire_all").await;
+            let caught_up: Vec<_> = all
+                .iter()
+                .filter(|f| f.scheduled_at.timestamp_millis() <= last_missed)
+                .collect();
+            caught_up.len() >= 6 && caught_up.iter().all(|f| f.state == FiringState::Published)
+        },
+    )
+    .await;
     // The three jobs are staged in one pass, so one instant is the last one
     // missed by more than the threshold for all of them; which one depends
     // on when that pass ran, so it is read from the skip policy's record.

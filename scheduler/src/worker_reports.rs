@@ -22,6 +22,7 @@ use crate::store::{StartDecision, Store, StoreError};
 use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
 use chime_common::error::ErrorReply;
 use chime_common::protocol::{Alert, CancelRequest, Finished, StartRequest};
+use chime_common::signal::TestSignal;
 use chime_common::{ApiError, FiringState, Subjects};
 use chrono::Utc;
 use futures::{FutureExt, StreamExt};
@@ -30,9 +31,9 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-/// Lifecycle settings.
+/// Worker reports settings.
 #[derive(Debug, Clone)]
-pub struct LifecycleConfig {
+pub struct WorkerReportsConfig {
     /// Most start requests decided in one store call.
     pub start_batch: usize,
     /// Store calls for starts in flight at once.
@@ -50,9 +51,9 @@ pub struct LifecycleConfig {
     pub max_deliveries: u32,
 }
 
-impl Default for LifecycleConfig {
+impl Default for WorkerReportsConfig {
     fn default() -> Self {
-        LifecycleConfig {
+        WorkerReportsConfig {
             start_batch: 500,
             start_concurrency: 4,
             finish_batch: 500,
@@ -63,18 +64,21 @@ impl Default for LifecycleConfig {
     }
 }
 
-/// The lifecycle service of one replica.
+/// The worker reports service of one replica: what workers say about the
+/// firings they run (a start request, a finished event) applied to the store.
 #[derive(Clone)]
-pub struct Lifecycle {
-    pub config: LifecycleConfig,
+pub struct WorkerReports {
+    pub config: WorkerReportsConfig,
     pub store: Store,
     pub nats: async_nats::Client,
     pub jetstream: jetstream::Context,
     pub subjects: Subjects,
     pub metrics: Metrics,
+    /// Reports how many finished events each applied batch changed (tests wait on it).
+    pub finished: TestSignal<usize>,
 }
 
-impl Lifecycle {
+impl WorkerReports {
     /// Decides a batch of start requests and sends the cancels `replace` asks for.
     pub async fn decide(
         &self,
@@ -152,7 +156,7 @@ impl Lifecycle {
 
     /// Joins the replicas' queue group for workers' start requests.
     ///
-    /// Separate from [`Lifecycle::serve_starts`] for the same reason as
+    /// Separate from [`WorkerReports::serve_starts`] for the same reason as
     /// [`crate::api::Api::subscribe`]: subscribed before the replica is ready.
     pub async fn subscribe_starts(
         &self,
@@ -163,7 +167,7 @@ impl Lifecycle {
     }
 
     /// Answers the start requests of `requests` (from
-    /// [`Lifecycle::subscribe_starts`]) until `shutdown`.
+    /// [`WorkerReports::subscribe_starts`]) until `shutdown`.
     pub async fn serve_starts(
         self,
         mut requests: async_nats::Subscriber,
@@ -197,7 +201,7 @@ impl Lifecycle {
     }
 
     /// Answers one batch of start requests (one pass of
-    /// [`Lifecycle::serve_starts`]). A request that cannot be decided for a
+    /// [`WorkerReports::serve_starts`]). A request that cannot be decided for a
     /// reason of its own is answered with the error and dead-lettered; one
     /// that meets a store outage is answered `unavailable`, and the worker
     /// asks again later.
@@ -321,6 +325,7 @@ impl Lifecycle {
                 self.alert(alert).await;
             }
         }
+        self.finished.emit(|| applied);
         Ok(applied)
     }
 
@@ -363,7 +368,7 @@ impl Lifecycle {
     }
 
     /// Applies one batch of pulled events and acks, naks or dead-letters
-    /// each (one pass of [`Lifecycle::consume_finished`]); false if the pull
+    /// each (one pass of [`WorkerReports::consume_finished`]); false if the pull
     /// reported an error.
     pub async fn apply_batch(
         &self,

@@ -1,0 +1,26 @@
+//! What a replica's services report for tests to wait on (see
+//! `chime_common::signal`): with no test listening, emitting costs nothing.
+//!
+//! Every periodic service reports each pass ([`Pass`]); the message-driven
+//! services report what they applied.
+
+use crate::consumers::ConsumersOutcome;
+use crate::expiry::ExpiryOutcome;
+use crate::housekeeping::HousekeepingOutcome;
+use chime_common::service::Pass;
+use chime_common::signal::TestSignal;
+
+/// The test signals of one replica. Cheap to clone; clones share listeners.
+#[derive(Debug, Clone, Default)]
+pub struct Signals {
+    /// Each expiry scan (only on the lease holder).
+    pub expiry: TestSignal<Pass<ExpiryOutcome>>,
+    /// Each housekeeping pass (only on the lease holder).
+    pub housekeeping: TestSignal<Pass<HousekeepingOutcome>>,
+    /// Each clock offset measurement.
+    pub clock: TestSignal<Pass<chrono::Duration>>,
+    /// Each consumer reconciliation pass.
+    pub consumers: TestSignal<Pass<ConsumersOutcome>>,
+    /// Finished events applied to the store, per batch.
+    pub finished: TestSignal<usize>,
+}
