@@ -70,7 +70,12 @@ async fn sleeping_worker(
                     });
                     runs.len() - 1
                 };
-                let ms = ctx.firing.payload.get("ms").and_then(Value::as_u64).unwrap_or(100);
+                let ms = ctx
+                    .firing
+                    .payload
+                    .get("ms")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(100);
                 let cancelled = tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(ms)) => false,
                     _ = ctx.cancel.cancelled() => true,
@@ -123,7 +128,10 @@ async fn a_handler_failing_twice_then_succeeding_ends_succeeded_on_attempt_3_wit
         .threads(2)
         .handler_fn("flaky", |ctx: FiringContext| async move {
             if ctx.firing.attempt < 3 {
-                Err(HandlerError::new(format!("attempt {} fails", ctx.firing.attempt)))
+                Err(HandlerError::new(format!(
+                    "attempt {} fails",
+                    ctx.firing.attempt
+                )))
             } else {
                 Ok(Some("third time lucky".to_string()))
             }
