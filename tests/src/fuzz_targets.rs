@@ -26,7 +26,7 @@ use chime_common::schedule::{Schedule, ScheduleSpec};
 use chime_common::{ErrorCode, JobSpec, Limits};
 use chime_scheduler::api::{ApiConfig, ApiRequest};
 use chime_scheduler::store::{FiringFilter, JobFilter, MAX_PAGE};
-use chime_worker::message::FiringMessage;
+use chime_worker::firing::message::FiringMessage;
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -156,10 +156,11 @@ pub fn firing_headers(data: &[u8]) {
     let Ok(message) = FiringMessage::parse(headers.as_ref(), body) else {
         return;
     };
-    assert_eq!(message.firing_id.job_id, message.job_id, "{message:?}");
-    assert_eq!(message.firing_id.attempt, message.attempt, "{message:?}");
-    assert!(message.priority <= 9, "{message:?}");
-    assert!(!message.handler.is_empty(), "{message:?}");
+    let firing = &message.firing;
+    assert_eq!(firing.firing_id.job_id, firing.job_id, "{message:?}");
+    assert_eq!(firing.firing_id.attempt, firing.attempt, "{message:?}");
+    assert!(firing.priority <= 9, "{message:?}");
+    assert!(!firing.handler.is_empty(), "{message:?}");
 }
 
 /// Header lines as async-nats reads them off the wire (`connection.rs`):

@@ -47,14 +47,14 @@ async fn worker(client: async_nats::Client, id: &str, runs: Runs) -> WorkerHandl
                     let mut runs = runs.lock().unwrap();
                     runs.push(Run {
                         worker: ctx.worker_id.clone(),
-                        attempt: ctx.attempt,
+                        attempt: ctx.firing.attempt,
                         started: Instant::now(),
                         cancelled: None,
                         ended: None,
                     });
                     runs.len() - 1
                 };
-                let work = if ctx.attempt == 1 {
+                let work = if ctx.firing.attempt == 1 {
                     Duration::from_secs(60)
                 } else {
                     Duration::from_millis(500)
@@ -70,7 +70,7 @@ async fn worker(client: async_nats::Client, id: &str, runs: Runs) -> WorkerHandl
                     runs[index].cancelled = Some(now);
                     return Err(HandlerError::new("stopped"));
                 }
-                Ok(Some(format!("attempt {} done", ctx.attempt)))
+                Ok(Some(format!("attempt {} done", ctx.firing.attempt)))
             }
         })
         .build()

@@ -43,7 +43,7 @@ async fn panicking_timed_out_and_unknown_handlers_report_and_worker_keeps_workin
             Err(HandlerError::new("it went wrong").with_output("some output"))
         })
         .handler_fn("echo", |ctx: FiringContext| async move {
-            Ok(Some(ctx.payload.to_string()))
+            Ok(Some(ctx.firing.payload.to_string()))
         })
         .build()
         .unwrap()

@@ -134,7 +134,7 @@ async fn high_band_drains_first() {
         .handler_fn("record", move |ctx: FiringContext| {
             let order = o.clone();
             async move {
-                order.lock().unwrap().push(ctx.job_id.clone());
+                order.lock().unwrap().push(ctx.firing.job_id.clone());
                 Ok(None)
             }
         })
@@ -172,7 +172,7 @@ async fn an_idle_worker_sleeps_until_the_doorbell_rings() {
         .await
         .poll_interval(Duration::from_secs(30))
         .handler_fn("echo", |ctx: FiringContext| async move {
-            Ok(Some(ctx.payload.to_string()))
+            Ok(Some(ctx.firing.payload.to_string()))
         })
         .build()
         .unwrap()

@@ -63,14 +63,19 @@ async fn sleeping_worker(
                 let index = {
                     let mut runs = runs.lock().unwrap();
                     runs.push(Run {
-                        job: ctx.job_id.clone(),
+                        job: ctx.firing.job_id.clone(),
                         start: tokio::time::Instant::now(),
                         end: None,
                         cancelled: false,
                     });
                     runs.len() - 1
                 };
-                let ms = ctx.payload.get("ms").and_then(Value::as_u64).unwrap_or(100);
+                let ms = ctx
+                    .firing
+                    .payload
+                    .get("ms")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(100);
                 let cancelled = tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(ms)) => false,
                     _ = ctx.cancel.cancelled() => true,
@@ -122,8 +127,11 @@ async fn a_handler_failing_twice_then_succeeding_ends_succeeded_on_attempt_3_wit
         .group("flaky")
         .threads(2)
         .handler_fn("flaky", |ctx: FiringContext| async move {
-            if ctx.attempt < 3 {
-                Err(HandlerError::new(format!("attempt {} fails", ctx.attempt)))
+            if ctx.firing.attempt < 3 {
+                Err(HandlerError::new(format!(
+                    "attempt {} fails",
+                    ctx.firing.attempt
+                )))
             } else {
                 Ok(Some("third time lucky".to_string()))
             }
@@ -346,7 +354,7 @@ async fn a_backlog_is_drained_highest_priority_first() {
         .handler_fn("record", move |ctx: FiringContext| {
             let seen = seen.clone();
             async move {
-                seen.lock().unwrap().push(ctx.priority);
+                seen.lock().unwrap().push(ctx.firing.priority);
                 Ok(None)
             }
         })

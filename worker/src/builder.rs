@@ -1,8 +1,10 @@
-//! `Worker::builder()`: settings, handlers, validation.
+//! `Worker::builder()`: settings, handlers, validation. Building checks
+//! everything that can be checked without NATS; `Worker::start` (in
+//! `worker.rs`) then finds the NATS objects and runs.
 
 use crate::config::WorkerConfig;
-use crate::context::FiringContext;
 use crate::error::WorkerError;
+use crate::firing::context::FiringContext;
 use crate::handler::{FnHandler, Handler, HandlerResult, Handlers};
 use crate::metrics::Metrics;
 use crate::status::WorkerStatus;
@@ -15,6 +17,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+impl Worker {
+    /// A builder with the defaults of [`WorkerConfig`].
+    pub fn builder() -> WorkerBuilder {
+        WorkerBuilder::default()
+    }
+}
+
 /// Builds a [`Worker`]; every setting has a default except the NATS client.
 ///
 /// ```no_run
@@ -24,7 +33,7 @@ use std::time::Duration;
 ///     .nats(client)
 ///     .group("reports")
 ///     .threads(4)
-///     .handler_fn("echo", |ctx| async move { Ok(Some(ctx.payload.to_string())) })
+///     .handler_fn("echo", |ctx| async move { Ok(Some(ctx.firing.payload.to_string())) })
 ///     .build()?;
 /// let handle = worker.start().await?;
 /// // ...

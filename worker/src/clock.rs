@@ -13,7 +13,10 @@
 //! clock, so an offset shows up as runs cut off early or late;
 //! `chime_clock_offset_seconds` makes it visible.
 
+use async_nats::jetstream;
+use prometheus::Gauge;
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How far back samples count.
@@ -84,6 +87,40 @@ impl ClockOffset {
             self.candidates.pop_front();
         }
         self.candidates.front().map(|(_, offset)| *offset)
+    }
+}
+
+/// One worker's estimate, fed with every message its fetch loop receives
+/// and published as `chime_clock_offset_seconds`. A restarted fetch loop
+/// keeps feeding the same estimate.
+#[derive(Clone)]
+pub(crate) struct ServerClock {
+    offset: Arc<Mutex<ClockOffset>>,
+    gauge: Gauge,
+}
+
+impl ServerClock {
+    pub(crate) fn new(gauge: Gauge) -> Self {
+        ServerClock {
+            offset: Arc::default(),
+            gauge,
+        }
+    }
+
+    /// Feeds the estimate with `message`'s server timestamp.
+    pub(crate) fn sample(&self, message: &jetstream::Message) {
+        let Ok(info) = message.info() else {
+            return;
+        };
+        let Some(received) = chrono::Utc::now().timestamp_nanos_opt() else {
+            return;
+        };
+        let now = Instant::now();
+        let mut offset = self.offset.lock().unwrap_or_else(|p| p.into_inner());
+        offset.observe(now, info.published.unix_timestamp_nanos(), received.into());
+        if let Some(estimate) = offset.estimate(now) {
+            self.gauge.set(estimate);
+        }
     }
 }
 

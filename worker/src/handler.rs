@@ -1,6 +1,6 @@
 //! The `Handler` trait, its error, and the registry of named handlers.
 
-use crate::context::FiringContext;
+use crate::firing::context::FiringContext;
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::fmt;

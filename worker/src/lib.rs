@@ -11,7 +11,7 @@
 //!     .group("reports")
 //!     .threads(8)
 //!     .handler("http", HttpHandler::new()?)
-//!     .handler_fn("hello", |ctx| async move { Ok(Some(format!("hello from {}", ctx.firing_id))) })
+//!     .handler_fn("hello", |ctx| async move { Ok(Some(format!("hello from {}", ctx.firing.firing_id))) })
 //!     .build()?
 //!     .start()
 //!     .await?;
@@ -20,45 +20,51 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Inside: `topology.rs` finds (never creates) the NATS objects, `pull.rs`
-//! fetches by free threads, `dispatch.rs` takes one message from receipt to
-//! report, `start.rs` asks to start, `run.rs` runs a handler, `output.rs`
-//! cleans and bounds what it printed, `finish.rs` reports, `heartbeat.rs`
-//! and `cancel.rs` talk to the scheduler, `fence.rs` stops every run when
-//! heartbeats fail for the lease, `clock.rs` estimates the clock offset,
-//! `shutdown.rs` drains.
+//! Inside, each module imports only those below it:
+//!
+//! - `builder.rs` checks the settings and handlers and returns a [`Worker`];
+//!   `worker.rs` starts it (finds the NATS objects, registers, starts the
+//!   services) and `shutdown.rs` holds the running worker's handle and
+//!   drains it.
+//! - `services/`: the supervised background services. `pull.rs` fetches by
+//!   free threads, `heartbeat.rs` registers the worker and renews its lease,
+//!   `fence.rs` stops every run when heartbeats fail for the lease,
+//!   `cancel.rs` answers cancel requests.
+//! - `firing/`: one firing, from delivery to report. `message.rs` reads it,
+//!   `dispatch.rs` takes it from receipt to report, `start.rs` asks to start
+//!   it, `context.rs` is what the handler sees, `run.rs` runs the handler,
+//!   `finish.rs` reports how it ended.
+//! - What those share, each passed to whoever needs it: `slots.rs` (the
+//!   threads), `running.rs` (the runs, by firing id), `status.rs` (for
+//!   `/readyz`), `metrics.rs`, `clock.rs` (the clock offset estimate).
+//! - `handler.rs` (the `Handler` trait) and `handlers/` (the built-in ones),
+//!   `output.rs` (cleans and bounds what a run printed), `topology.rs` (finds,
+//!   never creates, the NATS objects), `admin.rs`, `cli.rs`, `config.rs`.
 
 pub mod admin;
 mod builder;
-mod cancel;
 pub mod cli;
 pub mod clock;
 pub mod config;
-mod context;
-mod dispatch;
 mod error;
-mod fence;
-mod finish;
+pub mod firing;
 mod handler;
 pub mod handlers;
-mod heartbeat;
-pub mod message;
 pub mod metrics;
 pub mod output;
-mod pull;
-mod run;
 mod running;
+mod services;
 mod shutdown;
 mod slots;
-mod start;
 mod status;
 mod topology;
 mod worker;
 
 pub use builder::WorkerBuilder;
 pub use config::WorkerConfig;
-pub use context::FiringContext;
 pub use error::WorkerError;
+pub use firing::context::FiringContext;
+pub use firing::message::FiringDetails;
 pub use handler::{FnHandler, Handler, HandlerError, HandlerResult};
 pub use metrics::Metrics;
 pub use shutdown::{ShutdownReport, WorkerHandle, SHUTDOWN_REASON};

@@ -5,14 +5,14 @@
 //! the rest (`cancelled`, "worker shutting down") → flush finished events
 //! within the flush grace → stop heartbeats and delete the heartbeat key.
 
-use crate::finish::Reporter;
-use crate::heartbeat::Heartbeat;
+use crate::config::WorkerConfig;
+use crate::firing::finish::Reporter;
 use crate::metrics::Metrics;
+use crate::running::Running;
+use crate::services::heartbeat::Heartbeat;
 use crate::slots::Slots;
 use crate::status::WorkerStatus;
-use crate::worker::Shared;
-use chime_common::supervisor::Supervisor;
-use std::sync::Arc;
+use chime_common::supervisor::{Supervisor, SupervisorConfig};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -30,51 +30,63 @@ pub struct ShutdownReport {
     pub unsent_events: usize,
 }
 
-/// A started worker. Call [`WorkerHandle::shutdown`] to stop it gracefully;
-/// dropping the handle leaves the worker running in the background.
-pub struct WorkerHandle {
-    shared: Arc<Shared>,
-    slots: Slots,
-    heartbeat: Heartbeat,
-    firings: TaskTracker,
-    stop_fetching: CancellationToken,
-    stop_background: CancellationToken,
-    fetching: Supervisor,
-    background: Supervisor,
+/// Services stopped together: their supervisor and the token that stops them.
+pub(crate) struct Stage {
+    pub(crate) supervisor: Supervisor,
+    pub(crate) stop: CancellationToken,
 }
 
-impl WorkerHandle {
-    #[allow(clippy::too_many_arguments)]
+impl Stage {
+    /// A stage whose services are restarted by `config` and counted by `on_restart`.
     pub(crate) fn new(
-        shared: Arc<Shared>,
-        slots: Slots,
-        heartbeat: Heartbeat,
-        firings: TaskTracker,
-        stop_fetching: CancellationToken,
-        stop_background: CancellationToken,
-        fetching: Supervisor,
-        background: Supervisor,
+        config: SupervisorConfig,
+        on_restart: impl Fn(&str) + Send + Sync + 'static,
     ) -> Self {
-        WorkerHandle {
-            shared,
-            slots,
-            heartbeat,
-            firings,
-            stop_fetching,
-            stop_background,
-            fetching,
-            background,
+        let stop = CancellationToken::new();
+        Stage {
+            supervisor: Supervisor::new(config, stop.clone(), on_restart),
+            stop,
         }
     }
 
+    /// Stops its services and waits until they have stopped.
+    async fn end(&self) {
+        self.stop.cancel();
+        self.supervisor.wait().await;
+    }
+}
+
+/// A started worker. Call [`WorkerHandle::shutdown`] to stop it gracefully;
+/// dropping the handle leaves the worker running in the background.
+pub struct WorkerHandle {
+    pub(crate) config: WorkerConfig,
+    pub(crate) metrics: Metrics,
+    pub(crate) status: WorkerStatus,
+    pub(crate) slots: Slots,
+    /// The runs, cancelled when the drain grace ends.
+    pub(crate) running: Running,
+    /// The firings' tasks, waited for within the drain grace.
+    pub(crate) firings: TaskTracker,
+    /// Finished events still to publish, flushed within the flush grace.
+    pub(crate) reporter: Reporter,
+    /// Its key is deleted last.
+    pub(crate) heartbeat: Heartbeat,
+    /// The fetch loop: stopped first.
+    pub(crate) fetching: Stage,
+    /// The heartbeat, the fence and the cancel listener: stopped once the
+    /// runs have ended, so they keep the lease and honour cancels meanwhile.
+    pub(crate) background: Stage,
+}
+
+impl WorkerHandle {
     /// The worker id.
     pub fn id(&self) -> &str {
-        &self.shared.config.worker_id
+        &self.config.worker_id
     }
 
     /// The group it serves.
     pub fn group(&self) -> &str {
-        &self.shared.config.group
+        &self.config.group
     }
 
     /// Firings held now (being started or running).
@@ -84,24 +96,23 @@ impl WorkerHandle {
 
     /// Its metrics.
     pub fn metrics(&self) -> &Metrics {
-        &self.shared.metrics
+        &self.metrics
     }
 
     /// Its state, for `/readyz`: fenced, draining.
     pub fn status(&self) -> WorkerStatus {
-        self.shared.status.clone()
+        self.status.clone()
     }
 
     /// Stops gracefully (see the module docs) and returns what happened.
     pub async fn shutdown(self) -> ShutdownReport {
-        let config = &self.shared.config;
+        let config = &self.config;
         tracing::info!(
             in_flight = self.slots.in_flight(),
             "worker shutting down: no more fetches"
         );
-        self.shared.status.set_draining();
-        self.stop_fetching.cancel();
-        self.fetching.wait().await;
+        self.status.set_draining();
+        self.fetching.end().await;
 
         self.firings.close();
         let drained = tokio::time::timeout(config.drain_grace, self.firings.wait())
@@ -109,16 +120,14 @@ impl WorkerHandle {
             .is_ok();
         let mut cancelled = 0;
         if !drained {
-            cancelled = self.shared.running.cancel_all(SHUTDOWN_REASON);
+            cancelled = self.running.cancel_all(SHUTDOWN_REASON);
             tracing::warn!(cancelled, grace = ?config.drain_grace, "drain grace over; cancelling the remaining runs");
             self.firings.wait().await;
         }
 
-        let reporter: &Reporter = &self.shared.reporter;
-        let unsent_events = reporter.flush(config.flush_grace).await;
+        let unsent_events = self.reporter.flush(config.flush_grace).await;
 
-        self.stop_background.cancel();
-        self.background.wait().await;
+        self.background.end().await;
         self.heartbeat.remove().await;
         let report = ShutdownReport {
             drained,

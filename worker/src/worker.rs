@@ -4,30 +4,28 @@
 //! if it panics or stops early. A worker never creates NATS objects; see
 //! `topology.rs`.
 
-use crate::builder::WorkerBuilder;
-use crate::cancel;
-use crate::clock::ClockOffset;
+use crate::clock::ServerClock;
 use crate::config::WorkerConfig;
 use crate::error::WorkerError;
-use crate::fence::Fence;
-use crate::finish::Reporter;
+use crate::firing::dispatch::Dispatcher;
+use crate::firing::finish::Reporter;
+use crate::firing::start::Starter;
 use crate::handler::Handlers;
-use crate::heartbeat::Heartbeat;
 use crate::metrics::Metrics;
-use crate::pull::Puller;
 use crate::running::Running;
-use crate::shutdown::WorkerHandle;
+use crate::services::cancel::CancelListener;
+use crate::services::fence::Fence;
+use crate::services::heartbeat::Heartbeat;
+use crate::services::pull::{Feeds, Puller, Source};
+use crate::shutdown::{Stage, WorkerHandle};
 use crate::slots::Slots;
 use crate::status::WorkerStatus;
-use crate::topology::{awaited, find_bucket, find_fire_consumer, find_stream, wait_for};
+use crate::topology::{awaited, find_bucket, find_stream, wait_for};
 use async_nats::jetstream;
-use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::Client;
-use chime_common::supervisor::Supervisor;
 use chime_common::{Band, Subjects};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// What a service's first run uses; later runs make their own.
@@ -35,21 +33,8 @@ fn take<T>(first: &Mutex<Option<T>>) -> Option<T> {
     first.lock().unwrap_or_else(|p| p.into_inner()).take()
 }
 
-/// What every firing task shares.
-pub(crate) struct Shared {
-    pub(crate) config: WorkerConfig,
-    pub(crate) client: Client,
-    pub(crate) subjects: Subjects,
-    pub(crate) handlers: Handlers,
-    pub(crate) metrics: Metrics,
-    pub(crate) running: Running,
-    pub(crate) reporter: Reporter,
-    pub(crate) status: WorkerStatus,
-    /// Estimates the clock offset from fetched firings' timestamps.
-    pub(crate) clock: Mutex<ClockOffset>,
-}
-
-/// A worker, configured and not yet started. Build one with [`Worker::builder`].
+/// A worker, configured and not yet started. Build one with
+/// [`Worker::builder`] (see `builder.rs`).
 pub struct Worker {
     pub(crate) config: WorkerConfig,
     pub(crate) client: Client,
@@ -60,11 +45,6 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// A builder with the defaults of [`WorkerConfig`].
-    pub fn builder() -> WorkerBuilder {
-        WorkerBuilder::default()
-    }
-
     /// The worker id (`<hostname>-<8 random hex>` unless set).
     pub fn id(&self) -> &str {
         &self.config.worker_id
@@ -139,30 +119,20 @@ impl Worker {
             status.clone(),
             metrics.clone(),
         );
-        let stop_fetching = CancellationToken::new();
-        let stop_background = CancellationToken::new();
-        // Stops the heartbeat and the fence if this future is dropped before it returns.
-        let abandoned = stop_background.clone().drop_guard();
         let restarts = metrics.service_restarts.clone();
         let on_restart = move |service: &str| restarts.with_label_values(&[service]).inc();
-        // Two supervisors, because shutdown stops fetching first and the
-        // rest only after the runs have drained.
-        let fetching = Supervisor::new(
-            config.supervisor.clone(),
-            stop_fetching.clone(),
-            on_restart.clone(),
-        );
-        let background = Supervisor::new(
-            config.supervisor.clone(),
-            stop_background.clone(),
-            on_restart,
-        );
-        status.watch(fetching.health());
-        status.watch(background.health());
+        // Two stages, because shutdown stops fetching first and the rest
+        // only after the runs have drained.
+        let fetching = Stage::new(config.supervisor.clone(), on_restart.clone());
+        let background = Stage::new(config.supervisor.clone(), on_restart);
+        // Stops the heartbeat and the fence if this future is dropped before it returns.
+        let abandoned = background.stop.clone().drop_guard();
+        status.watch(fetching.supervisor.health());
+        status.watch(background.supervisor.health());
         {
             let (heartbeat, fence, stop) =
-                (heartbeat.clone(), fence.clone(), stop_background.clone());
-            background.spawn("heartbeat", move || {
+                (heartbeat.clone(), fence.clone(), background.stop.clone());
+            background.supervisor.spawn("heartbeat", move || {
                 let run = heartbeat.clone().run(fence.clone(), stop.clone());
                 async move {
                     run.await;
@@ -171,8 +141,8 @@ impl Worker {
             });
         }
         {
-            let (fence, stop) = (fence.clone(), stop_background.clone());
-            background.spawn("fence", move || {
+            let (fence, stop) = (fence.clone(), background.stop.clone());
+            background.supervisor.spawn("fence", move || {
                 let run = fence.clone().run(stop.clone());
                 async move {
                     run.await;
@@ -187,11 +157,16 @@ impl Worker {
             })
             .await;
         }
-        let group = config.group.as_str();
+        let source = Source::new(
+            client.clone(),
+            jetstream.clone(),
+            subjects.clone(),
+            config.group.clone(),
+        );
         let consumer = async |band| {
-            let name = subjects.fire_consumer(group, band);
+            let name = subjects.fire_consumer(&config.group, band);
             wait_for(&status, &awaited("consumer", &name), || {
-                find_fire_consumer(&jetstream, &subjects, group, band)
+                source.consumer(band)
             })
             .await
         };
@@ -201,8 +176,8 @@ impl Worker {
             consumer(Band::Low).await,
         ];
 
-        let doorbell = client
-            .subscribe(subjects.ready(&config.group))
+        let doorbell = source
+            .doorbell()
             .await
             .map_err(|e| WorkerError::nats("subscribe to the doorbell")(e.into()))?;
         let cancels = client
@@ -214,119 +189,70 @@ impl Worker {
             .await
             .map_err(|e| WorkerError::nats("flush subscriptions")(e.into()))?;
 
+        let handler_names: Vec<String> = handlers.names().into_iter().map(String::from).collect();
         let reporter = Reporter::new(jetstream.clone(), subjects.finished(), metrics.clone());
-        let shared = Arc::new(Shared {
-            config,
-            client: client.clone(),
-            subjects,
+        let starter = Starter::new(
+            client.clone(),
+            subjects.worker_start(),
+            config.worker_id.clone(),
+            config.group.clone(),
+            config.start_timeout,
+        );
+        let dispatcher = Dispatcher::new(
+            &config,
+            starter,
             handlers,
-            metrics,
-            running: running.clone(),
-            reporter,
-            status: status.clone(),
-            clock: Mutex::new(ClockOffset::default()),
-        });
-
+            running.clone(),
+            reporter.clone(),
+            metrics.clone(),
+        );
         let firings = TaskTracker::new();
+        let puller = Puller {
+            source,
+            dispatcher: Arc::new(dispatcher),
+            slots: slots.clone(),
+            fence,
+            firings: firings.clone(),
+            clock: ServerClock::new(metrics.clock_offset.clone()),
+            fetch_errors: metrics.fetch_errors.clone(),
+            poll_interval: config.poll_interval,
+            fetch_expiry: config.fetch_expiry,
+        };
         // The first runs use what start-up made; a restarted one makes its own.
-        let first_puller = Arc::new(Mutex::new(Some(Puller::new(
-            shared.clone(),
-            jetstream.clone(),
+        let first_feeds = Mutex::new(Some(Feeds {
             consumers,
             doorbell,
-            slots.clone(),
-            fence.clone(),
-            firings.clone(),
-        ))));
-        {
-            let (shared, slots, firings, stop) = (
-                shared.clone(),
-                slots.clone(),
-                firings.clone(),
-                stop_fetching.clone(),
-            );
-            fetching.spawn("fetch", move || {
-                let first = take(&first_puller);
-                let (shared, jetstream, slots, fence, firings, stop) = (
-                    shared.clone(),
-                    jetstream.clone(),
-                    slots.clone(),
-                    fence.clone(),
-                    firings.clone(),
-                    stop.clone(),
-                );
-                async move {
-                    let puller = match first {
-                        Some(puller) => puller,
-                        None => {
-                            let group = shared.config.group.as_str();
-                            let subjects = &shared.subjects;
-                            let mut consumers = Vec::new();
-                            for band in Band::ALL {
-                                consumers.push(
-                                    find_fire_consumer(&jetstream, subjects, group, band).await?,
-                                );
-                            }
-                            let consumers: [PullConsumer; 3] = consumers
-                                .try_into()
-                                .map_err(|_| "three bands, three consumers".to_string())?;
-                            let doorbell = shared
-                                .client
-                                .subscribe(subjects.ready(group))
-                                .await
-                                .map_err(|e| format!("subscribing to the doorbell: {e}"))?;
-                            Puller::new(
-                                shared.clone(),
-                                jetstream,
-                                consumers,
-                                doorbell,
-                                slots,
-                                fence,
-                                firings,
-                            )
-                        }
-                    };
-                    puller.run(stop).await;
-                    Ok::<(), String>(())
-                }
-            });
-        }
-        {
-            let first_cancels = Arc::new(Mutex::new(Some(cancels)));
-            let subject = shared.subjects.cancel(&shared.config.worker_id);
-            let stop = stop_background.clone();
-            background.spawn("cancel_listener", move || {
-                let first = take(&first_cancels);
-                let (client, subject, running, stop) = (
-                    client.clone(),
-                    subject.clone(),
-                    running.clone(),
-                    stop.clone(),
-                );
-                async move {
-                    let requests = match first {
-                        Some(requests) => requests,
-                        None => client.subscribe(subject).await?,
-                    };
-                    cancel::listen(client, requests, running, stop).await;
-                    Ok::<(), async_nats::SubscribeError>(())
-                }
-            });
-        }
-        fetching.close();
-        background.close();
+        }));
+        let stop = fetching.stop.clone();
+        fetching.supervisor.spawn("fetch", move || {
+            puller.clone().run(take(&first_feeds), stop.clone())
+        });
+        let listener = CancelListener {
+            client,
+            subject: subjects.cancel(&config.worker_id),
+            running: running.clone(),
+        };
+        let first_cancels = Mutex::new(Some(cancels));
+        let stop = background.stop.clone();
+        background.supervisor.spawn("cancel_listener", move || {
+            listener.clone().run(take(&first_cancels), stop.clone())
+        });
+        fetching.supervisor.close();
+        background.supervisor.close();
         abandoned.disarm();
         status.set_started();
-        tracing::debug!(worker_id = %shared.config.worker_id, handlers = ?shared.handlers.names(), ?lease, "worker started");
-        Ok(WorkerHandle::new(
-            shared,
+        tracing::debug!(worker_id = %config.worker_id, handlers = ?handler_names, ?lease, "worker started");
+        Ok(WorkerHandle {
+            config,
+            metrics,
+            status,
             slots,
-            heartbeat,
+            running,
             firings,
-            stop_fetching,
-            stop_background,
+            reporter,
+            heartbeat,
             fetching,
             background,
-        ))
+        })
     }
 }

@@ -7,7 +7,7 @@
 //! the time of day is found with three bit scans. A typical next-firing query
 //! touches one or two months.
 
-use super::cron::{CronExpr, DayCombine, Years};
+use super::masks::{CronExpr, DayCombine, Years, LAST_YEAR};
 use chrono::{Datelike, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta, Timelike};
 
 /// How many years past the starting point a search may look before deciding
@@ -64,7 +64,7 @@ impl CronExpr {
         let (mut y, mut m, mut d) = (from.year(), from.month(), from.day());
         let last_year = match self.years {
             Years::Any => last_year,
-            Years::In(_) => last_year.min(super::cron::LAST_YEAR),
+            Years::In(_) => last_year.min(LAST_YEAR),
         };
         loop {
             if y > last_year {

@@ -7,6 +7,8 @@
 //! can compile one for every due job of every time slice.
 //!
 //! - `spec.rs`: the JSON object and its validation, with field paths.
+//! - `masks.rs`: a compiled cron expression, the bit masks the next three
+//!   files share.
 //! - `cron.rs`: cron text to bit masks: dialects, syntax, error messages, and
 //!   why the engine is our own rather than croner's.
 //! - `calendar.rs`: the next matching local date and time.
@@ -16,6 +18,7 @@
 mod calendar;
 mod cron;
 mod every;
+mod masks;
 mod spec;
 mod zone;
 
@@ -29,8 +32,8 @@ pub use spec::ScheduleSpec;
 use crate::error::FieldError;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use cron::CronExpr;
 use every::FixedRate;
+use masks::CronExpr;
 
 /// A compiled schedule: answers "when next?" without allocating.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

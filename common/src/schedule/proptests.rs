@@ -419,7 +419,7 @@ fn check(c: &Case) -> Result<(), TestCaseError> {
     if got.len() < 10 {
         // Exhausted: only a year field can do that within the window.
         prop_assert!(
-            matches!(expr.years, super::cron::Years::In(_)),
+            matches!(expr.years, super::masks::Years::In(_)),
             "{:?} stopped after {:?}",
             c.expr,
             got

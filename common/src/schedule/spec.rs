@@ -6,8 +6,8 @@
 //! durable submission path and `chimectl preview` all refuse the same inputs
 //! with the same messages.
 
-use super::cron::CronExpr;
 use super::every::{check_count, check_every, check_window};
+use super::masks::CronExpr;
 use crate::bounds::check_time;
 use crate::duration::{format_duration, format_time, json_kind, parse_duration, parse_time};
 use crate::error::FieldError;

@@ -21,7 +21,7 @@
 //! earlier of the two answers wins.
 
 use super::calendar::SEARCH_YEARS;
-use super::cron::CronExpr;
+use super::masks::CronExpr;
 use chrono::{DateTime, Datelike, LocalResult, NaiveDateTime, Offset, TimeDelta, TimeZone, Utc};
 use chrono_tz::{GapInfo, Tz};
 

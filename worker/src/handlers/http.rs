@@ -13,7 +13,7 @@
 //! redirect to another host is not followed (the job's headers go only
 //! where the job said).
 
-use crate::context::FiringContext;
+use crate::firing::context::FiringContext;
 use crate::handler::{Handler, HandlerError, HandlerResult};
 use crate::output::TailBuffer;
 use async_trait::async_trait;
@@ -181,7 +181,7 @@ fn bad(reason: impl std::fmt::Display) -> HandlerError {
 }
 
 fn prepare(ctx: &FiringContext) -> Result<Prepared, HandlerError> {
-    let payload: HttpPayload = serde_json::from_value(ctx.payload.clone()).map_err(bad)?;
+    let payload: HttpPayload = serde_json::from_value(ctx.firing.payload.clone()).map_err(bad)?;
     let url = Url::parse(&payload.url)
         .map_err(|e| bad(format!("url {:?} is invalid ({e})", payload.url)))?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -203,10 +203,10 @@ fn prepare(ctx: &FiringContext) -> Result<Prepared, HandlerError> {
         headers.insert(header_name, header_value);
     }
     let chime = [
-        ("chime-firing-id", ctx.firing_id.to_string()),
-        ("chime-job-id", ctx.job_id.clone()),
-        ("chime-scheduled-at", format_time(ctx.scheduled_at)),
-        ("chime-attempt", ctx.attempt.to_string()),
+        ("chime-firing-id", ctx.firing.firing_id.to_string()),
+        ("chime-job-id", ctx.firing.job_id.clone()),
+        ("chime-scheduled-at", format_time(ctx.firing.scheduled_at)),
+        ("chime-attempt", ctx.firing.attempt.to_string()),
     ];
     for (name, value) in chime {
         if let Ok(value) = HeaderValue::from_str(&value) {
@@ -323,6 +323,7 @@ fn describe(error: &reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::firing::message::FiringDetails;
     use chime_common::FiringId;
     use serde_json::json;
     use tokio_util::sync::CancellationToken;
@@ -330,15 +331,17 @@ mod tests {
     fn ctx(payload: serde_json::Value) -> FiringContext {
         let now = Utc::now();
         FiringContext {
-            firing_id: FiringId::new("job-1", 1_700_000_000_000, 1),
-            job_id: "job-1".into(),
-            handler: "http".into(),
-            scheduled_at: now,
-            due_at: now,
-            attempt: 1,
-            priority: 5,
+            firing: FiringDetails {
+                firing_id: FiringId::new("job-1", 1_700_000_000_000, 1),
+                job_id: "job-1".into(),
+                handler: "http".into(),
+                scheduled_at: now,
+                due_at: now,
+                attempt: 1,
+                priority: 5,
+                payload,
+            },
             deadline: now + chrono::Duration::seconds(30),
-            payload,
             cancel: CancellationToken::new(),
             max_output_bytes: 1024,
             worker_id: "w".into(),

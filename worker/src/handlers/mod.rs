@@ -7,7 +7,7 @@ pub mod shell;
 pub use http::HttpHandler;
 pub use shell::ShellHandler;
 
-use crate::context::FiringContext;
+use crate::firing::context::FiringContext;
 use crate::handler::{Handler, HandlerError, HandlerResult};
 use async_trait::async_trait;
 

@@ -11,7 +11,7 @@
 //! or cancel, and when the program exits, so nothing it started outlives the run.
 //! Refused unless enabled (`--allow-shell`).
 
-use crate::context::FiringContext;
+use crate::firing::context::FiringContext;
 use crate::handler::{Handler, HandlerError, HandlerResult};
 use crate::output::TailBuffer;
 use async_trait::async_trait;
@@ -157,7 +157,7 @@ impl Handler for ShellHandler {
         if !self.allowed {
             return Err(HandlerError::new(SHELL_DISABLED));
         }
-        let payload = parse_payload(&ctx.payload)?;
+        let payload = parse_payload(&ctx.firing.payload)?;
         let program = &payload.argv[0];
         let mut command = Command::new(program);
         command.env_clear();
@@ -169,10 +169,10 @@ impl Handler for ShellHandler {
         command
             .args(&payload.argv[1..])
             .envs(&payload.env)
-            .env("CHIME_FIRING_ID", ctx.firing_id.to_string())
-            .env("CHIME_JOB_ID", &ctx.job_id)
-            .env("CHIME_SCHEDULED_AT", format_time(ctx.scheduled_at))
-            .env("CHIME_ATTEMPT", ctx.attempt.to_string())
+            .env("CHIME_FIRING_ID", ctx.firing.firing_id.to_string())
+            .env("CHIME_JOB_ID", &ctx.firing.job_id)
+            .env("CHIME_SCHEDULED_AT", format_time(ctx.firing.scheduled_at))
+            .env("CHIME_ATTEMPT", ctx.firing.attempt.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -245,6 +245,7 @@ impl Handler for ShellHandler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::firing::message::FiringDetails;
     use chime_common::FiringId;
     use chrono::Utc;
     use serde_json::json;
@@ -253,15 +254,17 @@ mod tests {
     fn ctx(payload: serde_json::Value) -> FiringContext {
         let now = Utc::now();
         FiringContext {
-            firing_id: FiringId::new("job-1", 1_700_000_000_000, 3),
-            job_id: "job-1".into(),
-            handler: "shell".into(),
-            scheduled_at: now,
-            due_at: now,
-            attempt: 3,
-            priority: 5,
+            firing: FiringDetails {
+                firing_id: FiringId::new("job-1", 1_700_000_000_000, 3),
+                job_id: "job-1".into(),
+                handler: "shell".into(),
+                scheduled_at: now,
+                due_at: now,
+                attempt: 3,
+                priority: 5,
+                payload,
+            },
             deadline: now + chrono::Duration::seconds(30),
-            payload,
             cancel: CancellationToken::new(),
             max_output_bytes: 64 * 1024,
             worker_id: "w".into(),

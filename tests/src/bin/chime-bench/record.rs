@@ -78,9 +78,9 @@ impl Recorder {
 
     /// Called first thing in the handler.
     pub fn record(&self, ctx: &FiringContext, now: DateTime<Utc>) {
-        let scheduled_ms = ctx.scheduled_at.timestamp_millis();
+        let scheduled_ms = ctx.firing.scheduled_at.timestamp_millis();
         let now_ms = now.timestamp_millis();
-        let late_us = (now - ctx.scheduled_at)
+        let late_us = (now - ctx.firing.scheduled_at)
             .num_microseconds()
             .unwrap_or(i64::MAX)
             .max(1) as u64;
@@ -90,10 +90,10 @@ impl Recorder {
             if scheduled_ms < w.start_ms || scheduled_ms >= w.end_ms {
                 continue;
             }
-            if !w.seen.insert(ctx.firing_id.to_string()) {
+            if !w.seen.insert(ctx.firing.firing_id.to_string()) {
                 w.duplicates += 1;
             }
-            if ctx.attempt == 1 {
+            if ctx.firing.attempt == 1 {
                 w.started += 1;
                 w.lateness.saturating_record(late_us);
                 let second = (scheduled_ms - w.start_ms) / 1000;

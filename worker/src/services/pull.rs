@@ -16,19 +16,22 @@
 //! - While the worker is fenced (`fence.rs`) it fetches nothing.
 //! - Each fetched message's JetStream timestamp feeds the clock offset
 //!   estimate (`clock.rs`).
+//! - A restarted loop opens its own consumers and doorbell subscription.
 
-use crate::dispatch::dispatch;
-use crate::fence::Fence;
+use crate::clock::ServerClock;
+use crate::firing::dispatch::Dispatcher;
+use crate::services::fence::Fence;
 use crate::slots::Slots;
 use crate::topology::find_fire_consumer;
-use crate::worker::Shared;
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::{self, AckKind};
-use async_nats::Subscriber;
+use async_nats::{Client, Subscriber};
 use chime_common::protocol::doorbell_bands;
-use chime_common::Band;
+use chime_common::{Band, Subjects};
 use futures::{FutureExt, StreamExt};
+use prometheus::IntCounter;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -47,72 +50,153 @@ impl Round {
     }
 }
 
-/// The fetch loop of one worker.
-pub(crate) struct Puller {
-    shared: Arc<Shared>,
+/// Where a group's firings come from: one consumer per band, and the
+/// doorbell that says which bands got firings.
+#[derive(Clone)]
+pub(crate) struct Source {
+    client: Client,
     jetstream: jetstream::Context,
+    subjects: Subjects,
+    group: String,
+}
+
+/// The consumers and the doorbell subscription one fetch loop reads.
+pub(crate) struct Feeds {
+    /// In [`Band::ALL`] order.
+    pub(crate) consumers: [PullConsumer; 3],
+    pub(crate) doorbell: Subscriber,
+}
+
+impl Source {
+    pub(crate) fn new(
+        client: Client,
+        jetstream: jetstream::Context,
+        subjects: Subjects,
+        group: String,
+    ) -> Self {
+        Source {
+            client,
+            jetstream,
+            subjects,
+            group,
+        }
+    }
+
+    /// The firing consumer of `band`.
+    pub(crate) async fn consumer(&self, band: Band) -> Result<PullConsumer, String> {
+        find_fire_consumer(&self.jetstream, &self.subjects, &self.group, band).await
+    }
+
+    /// Subscribes to the group's doorbell.
+    pub(crate) async fn doorbell(&self) -> Result<Subscriber, async_nats::SubscribeError> {
+        self.client
+            .subscribe(self.subjects.ready(&self.group))
+            .await
+    }
+
+    /// Every band's consumer and a new doorbell subscription.
+    async fn open(&self) -> Result<Feeds, String> {
+        let mut consumers = Vec::new();
+        for band in Band::ALL {
+            consumers.push(self.consumer(band).await?);
+        }
+        let consumers: [PullConsumer; 3] = consumers
+            .try_into()
+            .map_err(|_| "three bands, three consumers".to_string())?;
+        let doorbell = self
+            .doorbell()
+            .await
+            .map_err(|e| format!("subscribing to the doorbell: {e}"))?;
+        Ok(Feeds {
+            consumers,
+            doorbell,
+        })
+    }
+}
+
+/// The fetch loop of one worker, as started (and restarted) by its supervisor.
+#[derive(Clone)]
+pub(crate) struct Puller {
+    pub(crate) source: Source,
+    /// Takes each fetched message from receipt to report.
+    pub(crate) dispatcher: Arc<Dispatcher>,
+    pub(crate) slots: Slots,
+    pub(crate) fence: Fence,
+    /// The firings' tasks; shutdown waits for them.
+    pub(crate) firings: TaskTracker,
+    pub(crate) clock: ServerClock,
+    pub(crate) fetch_errors: IntCounter,
+    /// See [`WorkerConfig::poll_interval`](crate::WorkerConfig::poll_interval).
+    pub(crate) poll_interval: Duration,
+    /// See [`WorkerConfig::fetch_expiry`](crate::WorkerConfig::fetch_expiry).
+    pub(crate) fetch_expiry: Duration,
+}
+
+impl Puller {
+    /// Fetches and dispatches until `stop`, reading `feeds` (start-up's) or,
+    /// when `None` (a restart), feeds it opens itself. Messages already
+    /// fetched are dispatched before it returns; nothing is left held and
+    /// unstarted.
+    pub(crate) async fn run(
+        self,
+        feeds: Option<Feeds>,
+        stop: CancellationToken,
+    ) -> Result<(), String> {
+        let feeds = match feeds {
+            Some(feeds) => feeds,
+            None => self.source.open().await?,
+        };
+        let pulling = Pulling {
+            puller: self,
+            consumers: feeds.consumers.map(Some),
+            maybe_work: [true; 3],
+            doorbell: Some(feeds.doorbell),
+        };
+        pulling.run(stop).await;
+        Ok(())
+    }
+}
+
+/// One run of the fetch loop and what it learned.
+struct Pulling {
+    puller: Puller,
     /// One consumer per band, in [`Band::ALL`] order; `None` after a failure, looked up again next round.
     consumers: [Option<PullConsumer>; 3],
     /// Whether a band may hold messages (see the module docs).
     maybe_work: [bool; 3],
     doorbell: Option<Subscriber>,
-    slots: Slots,
-    fence: Fence,
-    firings: TaskTracker,
 }
 
-impl Puller {
-    pub(crate) fn new(
-        shared: Arc<Shared>,
-        jetstream: jetstream::Context,
-        consumers: [PullConsumer; 3],
-        doorbell: Subscriber,
-        slots: Slots,
-        fence: Fence,
-        firings: TaskTracker,
-    ) -> Self {
-        Puller {
-            shared,
-            jetstream,
-            consumers: consumers.map(Some),
-            maybe_work: [true; 3],
-            doorbell: Some(doorbell),
-            slots,
-            fence,
-            firings,
-        }
-    }
-
-    /// Fetches and dispatches until `stop`. Messages already fetched are
-    /// dispatched before it returns; nothing is left held and unstarted.
-    pub(crate) async fn run(mut self, stop: CancellationToken) {
-        let mut poll = tokio::time::interval(self.shared.config.poll_interval);
+impl Pulling {
+    async fn run(mut self, stop: CancellationToken) {
+        let mut poll = tokio::time::interval(self.puller.poll_interval);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         poll.tick().await;
         loop {
             if stop.is_cancelled() {
                 break;
             }
-            if self.fence.is_fenced() {
+            let fence = &self.puller.fence;
+            if fence.is_fenced() {
                 tokio::select! {
                     _ = stop.cancelled() => break,
-                    _ = self.fence.lifted() => self.maybe_work = [true; 3],
+                    _ = fence.lifted() => self.maybe_work = [true; 3],
                 }
                 continue;
             }
             self.take_doorbells();
             let round = self.run_once().await;
+            let slots = &self.puller.slots;
             if round.errors > 0 {
                 // Back off until the next poll tick (or a doorbell).
                 tracing::debug!(?round, "fetch round had errors");
-            } else if round.total() > 0 && self.slots.free() > 0 && self.maybe_work.contains(&true)
-            {
+            } else if round.total() > 0 && slots.free() > 0 && self.maybe_work.contains(&true) {
                 continue;
             }
-            let all_busy = self.slots.free() == 0;
+            let all_busy = slots.free() == 0;
             tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = self.slots.freed(), if all_busy => {}
+                _ = slots.freed(), if all_busy => {}
                 _ = poll.tick() => self.maybe_work = [true; 3],
                 rung = next_doorbell(&mut self.doorbell) => match rung {
                     Some(bands) => self.rung(&bands),
@@ -153,10 +237,10 @@ impl Puller {
     }
 
     /// One round: fetch up to the free threads, high band first, and dispatch.
-    pub(crate) async fn run_once(&mut self) -> Round {
+    async fn run_once(&mut self) -> Round {
         let mut round = Round::default();
         for (i, band) in Band::ALL.into_iter().enumerate() {
-            let free = self.slots.free();
+            let free = self.puller.slots.free();
             if free == 0 {
                 break;
             }
@@ -165,20 +249,13 @@ impl Puller {
             }
             let consumer = match &self.consumers[i] {
                 Some(consumer) => consumer.clone(),
-                None => match find_fire_consumer(
-                    &self.jetstream,
-                    &self.shared.subjects,
-                    &self.shared.config.group,
-                    band,
-                )
-                .await
-                {
+                None => match self.puller.source.consumer(band).await {
                     Ok(consumer) => {
                         self.consumers[i] = Some(consumer.clone());
                         consumer
                     }
                     Err(error) => {
-                        self.shared.metrics.fetch_errors.inc();
+                        self.puller.fetch_errors.inc();
                         round.errors += 1;
                         tracing::warn!(%band, %error, "cannot open the firing consumer");
                         continue;
@@ -192,7 +269,7 @@ impl Puller {
                     }
                 }
                 Err(error) => {
-                    self.shared.metrics.fetch_errors.inc();
+                    self.puller.fetch_errors.inc();
                     round.errors += 1;
                     self.consumers[i] = None;
                     tracing::warn!(%band, %error, "fetching firings failed");
@@ -209,10 +286,11 @@ impl Puller {
         max: usize,
         fetched: &mut usize,
     ) -> Result<(), String> {
+        let puller = &self.puller;
         let mut batch = consumer
             .fetch()
             .max_messages(max)
-            .expires(self.shared.config.fetch_expiry)
+            .expires(puller.fetch_expiry)
             .messages()
             .await
             .map_err(|e| e.to_string())?;
@@ -221,11 +299,12 @@ impl Puller {
         while let Some(item) = batch.next().await {
             let message = item.map_err(|e| e.to_string())?;
             *fetched += 1;
-            self.sample_clock(&message);
-            match self.slots.try_take() {
+            puller.clock.sample(&message);
+            match puller.slots.try_take() {
                 Some(slot) => {
-                    self.firings
-                        .spawn(dispatch(self.shared.clone(), message, slot));
+                    puller
+                        .firings
+                        .spawn(puller.dispatcher.clone().dispatch(message, slot));
                 }
                 None => {
                     // Only this loop takes slots, so this cannot happen; never hold it unstarted.
@@ -235,29 +314,6 @@ impl Puller {
             }
         }
         Ok(())
-    }
-}
-
-impl Puller {
-    /// Feeds the clock offset estimate with `message`'s server timestamp.
-    fn sample_clock(&self, message: &jetstream::Message) {
-        let Ok(info) = message.info() else {
-            return;
-        };
-        let received = chrono::Utc::now().timestamp_nanos_opt();
-        let Some(received) = received else {
-            return;
-        };
-        let now = std::time::Instant::now();
-        let mut clock = self
-            .shared
-            .clock
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        clock.observe(now, info.published.unix_timestamp_nanos(), received.into());
-        if let Some(offset) = clock.estimate(now) {
-            self.shared.metrics.clock_offset.set(offset);
-        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! how the scheduler learns that a worker died and re-queues its firings.
 //! Each acknowledged beat renews the worker's [`Fence`] lease.
 
-use crate::fence::Fence;
+use crate::services::fence::Fence;
 use crate::slots::Slots;
 use async_nats::jetstream::kv;
 use chime_common::protocol::WorkerInfo;

@@ -2,6 +2,7 @@
 
 use async_nats::{Client, Request, RequestErrorKind};
 use chime_common::protocol::{StartRefusal, StartReply, StartRequest};
+use chime_common::FiringId;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
@@ -61,8 +62,48 @@ pub(crate) fn refusal_label(refusal: Option<StartRefusal>) -> &'static str {
     }
 }
 
+/// Asks the scheduler to start firings for one worker of one group.
+#[derive(Clone)]
+pub(crate) struct Starter {
+    client: Client,
+    /// `chime.worker.v1.start` under the subject prefix.
+    subject: String,
+    worker_id: String,
+    group: String,
+    /// How long the whole request may take (see [`FIRST_ATTEMPT_SHARE`]).
+    timeout: Duration,
+}
+
+impl Starter {
+    pub(crate) fn new(
+        client: Client,
+        subject: String,
+        worker_id: String,
+        group: String,
+        timeout: Duration,
+    ) -> Self {
+        Starter {
+            client,
+            subject,
+            worker_id,
+            group,
+            timeout,
+        }
+    }
+
+    /// Asks to start `firing_id` here and reads the decision.
+    pub(crate) async fn ask(&self, firing_id: &FiringId) -> StartDecision {
+        let request = StartRequest {
+            firing_id: firing_id.clone(),
+            worker_id: self.worker_id.clone(),
+            group: self.group.clone(),
+        };
+        request_start(&self.client, &self.subject, &request, self.timeout).await
+    }
+}
+
 /// Sends `request` on `subject` and reads the decision.
-pub(crate) async fn request_start(
+async fn request_start(
     client: &Client,
     subject: &str,
     request: &StartRequest,

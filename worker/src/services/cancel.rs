@@ -6,12 +6,39 @@ use chime_common::protocol::CancelRequest;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+/// The cancel listener of one worker, as started (and restarted) by its supervisor.
+#[derive(Clone)]
+pub(crate) struct CancelListener {
+    pub(crate) client: Client,
+    /// `chime.cancel.<worker id>` under the subject prefix.
+    pub(crate) subject: String,
+    pub(crate) running: Running,
+}
+
+impl CancelListener {
+    /// Answers cancel requests until `stop`, read from `requests`
+    /// (start-up's subscription) or, when `None` (a restart), from a
+    /// subscription it makes itself.
+    pub(crate) async fn run(
+        self,
+        requests: Option<Subscriber>,
+        stop: CancellationToken,
+    ) -> Result<(), async_nats::SubscribeError> {
+        let requests = match requests {
+            Some(requests) => requests,
+            None => self.client.subscribe(self.subject).await?,
+        };
+        listen(self.client, requests, self.running, stop).await;
+        Ok(())
+    }
+}
+
 /// Listens for cancel requests until `stop`.
 ///
 /// A request for a firing that runs here cancels it (outcome `cancelled`,
 /// error = the reason). A request that carries a reply subject is answered
 /// `{"running": true|false}`.
-pub(crate) async fn listen(
+async fn listen(
     client: Client,
     mut requests: Subscriber,
     running: Running,

@@ -7,22 +7,38 @@ use chime_common::FiringId;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
-/// A firing message, checked.
+/// What a firing is: which job and attempt, what to run, when it was due.
+/// Read from the message once and handed to the handler as it is, inside
+/// its [`FiringContext`](crate::FiringContext).
 #[derive(Debug, Clone, PartialEq)]
-pub struct FiringMessage {
+pub struct FiringDetails {
+    /// `<job id>@<scheduled ms>#<attempt>`.
     pub firing_id: FiringId,
     pub job_id: String,
+    /// The handler name the firing asked for.
     pub handler: String,
+    /// The instant the schedule produced.
     pub scheduled_at: DateTime<Utc>,
-    /// `Chime-Due-At`, or the scheduled instant when absent.
+    /// When the firing was due for publishing (`Chime-Due-At`): the
+    /// scheduled instant, or later for a retry.
     pub due_at: DateTime<Utc>,
+    /// 1, 2, …
     pub attempt: u32,
+    /// 0–9.
     pub priority: u8,
+    /// The job's payload (JSON `null` when the message had no body).
+    pub payload: serde_json::Value,
+}
+
+/// A firing message, checked: the firing, and the two headers that only
+/// decide its deadline (the run's own deadline is fixed at start).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FiringMessage {
+    pub firing: FiringDetails,
     /// `Chime-Deadline`: the cut-off if the run starts at once.
     pub deadline: DateTime<Utc>,
     /// `Chime-Timeout-Ms`, if present.
     pub timeout: Option<Duration>,
-    pub payload: serde_json::Value,
 }
 
 /// Why a message is not a firing; such messages are terminated, never run.
@@ -98,16 +114,18 @@ impl FiringMessage {
             serde_json::from_slice(body).map_err(|e| BadMessage::Body(e.to_string()))?
         };
         Ok(FiringMessage {
-            firing_id,
-            job_id,
-            handler,
-            scheduled_at,
-            due_at,
-            attempt,
-            priority,
+            firing: FiringDetails {
+                firing_id,
+                job_id,
+                handler,
+                scheduled_at,
+                due_at,
+                attempt,
+                priority,
+                payload,
+            },
             deadline,
             timeout,
-            payload,
         })
     }
 }
@@ -134,11 +152,12 @@ mod tests {
     #[test]
     fn a_complete_message_parses() {
         let m = FiringMessage::parse(Some(&good()), br#"{"x": 1}"#).unwrap();
+        assert_eq!(m.timeout, Some(Duration::from_secs(3600)));
+        let m = m.firing;
         assert_eq!(m.firing_id, FiringId::new("job-1", 1_774_661_400_000, 2));
         assert_eq!(m.handler, "echo");
         assert_eq!(m.attempt, 2);
         assert_eq!(m.priority, 5);
-        assert_eq!(m.timeout, Some(Duration::from_secs(3600)));
         assert_eq!(m.payload, serde_json::json!({"x": 1}));
         assert!(m.due_at > m.scheduled_at);
     }
@@ -149,9 +168,9 @@ mod tests {
         h.insert(headers::DUE_AT, "");
         h.insert(headers::TIMEOUT_MS, "");
         let m = FiringMessage::parse(Some(&h), b"").unwrap();
-        assert_eq!(m.due_at, m.scheduled_at);
         assert_eq!(m.timeout, None);
-        assert_eq!(m.payload, serde_json::Value::Null);
+        assert_eq!(m.firing.due_at, m.firing.scheduled_at);
+        assert_eq!(m.firing.payload, serde_json::Value::Null);
     }
 
     #[test]

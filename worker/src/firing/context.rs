@@ -1,30 +1,18 @@
 //! What a handler sees of the firing it runs.
 
-use chime_common::FiringId;
+use crate::firing::message::FiringDetails;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-/// One firing, as handed to a [`Handler`](crate::Handler).
+/// One firing, as handed to a [`Handler`](crate::Handler): the firing as
+/// the scheduler published it, and what the worker decided when it started.
 #[derive(Debug, Clone)]
 pub struct FiringContext {
-    /// `<job id>@<scheduled ms>#<attempt>`.
-    pub firing_id: FiringId,
-    pub job_id: String,
-    /// The handler name the firing asked for.
-    pub handler: String,
-    /// The instant the schedule produced.
-    pub scheduled_at: DateTime<Utc>,
-    /// When the firing was due for publishing: the scheduled instant, or later for a retry.
-    pub due_at: DateTime<Utc>,
-    /// 1, 2, …
-    pub attempt: u32,
-    /// 0–9.
-    pub priority: u8,
+    /// Which firing: job, attempt, handler, payload.
+    pub firing: FiringDetails,
     /// When the run is cut off. The worker enforces it: past it the token is
     /// cancelled and, a moment later, the handler's future is dropped.
     pub deadline: DateTime<Utc>,
-    /// The job's payload (JSON `null` when the message had no body).
-    pub payload: serde_json::Value,
     /// Cancelled on timeout, on a cancel request and at the end of a shutdown's
     /// drain grace. Long-running handlers should watch it and stop promptly.
     pub cancel: CancellationToken,

@@ -1,7 +1,7 @@
 //! Running one accepted firing: its handler in its own task, under its
 //! deadline and cancel token, with panics caught and output bounded.
 
-use crate::context::FiringContext;
+use crate::firing::context::FiringContext;
 use crate::handler::{Handler, HandlerResult};
 use crate::running::RunControl;
 use chime_common::duration::format_time;
@@ -60,7 +60,10 @@ pub(crate) async fn run(
     let Some(handler) = handler else {
         return finish(
             Outcome::Failed,
-            Some(format!("no handler named {} on this worker", ctx.handler)),
+            Some(format!(
+                "no handler named {} on this worker",
+                ctx.firing.handler
+            )),
             None,
         );
     };
@@ -157,6 +160,7 @@ fn join_failure(error: JoinError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::firing::message::FiringDetails;
     use crate::handler::{FnHandler, HandlerError};
     use chime_common::FiringId;
     use tokio_util::sync::CancellationToken;
@@ -164,15 +168,17 @@ mod tests {
     fn ctx(deadline_in: Duration) -> FiringContext {
         let now = Utc::now();
         FiringContext {
-            firing_id: FiringId::new("job", 1, 1),
-            job_id: "job".into(),
-            handler: "h".into(),
-            scheduled_at: now,
-            due_at: now,
-            attempt: 1,
-            priority: 5,
+            firing: FiringDetails {
+                firing_id: FiringId::new("job", 1, 1),
+                job_id: "job".into(),
+                handler: "h".into(),
+                scheduled_at: now,
+                due_at: now,
+                attempt: 1,
+                priority: 5,
+                payload: serde_json::Value::Null,
+            },
             deadline: now + chrono::Duration::from_std(deadline_in).unwrap(),
-            payload: serde_json::Value::Null,
             cancel: CancellationToken::new(),
             max_output_bytes: 8,
             worker_id: "w".into(),

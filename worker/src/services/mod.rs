@@ -1,0 +1,9 @@
+//! The worker's background services, each started once and supervised:
+//! `pull.rs` fetches firings as threads free up, `heartbeat.rs` registers
+//! the worker and renews its lease, `fence.rs` stops every run when the
+//! lease runs out, `cancel.rs` answers cancel requests.
+
+pub(crate) mod cancel;
+pub(crate) mod fence;
+pub(crate) mod heartbeat;
+pub(crate) mod pull;
