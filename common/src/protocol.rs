@@ -35,12 +35,38 @@ pub fn doorbell_bands(body: &[u8]) -> Vec<Band> {
     }
 }
 
-/// Sent by a worker on `chime.worker.v1.start` before it runs a firing.
+/// Sent by a worker on `chime.worker.v1.start.<group>.<worker id>` before
+/// it runs a firing.
+///
+/// `handler` and `payload_sha256` say what the worker received; the
+/// scheduler starts the firing only if they match what it staged, so a
+/// message published on `chime.fire.>` by anyone else runs nothing. They are
+/// optional on the wire for workers written before them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StartRequest {
     pub firing_id: FiringId,
     pub worker_id: String,
     pub group: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_sha256: Option<String>,
+}
+
+/// The lower-case hex SHA-256 of a firing message's body, the digest a
+/// worker sends in [`StartRequest::payload_sha256`].
+pub fn payload_sha256(body: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(body)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// The body of a firing message for `payload`, byte for byte: the publisher
+/// sends it and the digest of a staged firing is taken of it.
+pub fn firing_body(payload: &serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec(payload).unwrap_or_else(|_| b"null".to_vec())
 }
 
 /// Why a start was refused; the worker acks the message and does not run it.
@@ -59,6 +85,13 @@ pub enum StartRefusal {
     Queued,
     /// The firing was cancelled (job deleted or replaced).
     Cancelled,
+    /// The firing belongs to another group than the requesting worker's.
+    WrongGroup,
+    /// The request's handler or payload digest differ from what was staged:
+    /// the message was not the scheduler's.
+    NotAsStaged,
+    /// The request's subject names another worker or group than its body.
+    WrongWorker,
 }
 
 /// The scheduler's answer to a [`StartRequest`].

@@ -148,9 +148,42 @@ impl Subjects {
         format!("{}.worker.v1.start", self.prefix)
     }
 
+    /// `chime.worker.v1.start.<group>.<worker id>`: where a worker asks, so
+    /// NATS permissions can let it ask only as itself.
+    pub fn worker_start_as(&self, group: &str, worker_id: &str) -> String {
+        format!("{}.worker.v1.start.{group}.{worker_id}", self.prefix)
+    }
+
+    /// `chime.worker.v1.start.>`: every worker's own start subject.
+    pub fn worker_start_wildcard(&self) -> String {
+        format!("{}.worker.v1.start.>", self.prefix)
+    }
+
+    /// The group and worker id a worker's own subject names
+    /// (`worker_start_as` or `finished_as`); `None` for the v1 subjects and
+    /// for anything else. Worker ids hold no `.`, group names may.
+    pub fn reporter<'a>(&self, subject: &'a str) -> Option<(&'a str, &'a str)> {
+        let rest = subject.strip_prefix(self.prefix.as_str())?;
+        let rest = rest
+            .strip_prefix(".worker.v1.start.")
+            .or_else(|| rest.strip_prefix(".events.finished."))?;
+        let (group, worker_id) = rest.rsplit_once('.')?;
+        (!group.is_empty() && !worker_id.is_empty()).then_some((group, worker_id))
+    }
+
     /// `chime.events.finished`: JetStream, a worker reports a finished firing.
     pub fn finished(&self) -> String {
         format!("{}.events.finished", self.prefix)
+    }
+
+    /// `chime.events.finished.<group>.<worker id>`: a worker's own report subject.
+    pub fn finished_as(&self, group: &str, worker_id: &str) -> String {
+        format!("{}.events.finished.{group}.{worker_id}", self.prefix)
+    }
+
+    /// `chime.events.finished.>`: every worker's own report subject.
+    pub fn finished_wildcard(&self) -> String {
+        format!("{}.events.finished.>", self.prefix)
     }
 
     /// `chime.events.>`: the event stream's subjects.
@@ -252,6 +285,22 @@ mod tests {
     fn default_names_match_the_contract() {
         let s = Subjects::default();
         assert_eq!(s.api("jobs.put"), "chime.api.v1.jobs.put");
+        assert_eq!(
+            s.worker_start_as("a.b", "w-1"),
+            "chime.worker.v1.start.a.b.w-1"
+        );
+        assert_eq!(
+            s.reporter("chime.worker.v1.start.a.b.w-1"),
+            Some(("a.b", "w-1"))
+        );
+        assert_eq!(
+            s.reporter(&s.finished_as("reports", "w-2")),
+            Some(("reports", "w-2"))
+        );
+        assert_eq!(s.reporter("chime.worker.v1.start"), None);
+        assert_eq!(s.reporter("chime.events.finished"), None);
+        assert_eq!(s.reporter("chime.worker.v1.start.w-1"), None);
+        assert_eq!(s.reporter("other.worker.v1.start.a.w"), None);
         assert_eq!(s.fire("reports", Band::High), "chime.fire.reports.high");
         assert_eq!(s.submit_rejected(), "chime.submit.rejected");
         assert_eq!(s.fire_stream(), "CHIME_FIRE");

@@ -336,12 +336,19 @@ impl Topology {
         &self,
         stream: &str,
         name: &str,
-        filter: String,
+        mut filters: Vec<String>,
         ack_wait: Duration,
     ) -> Result<consumer::PullConsumer, TopologyError> {
+        // One filter goes in `filter_subject`, as every consumer made before
+        // several were needed has it; several in `filter_subjects`.
+        let (filter_subject, filter_subjects) = match filters.len() {
+            1 => (filters.remove(0), Vec::new()),
+            _ => (String::new(), filters),
+        };
         let config = consumer::pull::Config {
             durable_name: Some(name.to_string()),
-            filter_subject: filter,
+            filter_subject,
+            filter_subjects,
             ack_policy: consumer::AckPolicy::Explicit,
             ack_wait,
             max_deliver: -1,
@@ -377,6 +384,7 @@ impl Topology {
             ));
         }
         let differs = found.filter_subject != wanted.filter_subject
+            || found.filter_subjects != wanted.filter_subjects
             || found.ack_wait != wanted.ack_wait
             || found.max_ack_pending != wanted.max_ack_pending
             || found.max_deliver != wanted.max_deliver;
@@ -384,6 +392,7 @@ impl Topology {
             tracing::info!(
                 object = %what,
                 filter = ?(&found.filter_subject, &wanted.filter_subject),
+                filters = ?(&found.filter_subjects, &wanted.filter_subjects),
                 ack_wait = ?(found.ack_wait, wanted.ack_wait),
                 max_ack_pending = ?(found.max_ack_pending, wanted.max_ack_pending),
                 max_deliver = ?(found.max_deliver, wanted.max_deliver),

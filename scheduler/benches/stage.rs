@@ -246,6 +246,8 @@ fn store_benches(c: &mut Criterion) {
                         firing_id: ids.pop().expect("restaged when empty"),
                         worker_id: "bench-worker".into(),
                         group: "g0".into(),
+                        handler: None,
+                        payload_sha256: None,
                     };
                     let started = Instant::now();
                     let decisions = bench

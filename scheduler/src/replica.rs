@@ -539,7 +539,7 @@ async fn submit_consumer_of(
         .durable(
             &subjects.submit_stream(),
             "chime-submit",
-            subjects.submit(),
+            vec![subjects.submit()],
             Duration::from_secs(30),
         )
         .await
@@ -553,7 +553,7 @@ async fn finished_consumer_of(
         .durable(
             &subjects.events_stream(),
             "chime-lifecycle",
-            subjects.finished(),
+            vec![subjects.finished(), subjects.finished_wildcard()],
             Duration::from_secs(30),
         )
         .await

@@ -21,7 +21,9 @@ use crate::retry::retry_delay;
 use crate::store::{StartDecision, Store, StoreError};
 use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
 use chime_common::error::ErrorReply;
-use chime_common::protocol::{Alert, CancelRequest, Finished, StartRequest};
+use chime_common::protocol::{
+    Alert, CancelRequest, Finished, StartRefusal, StartReply, StartRequest,
+};
 use chime_common::signal::TestSignal;
 use chime_common::{ApiError, FiringState, Subjects};
 use chrono::Utc;
@@ -30,6 +32,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+
+/// Start requests on the v1 subject and on every worker's own subject.
+pub type StartRequests = futures::stream::Select<async_nats::Subscriber, async_nats::Subscriber>;
 
 /// Worker reports settings.
 #[derive(Debug, Clone)]
@@ -158,21 +163,22 @@ impl WorkerReports {
     ///
     /// Separate from [`WorkerReports::serve_starts`] for the same reason as
     /// [`crate::api::Api::subscribe`]: subscribed before the replica is ready.
-    pub async fn subscribe_starts(
-        &self,
-    ) -> Result<async_nats::Subscriber, async_nats::SubscribeError> {
-        self.nats
-            .queue_subscribe(self.subjects.worker_start(), "chime-lifecycle".to_string())
-            .await
+    pub async fn subscribe_starts(&self) -> Result<StartRequests, async_nats::SubscribeError> {
+        let queue = "chime-lifecycle".to_string();
+        let v1 = self
+            .nats
+            .queue_subscribe(self.subjects.worker_start(), queue.clone())
+            .await?;
+        let own = self
+            .nats
+            .queue_subscribe(self.subjects.worker_start_wildcard(), queue)
+            .await?;
+        Ok(futures::stream::select(v1, own))
     }
 
     /// Answers the start requests of `requests` (from
     /// [`WorkerReports::subscribe_starts`]) until `shutdown`.
-    pub async fn serve_starts(
-        self,
-        mut requests: async_nats::Subscriber,
-        shutdown: CancellationToken,
-    ) {
+    pub async fn serve_starts(self, mut requests: StartRequests, shutdown: CancellationToken) {
         let permits = Arc::new(Semaphore::new(self.config.start_concurrency));
         loop {
             let first = tokio::select! {
@@ -200,6 +206,39 @@ impl WorkerReports {
         }
     }
 
+    /// Whether a start request's subject, if it is a worker's own
+    /// (`chime.worker.v1.start.<group>.<worker id>`), names the worker and
+    /// group of its body: with per-worker NATS permissions, the subject is
+    /// the proof of who asks.
+    fn asks_as_itself(&self, subject: &str, request: &StartRequest) -> bool {
+        self.subjects
+            .reporter(subject)
+            .is_none_or(|(group, worker)| group == request.group && worker == request.worker_id)
+    }
+
+    /// The same for a finished event and its subject.
+    fn reports_as_itself(&self, subject: &str, event: &Finished) -> bool {
+        self.subjects
+            .reporter(subject)
+            .is_none_or(|(_, worker)| worker == event.worker_id)
+    }
+
+    /// Counts and logs a start refused because the request was not what the
+    /// scheduler staged or not from whom it claims.
+    fn refuse_forged(&self, request: &StartRequest, why: StartRefusal) {
+        self.metrics
+            .starts
+            .with_label_values(&[refusal_label(why)])
+            .inc();
+        tracing::warn!(
+            firing_id = %request.firing_id,
+            worker_id = %request.worker_id,
+            group = %request.group,
+            reason = refusal_label(why),
+            "refused a start that does not match the staged firing or its sender"
+        );
+    }
+
     /// Answers one batch of start requests (one pass of
     /// [`WorkerReports::serve_starts`]). A request that cannot be decided for a
     /// reason of its own is answered with the error and dead-lettered; one
@@ -216,6 +255,11 @@ impl WorkerReports {
                 continue;
             };
             match serde_json::from_slice::<StartRequest>(&message.payload) {
+                Ok(request) if !self.asks_as_itself(&message.subject, &request) => {
+                    self.refuse_forged(&request, StartRefusal::WrongWorker);
+                    self.reply(reply, &StartReply::refused(StartRefusal::WrongWorker))
+                        .await;
+                }
                 Ok(request) => {
                     valid.push(request);
                     asked.push((message, reply));
@@ -387,6 +431,16 @@ impl WorkerReports {
                 }
             };
             match serde_json::from_slice::<Finished>(&message.payload) {
+                Ok(event) if !self.reports_as_itself(&message.subject, &event) => {
+                    let error = ApiError::invalid(
+                        "worker_id",
+                        format!(
+                            "the event's worker {:?} is not the worker its subject {} names",
+                            event.worker_id, message.subject
+                        ),
+                    );
+                    self.give_up(&message, error).await;
+                }
                 Ok(event) => {
                     events.push(event);
                     messages.push(message);
@@ -493,5 +547,8 @@ fn refusal_label(r: chime_common::protocol::StartRefusal) -> &'static str {
         Skipped => "skipped",
         Queued => "queued",
         Cancelled => "cancelled",
+        WrongGroup => "wrong_group",
+        NotAsStaged => "not_as_staged",
+        WrongWorker => "wrong_worker",
     }
 }

@@ -327,6 +327,8 @@ fn start_req(id: &FiringId, worker: &str) -> StartRequest {
         firing_id: id.clone(),
         worker_id: worker.to_string(),
         group: "default".to_string(),
+        handler: None,
+        payload_sha256: None,
     }
 }
 

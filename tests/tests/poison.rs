@@ -202,7 +202,7 @@ backend_tests! {
         let firings = triggered(&store, &["good-1", "good-2", "poison", "good-3", "good-4"]).await;
         let requests: Vec<StartRequest> = firings
             .iter()
-            .map(|id| StartRequest { firing_id: id.clone(), worker_id: "w1".into(), group: "default".into() })
+            .map(|id| StartRequest { firing_id: id.clone(), worker_id: "w1".into(), group: "default".into(), handler: None, payload_sha256: None })
             .collect();
         let started = store.start(&requests, Utc::now()).await.expect("start");
         assert!(started.iter().all(|d| d.reply.accepted), "{started:?}");
@@ -244,7 +244,7 @@ backend_tests! {
             finished: Default::default(),
         };
         let consumer = topology
-            .durable(&subjects.events_stream(), "chime-lifecycle", subjects.finished(), Duration::from_secs(30))
+            .durable(&subjects.events_stream(), "chime-lifecycle", vec![subjects.finished(), subjects.finished_wildcard()], Duration::from_secs(30))
             .await
             .expect("consumer");
 
@@ -354,7 +354,7 @@ backend_tests! {
         let mut bodies: Vec<Vec<u8>> = firings
             .iter()
             .map(|id| {
-                let request = StartRequest { firing_id: id.clone(), worker_id: "w1".into(), group: "default".into() };
+                let request = StartRequest { firing_id: id.clone(), worker_id: "w1".into(), group: "default".into(), handler: None, payload_sha256: None };
                 serde_json::to_vec(&request).expect("json")
             })
             .collect();
@@ -427,7 +427,7 @@ backend_tests! {
         let firings = triggered(&store, &["a-poison", "b-good"]).await;
         let requests: Vec<StartRequest> = firings
             .iter()
-            .map(|id| StartRequest { firing_id: id.clone(), worker_id: "gone".into(), group: "default".into() })
+            .map(|id| StartRequest { firing_id: id.clone(), worker_id: "gone".into(), group: "default".into(), handler: None, payload_sha256: None })
             .collect();
         let started = Utc::now();
         store.start(&requests, started).await.expect("start");
@@ -645,6 +645,8 @@ async fn a_finished_event_that_meets_a_busy_store_is_never_dead_lettered() {
         firing_id: firing.clone(),
         worker_id: "w1".into(),
         group: "default".into(),
+        handler: None,
+        payload_sha256: None,
     };
     store.start(&[request], Utc::now()).await.expect("start");
 
@@ -691,7 +693,7 @@ async fn a_finished_event_that_meets_a_busy_store_is_never_dead_lettered() {
         .durable(
             &subjects.events_stream(),
             "chime-lifecycle",
-            subjects.finished(),
+            vec![subjects.finished(), subjects.finished_wildcard()],
             Duration::from_secs(30),
         )
         .await

@@ -271,6 +271,8 @@ impl Drive {
             firing_id: id.clone(),
             worker_id: worker.to_string(),
             group: "default".to_string(),
+            handler: None,
+            payload_sha256: None,
         };
         let mut decisions = self
             .store

@@ -190,10 +190,14 @@ impl Worker {
             .map_err(|e| WorkerError::nats("flush subscriptions")(e.into()))?;
 
         let handler_names: Vec<String> = handlers.names().into_iter().map(String::from).collect();
-        let reporter = Reporter::new(jetstream.clone(), subjects.finished(), metrics.clone());
+        let reporter = Reporter::new(
+            jetstream.clone(),
+            subjects.finished_as(&config.group, &config.worker_id),
+            metrics.clone(),
+        );
         let starter = Starter::new(
             client.clone(),
-            subjects.worker_start(),
+            subjects.worker_start_as(&config.group, &config.worker_id),
             config.worker_id.clone(),
             config.group.clone(),
             config.start_timeout,

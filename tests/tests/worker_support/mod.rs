@@ -139,7 +139,7 @@ pub struct Responder {
 impl Responder {
     pub async fn start(client: Client, subjects: &Subjects, mode: ResponderMode) -> Responder {
         let mut requests_sub = client
-            .subscribe(subjects.worker_start())
+            .subscribe(subjects.worker_start_wildcard())
             .await
             .expect("subscribe");
         client.flush().await.expect("flush");
@@ -225,7 +225,7 @@ impl Events {
             .durable(
                 &subjects.events_stream(),
                 "worker_tests_finished",
-                subjects.finished(),
+                vec![subjects.finished(), subjects.finished_wildcard()],
                 Duration::from_secs(30),
             )
             .await

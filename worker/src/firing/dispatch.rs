@@ -101,7 +101,10 @@ impl Dispatcher {
         }
 
         let asked = Instant::now();
-        let decision = self.starter.ask(&id).await;
+        let decision = self
+            .starter
+            .ask(&id, &firing.handler, &message.payload)
+            .await;
         self.metrics
             .start_decision
             .observe(asked.elapsed().as_secs_f64());

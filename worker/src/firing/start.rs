@@ -1,7 +1,8 @@
-//! Asking the scheduler to start a firing (request/reply `chime.worker.v1.start`).
+//! Asking the scheduler to start a firing (request/reply on the worker's own
+//! `chime.worker.v1.start.<group>.<worker id>`).
 
 use async_nats::{Client, Request, RequestErrorKind};
-use chime_common::protocol::{StartRefusal, StartReply, StartRequest};
+use chime_common::protocol::{payload_sha256, StartRefusal, StartReply, StartRequest};
 use chime_common::FiringId;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -58,6 +59,9 @@ pub(crate) fn refusal_label(refusal: Option<StartRefusal>) -> &'static str {
         Some(StartRefusal::Skipped) => "skipped",
         Some(StartRefusal::Queued) => "queued",
         Some(StartRefusal::Cancelled) => "cancelled",
+        Some(StartRefusal::WrongGroup) => "wrong_group",
+        Some(StartRefusal::NotAsStaged) => "not_as_staged",
+        Some(StartRefusal::WrongWorker) => "wrong_worker",
         None => "unspecified",
     }
 }
@@ -66,7 +70,7 @@ pub(crate) fn refusal_label(refusal: Option<StartRefusal>) -> &'static str {
 #[derive(Clone)]
 pub(crate) struct Starter {
     client: Client,
-    /// `chime.worker.v1.start` under the subject prefix.
+    /// This worker's own start subject, `chime.worker.v1.start.<group>.<id>`.
     subject: String,
     worker_id: String,
     group: String,
@@ -91,12 +95,21 @@ impl Starter {
         }
     }
 
-    /// Asks to start `firing_id` here and reads the decision.
-    pub(crate) async fn ask(&self, firing_id: &FiringId) -> StartDecision {
+    /// Asks to start the firing `firing_id` that arrived with `handler` and
+    /// `body`, and reads the decision; the scheduler compares both with
+    /// what it staged.
+    pub(crate) async fn ask(
+        &self,
+        firing_id: &FiringId,
+        handler: &str,
+        body: &[u8],
+    ) -> StartDecision {
         let request = StartRequest {
             firing_id: firing_id.clone(),
             worker_id: self.worker_id.clone(),
             group: self.group.clone(),
+            handler: Some(handler.to_string()),
+            payload_sha256: Some(payload_sha256(body)),
         };
         request_start(&self.client, &self.subject, &request, self.timeout).await
     }
