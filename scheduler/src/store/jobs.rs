@@ -1,9 +1,11 @@
 //! Job definitions: put, get, list, delete, pause and resume, trigger.
 
+use super::locks::Tx;
 use super::rows::{self, JOB_COLUMNS, JOB_TABLES};
-use super::types::{Deleted, JobFilter, Page, Running};
+use super::states::{sources_sql, Transition};
+use super::types::{Deleted, JobFilter, Page};
 use super::waiting::Waiting;
-use super::{at_ms, ms, page_limit, truncate, Backend, RowExt, Store, StoreError};
+use super::{at_ms, ms, page_limit, truncate, RowExt, Store, StoreError};
 use chime_common::schedule::Schedule;
 use chime_common::{FiringId, Job, JobSpec, JobState};
 use chrono::{DateTime, Utc};
@@ -59,7 +61,7 @@ type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
 
 /// The `jobs` half of a put: `$1` id, `$2` group, `$3` spec, `$4` now, `$5`
 /// overlap. A replace keeps `created_at` and bumps `version`.
-const UPSERT_JOB: &str = "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, \
+pub(crate) const UPSERT_JOB: &str = "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, \
          consecutive_failures, created_at, updated_at, overlap) \
      VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5) \
      ON CONFLICT (id) DO UPDATE SET group_name = excluded.group_name, spec = excluded.spec, \
@@ -70,13 +72,14 @@ const UPSERT_JOB: &str = "INSERT INTO jobs (id, group_name, spec, anchor_ms, ver
 /// The `job_schedule` half of a put: `$1` id, `$6` partition, `$7` state,
 /// `$8` next instant (numbered after [`UPSERT_JOB`]'s, so PostgreSQL can run
 /// both as one statement).
-const UPSERT_SCHEDULE: &str = "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
+pub(crate) const UPSERT_SCHEDULE: &str =
+    "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
      VALUES ($1, $6, $7, $8) \
      ON CONFLICT (job_id) DO UPDATE SET part = excluded.part, state = excluded.state, \
          next_fire_at = excluded.next_fire_at";
 
 /// The parameters of a put's two upserts.
-struct Put<'a> {
+pub(crate) struct Put<'a> {
     spec: &'a JobSpec,
     text: &'a str,
     now_ms: i64,
@@ -87,7 +90,7 @@ struct Put<'a> {
 
 impl<'a> Put<'a> {
     /// Binds [`UPSERT_JOB`]'s parameters.
-    fn bind_job<'q>(&self, query: AnyQuery<'q>) -> AnyQuery<'q>
+    pub(crate) fn bind_job<'q>(&self, query: AnyQuery<'q>) -> AnyQuery<'q>
     where
         'a: 'q,
     {
@@ -100,7 +103,7 @@ impl<'a> Put<'a> {
     }
 
     /// Binds [`UPSERT_JOB`]'s and [`UPSERT_SCHEDULE`]'s parameters.
-    fn bind_all<'q>(&self, query: AnyQuery<'q>) -> AnyQuery<'q>
+    pub(crate) fn bind_all<'q>(&self, query: AnyQuery<'q>) -> AnyQuery<'q>
     where
         'a: 'q,
     {
@@ -145,36 +148,7 @@ impl Store {
             state: state.as_str(),
             next,
         };
-        let row = self
-            .retrying(|| async {
-                match self.backend {
-                    // One round trip instead of four (begin, two upserts,
-                    // commit): with the two-statement transaction a bulk
-                    // load put 3,300-4,100 jobs/s where one statement had
-                    // put 7,000-7,800. `job` runs first (the query reads it),
-                    // `schedule` after it: `jobs` is locked first, as always.
-                    Backend::Postgres => Ok(put
-                        .bind_all(sqlx::query(&format!(
-                            "WITH job AS ({UPSERT_JOB}), schedule AS ({UPSERT_SCHEDULE}) \
-                         SELECT version, created_at FROM job"
-                        )))
-                        .fetch_one(&self.write)
-                        .await?),
-                    Backend::Sqlite => {
-                        let mut tx = self.begin().await?;
-                        let row = put
-                            .bind_job(sqlx::query(UPSERT_JOB))
-                            .fetch_one(&mut *tx)
-                            .await?;
-                        put.bind_all(sqlx::query(UPSERT_SCHEDULE))
-                            .execute(&mut *tx)
-                            .await?;
-                        tx.commit().await?;
-                        Ok(row)
-                    }
-                }
-            })
-            .await?;
+        let row = self.retrying(|| self.upsert_job(&put)).await?;
         let created_ms = row.int(&spec.id, "created_at")?;
         Ok(Job {
             spec: spec.clone(),
@@ -266,17 +240,9 @@ impl Store {
 
     async fn delete_job_once(&self, id: &str, now_ms: i64) -> Result<Option<Deleted>, StoreError> {
         let mut tx = self.begin().await?;
-        let Some(row) = sqlx::query(&format!(
-            "SELECT {JOB_COLUMNS} FROM {JOB_TABLES} WHERE j.id = $1{}",
-            self.backend.for_update_of("j")
-        ))
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?
-        else {
+        let Some(job) = self.lock_job(&mut tx, id).await? else {
             return Ok(None);
         };
-        let job = rows::job(&row)?;
         sqlx::query("DELETE FROM job_schedule WHERE job_id = $1")
             .bind(id)
             .execute(&mut *tx)
@@ -285,35 +251,32 @@ impl Store {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        let cancelled: Vec<String> = sqlx::query_scalar(
+        let cancelled: Vec<String> = sqlx::query_scalar(&format!(
             "UPDATE firings SET state = 'cancelled', error = 'job deleted', finished_at = $2 \
-             WHERE job_id = $1 AND state IN ('staged', 'published') RETURNING id",
-        )
+                 WHERE job_id = $1 AND state IN {} RETURNING id",
+            sources_sql(Transition::Cancel)
+        ))
         .bind(id)
         .bind(now_ms)
         .fetch_all(&mut *tx)
         .await?;
         self.remove_waiting(&mut tx, &cancelled).await?;
-        sqlx::query("DELETE FROM pending WHERE job_id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        let running = sqlx::query(
-            "SELECT firing_id, worker_id FROM executing WHERE job_id = $1 ORDER BY firing_id",
-        )
-        .bind(id)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut cancel = Vec::with_capacity(running.len());
-        for row in &running {
-            let firing = row.text(id, "firing_id")?;
-            cancel.push(Running {
-                firing_id: rows::firing_id(&firing)?,
-                worker_id: row.text(&firing, "worker_id")?,
-            });
-        }
+        self.forget_queued(&mut tx, id).await?;
+        let cancel = self.running_firings(&mut tx, id, "").await?;
         tx.commit().await?;
         Ok(Some(Deleted { job, cancel }))
+    }
+
+    /// Reads and locks a job.
+    async fn lock_job(&self, tx: &mut Tx, id: &str) -> Result<Option<Job>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {JOB_COLUMNS} FROM {JOB_TABLES} WHERE j.id = $1{}",
+            self.backend.for_update_of("j")
+        ))
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?;
+        row.as_ref().map(rows::job).transpose()
     }
 
     /// Pauses or resumes a job (`version` + 1, `spec.paused` follows).
@@ -337,17 +300,9 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<Option<Job>, StoreError> {
         let mut tx = self.begin().await?;
-        let Some(row) = sqlx::query(&format!(
-            "SELECT {JOB_COLUMNS} FROM {JOB_TABLES} WHERE j.id = $1{}",
-            self.backend.for_update_of("j")
-        ))
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?
-        else {
+        let Some(mut job) = self.lock_job(&mut tx, id).await? else {
             return Ok(None);
         };
-        let mut job = rows::job(&row)?;
         job.spec.paused = paused;
         job.state = if paused {
             JobState::Paused

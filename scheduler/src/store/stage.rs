@@ -1,6 +1,9 @@
-//! Time slices: staging due instants, adopting unowned firings, publishing.
+//! The stage transition: time slices turn due instants into `staged`
+//! firings (or `skipped` ones, by the misfire policy), and adopt the staged
+//! firings no slice owns (retries, triggers, released queue firings). Also
+//! the reads that find staged firings to publish.
 
-use super::dialect::{Backend, Col};
+use super::dialect::Col;
 use super::jobs::{compile, next_ms};
 use super::plan::{plan, PlanInput};
 use super::rows::{self, STAGED_COLUMNS};
@@ -15,7 +18,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 /// Rows per batch statement.
-const BATCH_ROWS: usize = 10_000;
+pub(super) const BATCH_ROWS: usize = 10_000;
 
 /// Columns of a batch of new firings, as [`NewFiring`] serializes them.
 const NEW_FIRING_COLUMNS: [(&str, Col); 13] = [
@@ -445,83 +448,6 @@ impl Store {
         .fetch_all(&self.read)
         .await?;
         Ok(decode_staged(&rows).0)
-    }
-
-    /// Marks firings published. Only rows still `staged` change (one started,
-    /// cancelled or already published stays as it is); returns how many did.
-    pub async fn mark_published(
-        &self,
-        ids: &[FiringId],
-        at: DateTime<Utc>,
-    ) -> Result<u64, StoreError> {
-        // Only rows no one else holds: a concurrent start batch locks firings
-        // one by one, and waiting on each other's rows in different orders
-        // deadlocked (PostgreSQL then stalls a second). A row skipped here is
-        // being started, which moves it past `published` anyway, or is left
-        // `staged` for housekeeping, whose republish JetStream drops as a duplicate.
-        // Only staged rows are locked: most firings are started before their
-        // mark is written, and locking those too cost a heap write each.
-        let mark_firings = format!(
-            "UPDATE firings SET state = 'published', published_at = $1 \
-             WHERE state = 'staged' AND id IN (SELECT f.id FROM firings f \
-             WHERE f.id IN (SELECT r.id FROM {}) AND f.state = 'staged' \
-             ORDER BY f.id{}) RETURNING id",
-            self.backend.json_rows(2, &[("id", Col::Text)]),
-            self.backend.for_update_skip_locked("f")
-        );
-        let sql = match self.backend {
-            // The waiting rows of exactly the firings marked (not those
-            // skipped as locked), in the same statement, after them.
-            Backend::Postgres => format!(
-                "WITH marked AS ({mark_firings}), \
-                 published AS (UPDATE waiting SET published_at = $1 FROM marked \
-                     WHERE waiting.firing_id = marked.id) \
-                 SELECT COUNT(*) FROM marked"
-            ),
-            // One writer: every staged firing of the batch is marked.
-            Backend::Sqlite => format!(
-                "UPDATE waiting SET published_at = $1 \
-                 WHERE published_at IS NULL AND firing_id IN (SELECT r.id FROM {})",
-                self.backend.json_rows(2, &[("id", Col::Text)])
-            ),
-        };
-        let mut changed = 0;
-        for chunk in ids.chunks(BATCH_ROWS) {
-            let texts: Vec<String> = chunk.iter().map(FiringId::to_string).collect();
-            let batch = id_batch(&texts)?;
-            changed += self
-                .retrying(|| async {
-                    let marked = match self.backend {
-                        Backend::Postgres => {
-                            let count: i64 = sqlx::query_scalar(&sql)
-                                .bind(ms(at))
-                                .bind(batch.as_str())
-                                .fetch_one(&self.write)
-                                .await?;
-                            u64::try_from(count).unwrap_or(0)
-                        }
-                        Backend::Sqlite => {
-                            let mut tx = self.begin().await?;
-                            let marked = sqlx::query(&mark_firings)
-                                .bind(ms(at))
-                                .bind(batch.as_str())
-                                .fetch_all(&mut *tx)
-                                .await?
-                                .len();
-                            sqlx::query(&sql)
-                                .bind(ms(at))
-                                .bind(batch.as_str())
-                                .execute(&mut *tx)
-                                .await?;
-                            tx.commit().await?;
-                            marked as u64
-                        }
-                    };
-                    Ok(marked)
-                })
-                .await?;
-        }
-        Ok(changed)
     }
 }
 
