@@ -215,6 +215,9 @@ mod fixture {
 
 use fixture::TestDb;
 
+#[path = "store/schema.rs"]
+mod schema;
+
 /// Runs each named test body (`async fn name(db: TestDb)`) on both backends,
 /// PostgreSQL with and without its fast paths, then checks the `waiting`
 /// table against the firings it indexes.
