@@ -256,6 +256,8 @@ both_backends!(
     an_upgrade_keeps_every_waiting_firing_findable,
     concurrent_connects_all_succeed,
     put_and_get_round_trip,
+    job_groups_name_each_group_once,
+    the_database_clock_is_this_machines,
     replace_bumps_version_and_keeps_created_at,
     put_sets_paused_and_completed_states,
     invalid_schedules_are_invalid_arguments,
@@ -264,6 +266,7 @@ both_backends!(
     pause_and_resume_keep_next_fire_at,
     corrupt_rows_are_reported_with_their_id,
     stage_slice_stages_each_due_instant_once,
+    stage_slice_each_hands_over_each_transaction,
     an_early_claim_stages_only_its_own_slice,
     misfire_skip_records_skipped_instants,
     misfire_fire_once_stages_only_the_last,
@@ -709,6 +712,44 @@ async fn unreachable_postgres_is_unavailable() {
 // ---------------------------------------------------------------------------
 // Jobs
 
+async fn job_groups_name_each_group_once(db: &TestDb) {
+    let store = db.store().await;
+    assert!(store.job_groups().await.expect("groups").is_empty());
+    for (id, group) in [("a", "reports"), ("b", "billing"), ("c", "reports")] {
+        store
+            .put_job(&every(id, "1m", json!({"group": group})), t(0))
+            .await
+            .expect("put");
+    }
+    let groups: Vec<String> = store
+        .job_groups()
+        .await
+        .expect("groups")
+        .into_iter()
+        .collect();
+    assert_eq!(groups, ["billing", "reports"]);
+    store.delete_job("b", t(1)).await.expect("delete");
+    let groups: Vec<String> = store
+        .job_groups()
+        .await
+        .expect("groups")
+        .into_iter()
+        .collect();
+    assert_eq!(groups, ["reports"]);
+}
+
+async fn the_database_clock_is_this_machines(db: &TestDb) {
+    let store = db.store().await;
+    let offset = store.clock_offset().await.expect("clock offset");
+    assert!(
+        offset.num_milliseconds().abs() < 1000,
+        "the test database runs on this machine: {offset}"
+    );
+    if db.backend == Backend::Sqlite {
+        assert!(offset.is_zero());
+    }
+}
+
 async fn put_and_get_round_trip(db: &TestDb) {
     let store = db.store().await;
     let job = every("report", "1m", json!({"group": "reports", "priority": 7}));
@@ -992,6 +1033,38 @@ async fn corrupt_rows_are_reported_with_their_id(db: &TestDb) {
 
 // ---------------------------------------------------------------------------
 // Slices
+
+async fn stage_slice_each_hands_over_each_transaction(db: &TestDb) {
+    let store = db.store().await;
+    for id in ["a", "b", "c"] {
+        store
+            .put_job(&every(id, "1s", json!({})), t(0))
+            .await
+            .expect("put");
+    }
+    let request = StageRequest {
+        max_jobs: 2,
+        ..stage("s1", t(2), t(0))
+    };
+    let mut handed: Vec<Vec<FiringId>> = Vec::new();
+    let outcome = store
+        .stage_slice_each(&request, |firings| {
+            handed.push(firings.into_iter().map(|f| f.id).collect())
+        })
+        .await
+        .expect("stage");
+    assert!(outcome.firings.is_empty(), "handed over, not returned");
+    assert_eq!(outcome.jobs, 3);
+    let sizes: Vec<usize> = handed.iter().map(Vec::len).collect();
+    assert_eq!(
+        sizes,
+        [2, 1],
+        "one hand-over per transaction of at most 2 jobs"
+    );
+    let mut ids: Vec<String> = handed.concat().iter().map(|id| id.job_id.clone()).collect();
+    ids.sort();
+    assert_eq!(ids, ["a", "b", "c"]);
+}
 
 async fn stage_slice_stages_each_due_instant_once(db: &TestDb) {
     let store = db.store().await;

@@ -2,12 +2,13 @@
 
 use super::locks::Tx;
 use super::rows::{self, JOB_COLUMNS, JOB_TABLES};
+use super::stage::NewFiring;
 use super::states::{sources_sql, Transition};
 use super::types::{Deleted, JobFilter, Page};
 use super::waiting::Waiting;
 use super::{at_ms, ms, page_limit, truncate, RowExt, Store, StoreError};
 use chime_common::schedule::Schedule;
-use chime_common::{FiringId, Job, JobSpec, JobState};
+use chime_common::{FiringId, FiringState, Job, JobSpec, JobState};
 use chrono::{DateTime, Utc};
 use sqlx::{Any, Transaction};
 
@@ -399,24 +400,23 @@ impl Store {
             };
             let id = FiringId::new(job_id, at, 1);
             let text = id.to_string();
-            let inserted = sqlx::query(
-                "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
-                     handler, payload, timeout_ms, due_at, state, created_at) \
-                 VALUES ($1, $2, $3, 1, $4, $5, $6, $7, $8, $9, 'staged', $9) \
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(text.as_str())
-            .bind(job_id)
-            .bind(at)
-            .bind(spec.group.as_str())
-            .bind(i64::from(spec.priority))
-            .bind(spec.handler.as_str())
-            .bind(payload.as_str())
-            .bind(i64::try_from(spec.timeout.as_millis()).unwrap_or(i64::MAX))
-            .bind(now_ms)
-            .execute(&mut **tx)
-            .await?;
-            if inserted.rows_affected() == 1 {
+            let firing = NewFiring {
+                id: text.clone(),
+                job_id,
+                scheduled_at: at,
+                attempt: 1,
+                group_name: &spec.group,
+                priority: spec.priority,
+                handler: &spec.handler,
+                payload: &payload,
+                timeout_ms: i64::try_from(spec.timeout.as_millis()).unwrap_or(i64::MAX),
+                due_at: now_ms,
+                state: FiringState::Staged.as_str(),
+                error: None,
+                finished_at: None,
+            };
+            let inserted = self.insert_firings(tx, &[firing], now_ms).await?;
+            if !inserted.is_empty() {
                 let waiting = Waiting {
                     id: &text,
                     group_name: &spec.group,

@@ -5,6 +5,7 @@
 
 use super::dialect::Col;
 use super::jobs::{compile, next_ms};
+use super::locks::Tx;
 use super::plan::{plan, PlanInput};
 use super::rows::{self, STAGED_COLUMNS};
 use super::types::{StageOutcome, StageRequest, StagedFiring};
@@ -39,20 +40,20 @@ const NEW_FIRING_COLUMNS: [(&str, Col); 13] = [
 
 /// One row of a firings batch insert.
 #[derive(Serialize)]
-struct NewFiring<'a> {
-    id: String,
-    job_id: &'a str,
-    scheduled_at: i64,
-    attempt: u32,
-    group_name: &'a str,
-    priority: u8,
-    handler: &'a str,
-    payload: &'a str,
-    timeout_ms: i64,
-    due_at: i64,
-    state: &'static str,
-    error: Option<String>,
-    finished_at: Option<i64>,
+pub(super) struct NewFiring<'a> {
+    pub id: String,
+    pub job_id: &'a str,
+    pub scheduled_at: i64,
+    pub attempt: u32,
+    pub group_name: &'a str,
+    pub priority: u8,
+    pub handler: &'a str,
+    pub payload: &'a str,
+    pub timeout_ms: i64,
+    pub due_at: i64,
+    pub state: &'static str,
+    pub error: Option<String>,
+    pub finished_at: Option<i64>,
 }
 
 /// One row of the job_schedule batch update.
@@ -249,22 +250,9 @@ impl Store {
             batch.misfired += job.plan.misfired;
         }
 
-        let insert = format!(
-            "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
-                 handler, payload, timeout_ms, due_at, state, error, finished_at, created_at) \
-             SELECT r.id, r.job_id, r.scheduled_at, r.attempt, r.group_name, r.priority, \
-                 r.handler, r.payload, r.timeout_ms, r.due_at, r.state, r.error, r.finished_at, $2 \
-             FROM {} WHERE true ON CONFLICT DO NOTHING RETURNING id",
-            self.backend.json_rows(1, &NEW_FIRING_COLUMNS)
-        );
         let mut inserted = HashSet::new();
         for chunk in new.chunks(BATCH_ROWS) {
-            let ids: Vec<String> = sqlx::query_scalar(&insert)
-                .bind(json_text(chunk)?)
-                .bind(now)
-                .fetch_all(&mut *tx)
-                .await?;
-            inserted.extend(ids);
+            inserted.extend(self.insert_firings(&mut tx, chunk, now).await?);
         }
         // A row that already existed belongs to whoever staged it.
         let waiting: Vec<Waiting> = new
@@ -326,6 +314,29 @@ impl Store {
             }
         }
         Ok(batch)
+    }
+
+    /// Inserts new firings created at `now`; returns the ids it inserted
+    /// (one whose (job, instant, attempt) exists already is left alone).
+    pub(super) async fn insert_firings(
+        &self,
+        tx: &mut Tx,
+        firings: &[NewFiring<'_>],
+        now: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        let insert = format!(
+            "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
+                 handler, payload, timeout_ms, due_at, state, error, finished_at, created_at) \
+             SELECT r.id, r.job_id, r.scheduled_at, r.attempt, r.group_name, r.priority, \
+                 r.handler, r.payload, r.timeout_ms, r.due_at, r.state, r.error, r.finished_at, $2 \
+             FROM {} WHERE true ON CONFLICT DO NOTHING RETURNING id",
+            self.backend.json_rows(1, &NEW_FIRING_COLUMNS)
+        );
+        Ok(sqlx::query_scalar(&insert)
+            .bind(json_text(firings)?)
+            .bind(now)
+            .fetch_all(&mut **tx)
+            .await?)
     }
 
     /// Reads one due job row and plans its instants.

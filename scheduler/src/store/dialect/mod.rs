@@ -115,6 +115,15 @@ impl Backend {
         self == Backend::Postgres
     }
 
+    /// The database clock minus this process's clock (see
+    /// `Store::clock_offset`).
+    pub(crate) async fn clock_offset(self, pool: &AnyPool) -> Result<chrono::Duration, StoreError> {
+        match self {
+            Backend::Postgres => postgres::clock_offset(pool).await,
+            Backend::Sqlite => Ok(chrono::Duration::zero()),
+        }
+    }
+
     /// Opens the store's pools on `url`.
     pub(crate) async fn open(self, url: &str, max_connections: u32) -> Result<Pools, StoreError> {
         match self {

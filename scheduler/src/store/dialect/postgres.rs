@@ -5,7 +5,9 @@
 use super::super::jobs::{Put, UPSERT_JOB, UPSERT_SCHEDULE};
 use super::super::{Store, StoreError};
 use super::{Col, Pools};
+use chrono::Utc;
 use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
 use std::time::Duration;
 
 pub(super) fn for_update_of(alias: &str) -> String {
@@ -125,4 +127,24 @@ pub(super) async fn record_published(
     .fetch_one(&store.write)
     .await?;
     Ok(u64::try_from(count).unwrap_or(0))
+}
+
+/// The database clock minus this process's clock, at the midpoint of the
+/// query's round trip (the wait for a connection is not part of it).
+pub(super) async fn clock_offset(pool: &AnyPool) -> Result<chrono::Duration, StoreError> {
+    let mut connection = pool.acquire().await?;
+    let sent = Utc::now();
+    let row = sqlx::query(
+        "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT) AS micros",
+    )
+    .fetch_one(&mut *connection)
+    .await?;
+    let received = Utc::now();
+    let database_micros: i64 = row
+        .try_get("micros")
+        .map_err(|e| StoreError::Internal(format!("reading the database clock: {e}")))?;
+    let midpoint = sent + (received - sent) / 2;
+    Ok(chrono::Duration::microseconds(
+        database_micros.saturating_sub(midpoint.timestamp_micros()),
+    ))
 }
