@@ -124,8 +124,8 @@ impl Store {
 
     /// [`Store::stage_slice`], handing each transaction's firings to
     /// `on_staged` as soon as it commits (the outcome's `firings` stay
-    /// empty). A dense slice (100,000 jobs due at one instant) takes seconds
-    /// to stage; its first firings can be in the wheel after milliseconds.
+    /// empty). A dense slice (very many jobs due at one instant) takes many
+    /// transactions to stage; its first firings need not wait for the last.
     pub async fn stage_slice_each(
         &self,
         req: &StageRequest,
