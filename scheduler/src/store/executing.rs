@@ -127,13 +127,6 @@ impl Store {
         .bind(i64::from(limit))
         .fetch_all(&self.read)
         .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            match rows::executing(row) {
-                Ok(e) => out.push(e),
-                Err(e) => tracing::error!(error = %e, "executing row is corrupt; skipped"),
-            }
-        }
-        Ok(out)
+        Ok(rows::readable(&rows, rows::executing, "executing row"))
     }
 }

@@ -65,13 +65,6 @@ impl Store {
         .bind(i64::from(limit))
         .fetch_all(&self.read)
         .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            match rows::firing(row) {
-                Ok(f) => out.push(f),
-                Err(e) => tracing::error!(error = %e, "published firing is corrupt; skipped"),
-            }
-        }
-        Ok(out)
+        Ok(rows::readable(&rows, rows::firing, "published firing"))
     }
 }
