@@ -7,6 +7,12 @@
 //! Each such item dispatches here, once, to `postgres.rs` or `sqlite.rs`; the
 //! logic files never ask which database they talk to.
 //!
+//! The one exception is the fast paths of start and finish: one
+//! data-modifying `WITH` statement each, which only PostgreSQL runs. They
+//! stay in `start.rs` and `finish.rs`, next to the transaction path they
+//! shortcut and built from the same fragments, and run only when
+//! [`Backend::has_fast_paths`] says so (decided once, at connect).
+//!
 //! Everything else in the store is one SQL text for both: `$n` parameters,
 //! `ON CONFLICT`, `RETURNING`, `UPDATE … FROM`, partial indexes and row-value
 //! comparisons mean the same on PostgreSQL 14+ and SQLite 3.35+ (sqlx bundles
