@@ -1,6 +1,6 @@
 //! Store throughput on PostgreSQL: staging a slice of 10,000 firings (10,000
 //! jobs due in one slice, one `stage_slice` call) and marking 10,000 firings
-//! published (one `mark_published` call); and the latency of starting one
+//! published (one `record_published` call); and the latency of starting one
 //! firing (one `start` call for one request, what a worker waits for on an
 //! idle machine); and staging the same slice with 1,000,000 jobs held
 //! (990,000 of them idle).
@@ -201,7 +201,7 @@ fn store_benches(c: &mut Criterion) {
             .iter_custom(|iters| bench.timed_stagings(iters))
     });
 
-    group.bench_function("mark_published_10000_firings", |b| {
+    group.bench_function("record_published_10000_firings", |b| {
         b.to_async(&runtime).iter_custom(|iters| {
             let bench = &bench;
             async move {
@@ -212,7 +212,7 @@ fn store_benches(c: &mut Criterion) {
                     let started = Instant::now();
                     let changed = bench
                         .store
-                        .mark_published(&ids, t(3600))
+                        .record_published(&ids, t(3600))
                         .await
                         .expect("publish");
                     total += started.elapsed();

@@ -496,7 +496,7 @@ impl Marker {
             // Acks arrive in order, so the batch's last is its latest: the
             // time JetStream held all of them.
             let at = batch.last().map_or_else(Utc::now, |a| a.at);
-            match self.store.mark_published(&ids, at).await {
+            match self.store.record_published(&ids, at).await {
                 Ok(_) => {
                     failures = 0;
                     if ids.len() < self.config.mark_batch && !closing {
@@ -514,7 +514,7 @@ impl Marker {
                     tracing::warn!(error = %e, pending = batch.len(), "cannot mark a batch published; marking one by one");
                     for acked in batch {
                         let one = std::slice::from_ref(&acked.id);
-                        if let Err(e) = self.store.mark_published(one, acked.at).await {
+                        if let Err(e) = self.store.record_published(one, acked.at).await {
                             if e.is_retryable() {
                                 waiting.push_front(acked);
                             } else {

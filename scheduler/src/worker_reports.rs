@@ -18,7 +18,7 @@
 use crate::dead_letter::{exhausted, DeadLetter, DeadLetterKind};
 use crate::metrics::Metrics;
 use crate::retry::retry_delay;
-use crate::store::{StartDecision, Store, StoreError};
+use crate::store::{StartOutcome, Store, StoreError};
 use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
 use chime_common::error::ErrorReply;
 use chime_common::protocol::{
@@ -85,10 +85,7 @@ pub struct WorkerReports {
 
 impl WorkerReports {
     /// Decides a batch of start requests and sends the cancels `replace` asks for.
-    pub async fn decide(
-        &self,
-        requests: &[StartRequest],
-    ) -> Result<Vec<StartDecision>, StoreError> {
+    pub async fn decide(&self, requests: &[StartRequest]) -> Result<Vec<StartOutcome>, StoreError> {
         let timer = self.metrics.start_batch_duration.start_timer();
         let decided = self.store.start(requests, Utc::now()).await;
         timer.observe_duration();
@@ -132,7 +129,7 @@ impl WorkerReports {
     pub async fn decide_each(
         &self,
         requests: &[StartRequest],
-    ) -> Vec<Result<StartDecision, StoreError>> {
+    ) -> Vec<Result<StartOutcome, StoreError>> {
         let error = match self.decide(requests).await {
             Ok(decisions) if decisions.len() == requests.len() => {
                 return decisions.into_iter().map(Ok).collect()

@@ -1,5 +1,9 @@
-//! The store suite: every test runs against PostgreSQL and SQLite
-//! (`<test>::postgres`, `<test>::sqlite`).
+//! The store's conformance suite: every test is written once and runs on
+//! PostgreSQL twice, with the one-statement fast paths of start and finish
+//! (`<test>::postgres`) and without them (`<test>::postgres_transaction_path`,
+//! every item through the transaction path), and on SQLite
+//! (`<test>::sqlite`). Whatever a test checks, both backends and both
+//! PostgreSQL paths must do the same.
 //!
 //! PostgreSQL: a fresh database `chime_store_<uuid>` per test on the server at
 //! `$CHIME_TEST_PG_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`),
@@ -9,7 +13,7 @@ use chime_common::protocol::{AlertKind, Finished, Outcome, StartRefusal, StartRe
 use chime_common::{FiringId, FiringState, JobSpec, JobState, Limits, RetryPolicy};
 use chime_scheduler::store::{
     Backend, ExecutingRow, FiringFilter, JobFilter, StageOutcome, StageRequest, StagedFiring,
-    StartDecision, Store, StoreError, StoreOptions,
+    StartOutcome, Store, StoreError, StoreOptions,
 };
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
@@ -27,6 +31,8 @@ mod fixture {
     pub struct TestDb {
         pub backend: Backend,
         pub url: String,
+        /// Whether its stores take the fast paths (`StoreOptions::fast_paths`).
+        fast_paths: bool,
         pg: Option<(String, String)>,
         _dir: Option<tempfile::TempDir>,
     }
@@ -49,6 +55,13 @@ mod fixture {
     }
 
     impl TestDb {
+        /// A database whose stores take the transaction path for every item.
+        pub async fn without_fast_paths(backend: Backend) -> TestDb {
+            let mut db = TestDb::create(backend).await;
+            db.fast_paths = false;
+            db
+        }
+
         pub async fn create(backend: Backend) -> TestDb {
             match backend {
                 Backend::Postgres => {
@@ -66,6 +79,7 @@ mod fixture {
                     TestDb {
                         backend,
                         url: with_database(&admin, &name),
+                        fast_paths: true,
                         pg: Some((admin, name)),
                         _dir: None,
                     }
@@ -79,6 +93,7 @@ mod fixture {
                     TestDb {
                         backend,
                         url,
+                        fast_paths: true,
                         pg: None,
                         _dir: Some(dir),
                     }
@@ -91,6 +106,10 @@ mod fixture {
         }
 
         pub async fn store_with(&self, options: StoreOptions) -> Store {
+            let options = StoreOptions {
+                fast_paths: options.fast_paths && self.fast_paths,
+                ..options
+            };
             Store::connect(&self.url, options)
                 .await
                 .unwrap_or_else(|e| panic!("connecting to {}: {e}", self.url))
@@ -196,8 +215,12 @@ mod fixture {
 
 use fixture::TestDb;
 
+#[path = "store/schema.rs"]
+mod schema;
+
 /// Runs each named test body (`async fn name(db: TestDb)`) on both backends,
-/// then checks the `waiting` table against the firings it indexes.
+/// PostgreSQL with and without its fast paths, then checks the `waiting`
+/// table against the firings it indexes.
 macro_rules! both_backends {
     ($($name:ident),* $(,)?) => {
         $(
@@ -205,6 +228,13 @@ macro_rules! both_backends {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn postgres() {
                     let db = super::TestDb::create(super::Backend::Postgres).await;
+                    super::$name(&db).await;
+                    super::assert_waiting_in_step(&db).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres_transaction_path() {
+                    let db = super::TestDb::without_fast_paths(super::Backend::Postgres).await;
                     super::$name(&db).await;
                     super::assert_waiting_in_step(&db).await;
                 }
@@ -226,6 +256,8 @@ both_backends!(
     an_upgrade_keeps_every_waiting_firing_findable,
     concurrent_connects_all_succeed,
     put_and_get_round_trip,
+    job_groups_name_each_group_once,
+    the_database_clock_is_this_machines,
     replace_bumps_version_and_keeps_created_at,
     put_sets_paused_and_completed_states,
     invalid_schedules_are_invalid_arguments,
@@ -234,6 +266,7 @@ both_backends!(
     pause_and_resume_keep_next_fire_at,
     corrupt_rows_are_reported_with_their_id,
     stage_slice_stages_each_due_instant_once,
+    stage_slice_each_hands_over_each_transaction,
     an_early_claim_stages_only_its_own_slice,
     misfire_skip_records_skipped_instants,
     misfire_fire_once_stages_only_the_last,
@@ -262,7 +295,7 @@ both_backends!(
     any_output_a_worker_reports_is_stored_clean_and_capped,
     requeue_happens_once_under_concurrency,
     requeue_retries_then_loses,
-    mark_published_moves_only_staged_firings,
+    record_published_moves_only_staged_firings,
     unstarted_lists_published_firings_not_started,
     slice_firings_and_overdue_staged,
     prune_history_keeps_the_newest_per_job,
@@ -332,7 +365,7 @@ fn start_req(id: &FiringId, worker: &str) -> StartRequest {
     }
 }
 
-async fn start(store: &Store, id: &FiringId, worker: &str, now: DateTime<Utc>) -> StartDecision {
+async fn start(store: &Store, id: &FiringId, worker: &str, now: DateTime<Utc>) -> StartOutcome {
     let mut decisions = store
         .start(&[start_req(id, worker)], now)
         .await
@@ -681,6 +714,44 @@ async fn unreachable_postgres_is_unavailable() {
 // ---------------------------------------------------------------------------
 // Jobs
 
+async fn job_groups_name_each_group_once(db: &TestDb) {
+    let store = db.store().await;
+    assert!(store.job_groups().await.expect("groups").is_empty());
+    for (id, group) in [("a", "reports"), ("b", "billing"), ("c", "reports")] {
+        store
+            .put_job(&every(id, "1m", json!({"group": group})), t(0))
+            .await
+            .expect("put");
+    }
+    let groups: Vec<String> = store
+        .job_groups()
+        .await
+        .expect("groups")
+        .into_iter()
+        .collect();
+    assert_eq!(groups, ["billing", "reports"]);
+    store.delete_job("b", t(1)).await.expect("delete");
+    let groups: Vec<String> = store
+        .job_groups()
+        .await
+        .expect("groups")
+        .into_iter()
+        .collect();
+    assert_eq!(groups, ["reports"]);
+}
+
+async fn the_database_clock_is_this_machines(db: &TestDb) {
+    let store = db.store().await;
+    let offset = store.clock_offset().await.expect("clock offset");
+    assert!(
+        offset.num_milliseconds().abs() < 1000,
+        "the test database runs on this machine: {offset}"
+    );
+    if db.backend == Backend::Sqlite {
+        assert!(offset.is_zero());
+    }
+}
+
 async fn put_and_get_round_trip(db: &TestDb) {
     let store = db.store().await;
     let job = every("report", "1m", json!({"group": "reports", "priority": 7}));
@@ -964,6 +1035,38 @@ async fn corrupt_rows_are_reported_with_their_id(db: &TestDb) {
 
 // ---------------------------------------------------------------------------
 // Slices
+
+async fn stage_slice_each_hands_over_each_transaction(db: &TestDb) {
+    let store = db.store().await;
+    for id in ["a", "b", "c"] {
+        store
+            .put_job(&every(id, "1s", json!({})), t(0))
+            .await
+            .expect("put");
+    }
+    let request = StageRequest {
+        max_jobs: 2,
+        ..stage("s1", t(2), t(0))
+    };
+    let mut handed: Vec<Vec<FiringId>> = Vec::new();
+    let outcome = store
+        .stage_slice_each(&request, |firings| {
+            handed.push(firings.into_iter().map(|f| f.id).collect())
+        })
+        .await
+        .expect("stage");
+    assert!(outcome.firings.is_empty(), "handed over, not returned");
+    assert_eq!(outcome.jobs, 3);
+    let sizes: Vec<usize> = handed.iter().map(Vec::len).collect();
+    assert_eq!(
+        sizes,
+        [2, 1],
+        "one hand-over per transaction of at most 2 jobs"
+    );
+    let mut ids: Vec<String> = handed.concat().iter().map(|id| id.job_id.clone()).collect();
+    ids.sort();
+    assert_eq!(ids, ["a", "b", "c"]);
+}
 
 async fn stage_slice_stages_each_due_instant_once(db: &TestDb) {
     let store = db.store().await;
@@ -1545,7 +1648,7 @@ async fn queue_holds_one_and_releases_it_on_finish(db: &TestDb) {
         .expect("trigger")
         .expect("job");
     store
-        .mark_published(&[first.clone(), second.clone(), third.clone()], t(0))
+        .record_published(&[first.clone(), second.clone(), third.clone()], t(0))
         .await
         .expect("publish");
 
@@ -2089,7 +2192,7 @@ async fn requeue_retries_then_loses(db: &TestDb) {
     assert_eq!(staged(&store, &queued).await.publish_seq, 1);
 }
 
-async fn mark_published_moves_only_staged_firings(db: &TestDb) {
+async fn record_published_moves_only_staged_firings(db: &TestDb) {
     let store = db.store().await;
     store
         .put_job(&every("a", "1s", json!({})), t(0))
@@ -2102,13 +2205,16 @@ async fn mark_published_moves_only_staged_firings(db: &TestDb) {
     let ids: Vec<_> = outcome.firings.iter().map(|f| f.id.clone()).collect();
     assert_eq!(ids.len(), 3);
     assert!(start(&store, &ids[0], "w", t(1)).await.reply.accepted);
-    let changed = store.mark_published(&ids, t(1)).await.expect("publish");
+    let changed = store.record_published(&ids, t(1)).await.expect("publish");
     assert_eq!(changed, 2, "the started one stays executing");
-    assert_eq!(store.mark_published(&ids, t(2)).await.expect("publish"), 0);
+    assert_eq!(
+        store.record_published(&ids, t(2)).await.expect("publish"),
+        0
+    );
     assert_eq!(firing(&store, &ids[1]).await.published_at, Some(t(1)));
     assert_eq!(firing(&store, &ids[0]).await.state, FiringState::Executing);
     assert!(store.slice_firings("s").await.expect("slice").is_empty());
-    assert_eq!(store.mark_published(&[], t(2)).await.expect("publish"), 0);
+    assert_eq!(store.record_published(&[], t(2)).await.expect("publish"), 0);
 }
 
 async fn unstarted_lists_published_firings_not_started(db: &TestDb) {
@@ -2123,11 +2229,11 @@ async fn unstarted_lists_published_firings_not_started(db: &TestDb) {
         .expect("stage");
     let ids: Vec<_> = outcome.firings.iter().map(|f| f.id.clone()).collect();
     store
-        .mark_published(&ids[..1], t(1))
+        .record_published(&ids[..1], t(1))
         .await
         .expect("publish");
     store
-        .mark_published(&ids[1..], t(3))
+        .record_published(&ids[1..], t(3))
         .await
         .expect("publish");
     let old = store.unstarted(t(2), 10).await.expect("unstarted");
@@ -2226,7 +2332,7 @@ async fn counts_by_state_reports_live_firings(db: &TestDb) {
         .filter(|f| f.job_id == "a")
         .map(|f| f.id.clone())
         .collect();
-    store.mark_published(&a, t(1)).await.expect("publish");
+    store.record_published(&a, t(1)).await.expect("publish");
     assert!(start(&store, &a[0], "w", t(1)).await.reply.accepted);
     let counts = store.counts_by_state().await.expect("counts");
     let expected = vec![

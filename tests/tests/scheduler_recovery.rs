@@ -48,7 +48,7 @@ backend_tests! {
         assert_eq!(wheel.len(), 3);
 
         let ids: Vec<_> = wheel.pop_due(Utc::now().timestamp_millis()).into_iter().map(|e| e.firing.id).collect();
-        store.mark_published(&ids, Utc::now()).await.expect("mark");
+        store.record_published(&ids, Utc::now()).await.expect("mark");
         let later = Utc::now() + Span::seconds(60);
         assert_eq!(housekeeping.run_once(later).await.expect("pass").rescued, 0, "published firings are left alone");
     }

@@ -260,7 +260,7 @@ impl Drive {
 
     async fn publish(&mut self, ids: &[FiringId]) {
         self.store
-            .mark_published(ids, self.clock)
+            .record_published(ids, self.clock)
             .await
             .unwrap_or_else(|e| panic!("marking {ids:?} published at {}: {e}", self.clock));
     }

@@ -1,11 +1,14 @@
 //! Job definitions: put, get, list, delete, pause and resume, trigger.
 
+use super::locks::Tx;
 use super::rows::{self, JOB_COLUMNS, JOB_TABLES};
-use super::types::{Deleted, JobFilter, Page, Running};
+use super::stage::NewFiring;
+use super::states::{sources_sql, Transition};
+use super::types::{Deleted, JobFilter, Page};
 use super::waiting::Waiting;
-use super::{at_ms, ms, page_limit, truncate, Backend, RowExt, Store, StoreError};
+use super::{at_ms, ms, page_limit, truncate, RowExt, Store, StoreError};
 use chime_common::schedule::Schedule;
-use chime_common::{FiringId, Job, JobSpec, JobState};
+use chime_common::{FiringId, FiringState, Job, JobSpec, JobState};
 use chrono::{DateTime, Utc};
 use sqlx::{Any, Transaction};
 
@@ -59,7 +62,7 @@ type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
 
 /// The `jobs` half of a put: `$1` id, `$2` group, `$3` spec, `$4` now, `$5`
 /// overlap. A replace keeps `created_at` and bumps `version`.
-const UPSERT_JOB: &str = "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, \
+pub(crate) const UPSERT_JOB: &str = "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, \
          consecutive_failures, created_at, updated_at, overlap) \
      VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5) \
      ON CONFLICT (id) DO UPDATE SET group_name = excluded.group_name, spec = excluded.spec, \
@@ -70,13 +73,14 @@ const UPSERT_JOB: &str = "INSERT INTO jobs (id, group_name, spec, anchor_ms, ver
 /// The `job_schedule` half of a put: `$1` id, `$6` partition, `$7` state,
 /// `$8` next instant (numbered after [`UPSERT_JOB`]'s, so PostgreSQL can run
 /// both as one statement).
-const UPSERT_SCHEDULE: &str = "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
+pub(crate) const UPSERT_SCHEDULE: &str =
+    "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
      VALUES ($1, $6, $7, $8) \
      ON CONFLICT (job_id) DO UPDATE SET part = excluded.part, state = excluded.state, \
          next_fire_at = excluded.next_fire_at";
 
 /// The parameters of a put's two upserts.
-struct Put<'a> {
+pub(crate) struct Put<'a> {
     spec: &'a JobSpec,
     text: &'a str,
     now_ms: i64,
@@ -87,7 +91,7 @@ struct Put<'a> {
 
 impl<'a> Put<'a> {
     /// Binds [`UPSERT_JOB`]'s parameters.
-    fn bind_job<'q>(&self, query: AnyQuery<'q>) -> AnyQuery<'q>
+    pub(crate) fn bind_job<'q>(&self, query: AnyQuery<'q>) -> AnyQuery<'q>
     where
         'a: 'q,
     {
@@ -100,7 +104,7 @@ impl<'a> Put<'a> {
     }
 
     /// Binds [`UPSERT_JOB`]'s and [`UPSERT_SCHEDULE`]'s parameters.
-    fn bind_all<'q>(&self, query: AnyQuery<'q>) -> AnyQuery<'q>
+    pub(crate) fn bind_all<'q>(&self, query: AnyQuery<'q>) -> AnyQuery<'q>
     where
         'a: 'q,
     {
@@ -145,36 +149,7 @@ impl Store {
             state: state.as_str(),
             next,
         };
-        let row = self
-            .retrying(|| async {
-                match self.backend {
-                    // One round trip instead of four (begin, two upserts,
-                    // commit): with the two-statement transaction a bulk
-                    // load put 3,300-4,100 jobs/s where one statement had
-                    // put 7,000-7,800. `job` runs first (the query reads it),
-                    // `schedule` after it: `jobs` is locked first, as always.
-                    Backend::Postgres => Ok(put
-                        .bind_all(sqlx::query(&format!(
-                            "WITH job AS ({UPSERT_JOB}), schedule AS ({UPSERT_SCHEDULE}) \
-                         SELECT version, created_at FROM job"
-                        )))
-                        .fetch_one(&self.write)
-                        .await?),
-                    Backend::Sqlite => {
-                        let mut tx = self.begin().await?;
-                        let row = put
-                            .bind_job(sqlx::query(UPSERT_JOB))
-                            .fetch_one(&mut *tx)
-                            .await?;
-                        put.bind_all(sqlx::query(UPSERT_SCHEDULE))
-                            .execute(&mut *tx)
-                            .await?;
-                        tx.commit().await?;
-                        Ok(row)
-                    }
-                }
-            })
-            .await?;
+        let row = self.retrying(|| self.upsert_job(&put)).await?;
         let created_ms = row.int(&spec.id, "created_at")?;
         Ok(Job {
             spec: spec.clone(),
@@ -266,17 +241,9 @@ impl Store {
 
     async fn delete_job_once(&self, id: &str, now_ms: i64) -> Result<Option<Deleted>, StoreError> {
         let mut tx = self.begin().await?;
-        let Some(row) = sqlx::query(&format!(
-            "SELECT {JOB_COLUMNS} FROM {JOB_TABLES} WHERE j.id = $1{}",
-            self.backend.for_update_of("j")
-        ))
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?
-        else {
+        let Some(job) = self.lock_job(&mut tx, id).await? else {
             return Ok(None);
         };
-        let job = rows::job(&row)?;
         sqlx::query("DELETE FROM job_schedule WHERE job_id = $1")
             .bind(id)
             .execute(&mut *tx)
@@ -285,35 +252,32 @@ impl Store {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        let cancelled: Vec<String> = sqlx::query_scalar(
+        let cancelled: Vec<String> = sqlx::query_scalar(&format!(
             "UPDATE firings SET state = 'cancelled', error = 'job deleted', finished_at = $2 \
-             WHERE job_id = $1 AND state IN ('staged', 'published') RETURNING id",
-        )
+                 WHERE job_id = $1 AND state IN {} RETURNING id",
+            sources_sql(Transition::Cancel)
+        ))
         .bind(id)
         .bind(now_ms)
         .fetch_all(&mut *tx)
         .await?;
         self.remove_waiting(&mut tx, &cancelled).await?;
-        sqlx::query("DELETE FROM pending WHERE job_id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        let running = sqlx::query(
-            "SELECT firing_id, worker_id FROM executing WHERE job_id = $1 ORDER BY firing_id",
-        )
-        .bind(id)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut cancel = Vec::with_capacity(running.len());
-        for row in &running {
-            let firing = row.text(id, "firing_id")?;
-            cancel.push(Running {
-                firing_id: rows::firing_id(&firing)?,
-                worker_id: row.text(&firing, "worker_id")?,
-            });
-        }
+        self.forget_queued(&mut tx, id).await?;
+        let cancel = self.running_firings(&mut tx, id, "").await?;
         tx.commit().await?;
         Ok(Some(Deleted { job, cancel }))
+    }
+
+    /// Reads and locks a job.
+    async fn lock_job(&self, tx: &mut Tx, id: &str) -> Result<Option<Job>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {JOB_COLUMNS} FROM {JOB_TABLES} WHERE j.id = $1{}",
+            self.backend.for_update_of("j")
+        ))
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?;
+        row.as_ref().map(rows::job).transpose()
     }
 
     /// Pauses or resumes a job (`version` + 1, `spec.paused` follows).
@@ -337,17 +301,9 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<Option<Job>, StoreError> {
         let mut tx = self.begin().await?;
-        let Some(row) = sqlx::query(&format!(
-            "SELECT {JOB_COLUMNS} FROM {JOB_TABLES} WHERE j.id = $1{}",
-            self.backend.for_update_of("j")
-        ))
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?
-        else {
+        let Some(mut job) = self.lock_job(&mut tx, id).await? else {
             return Ok(None);
         };
-        let mut job = rows::job(&row)?;
         job.spec.paused = paused;
         job.state = if paused {
             JobState::Paused
@@ -444,24 +400,23 @@ impl Store {
             };
             let id = FiringId::new(job_id, at, 1);
             let text = id.to_string();
-            let inserted = sqlx::query(
-                "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
-                     handler, payload, timeout_ms, due_at, state, created_at) \
-                 VALUES ($1, $2, $3, 1, $4, $5, $6, $7, $8, $9, 'staged', $9) \
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(text.as_str())
-            .bind(job_id)
-            .bind(at)
-            .bind(spec.group.as_str())
-            .bind(i64::from(spec.priority))
-            .bind(spec.handler.as_str())
-            .bind(payload.as_str())
-            .bind(i64::try_from(spec.timeout.as_millis()).unwrap_or(i64::MAX))
-            .bind(now_ms)
-            .execute(&mut **tx)
-            .await?;
-            if inserted.rows_affected() == 1 {
+            let firing = NewFiring {
+                id: text.clone(),
+                job_id,
+                scheduled_at: at,
+                attempt: 1,
+                group_name: &spec.group,
+                priority: spec.priority,
+                handler: &spec.handler,
+                payload: &payload,
+                timeout_ms: i64::try_from(spec.timeout.as_millis()).unwrap_or(i64::MAX),
+                due_at: now_ms,
+                state: FiringState::Staged.as_str(),
+                error: None,
+                finished_at: None,
+            };
+            let inserted = self.insert_firings(tx, &[firing], now_ms).await?;
+            if !inserted.is_empty() {
                 let waiting = Waiting {
                     id: &text,
                     group_name: &spec.group,

@@ -2,18 +2,32 @@
 //!
 //! # One implementation, two databases
 //!
-//! [`Store`] is a single implementation over sqlx's `Any` driver, with a
-//! [`Backend`] switch for the few statements that differ (see `dialect.rs`:
-//! row locks, how a write transaction begins, and how a JSON batch is expanded
-//! into rows). Every other statement, and all of the logic around them (misfire
-//! planning, overlap, retries, alerts, queue release) exists once. A trait or
-//! an enum with one implementation per backend would have duplicated that
-//! logic, or every SQL text, for two databases that accept the same SQL.
+//! [`Store`] is a single implementation over sqlx's `Any` driver. What the
+//! two databases do differently (row locks, how a write transaction begins,
+//! how a JSON batch is expanded into rows, the pools, the migrations, the
+//! writes PostgreSQL combines into one statement) lives behind the seam in
+//! `dialect/`, one file per backend. Every other statement, and all of the
+//! logic around them (misfire planning, overlap, retries, alerts, queue
+//! release) exists once: a full implementation per backend would have
+//! duplicated that logic, or every SQL text, for two databases that accept
+//! the same SQL.
+//!
+//! # Layout: one file per firing transition
+//!
+//! `states.rs` states the firing state machine (a table of every state and
+//! transition). Each transition is one file: `stage.rs`, `publish.rs`,
+//! `start.rs`, `skip.rs` (skipped or failed without starting), `queue.rs`
+//! (overlap `queue` and its release), `finish.rs`, `retry.rs`, `requeue.rs`
+//! (lost). `locks.rs` reads and locks what they decide on; `waiting.rs` and
+//! `executing.rs` keep the two small tables that say which firings wait and
+//! which run. Jobs are `jobs.rs`, `dependencies.rs` (`on_success`) and
+//! `plan.rs` (misfire planning).
 //!
 //! Batches travel as one JSON parameter (`json_to_recordset` on PostgreSQL,
 //! `json_each` on SQLite) rather than as arrays for `UNNEST`, which `Any`
 //! cannot bind: staging a slice of N firings is a handful of statements,
-//! whatever N is.
+//! whatever N is. Instants are milliseconds inside the store, converted once
+//! where an operation takes or returns a `DateTime`.
 //!
 //! # Storage
 //!
@@ -52,27 +66,36 @@ mod clock;
 mod dependencies;
 mod dialect;
 mod error;
+mod executing;
+mod finish;
 mod history;
 mod jobs;
-mod lifecycle;
+mod locks;
 mod plan;
+mod publish;
+mod queue;
+mod requeue;
+mod retry;
 mod rows;
-mod slices;
+mod skip;
+mod stage;
+mod start;
+mod states;
 mod types;
 mod waiting;
 
 pub use dialect::Backend;
 pub use error::StoreError;
-pub use lifecycle::RetryDelay;
+pub use retry::RetryDelay;
 pub use types::{
-    Deleted, ExecutingRow, FinishOutcome, FiringFilter, JobFilter, Page, RequeueOutcome, Running,
-    StageOutcome, StageRequest, StagedFiring, StartDecision, StoreOptions, DEFAULT_MAX_CATCH_UP,
-    DEFAULT_MAX_JOBS, DEFAULT_PAGE, MAX_PAGE,
+    Deleted, ExecutingRow, FinishOutcome, FiringFilter, JobFilter, Page, RequeueOutcome,
+    RunningFiring, StageOutcome, StageRequest, StagedFiring, StartOutcome, StoreOptions,
+    DEFAULT_MAX_CATCH_UP, DEFAULT_MAX_JOBS, DEFAULT_PAGE, MAX_PAGE,
 };
 
 use chime_common::Limits;
 use chrono::{DateTime, Utc};
-use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::any::AnyRow;
 use sqlx::{Any, AnyPool, Row, Transaction};
 use std::future::Future;
 use std::time::Duration;
@@ -80,9 +103,6 @@ use std::time::Duration;
 /// How often an operation the database aborted for contention is run again
 /// before [`StoreError::Busy`] reaches the caller.
 const BUSY_RETRIES: u32 = 5;
-
-/// Serializes SQLite migrations within the process.
-static SQLITE_MIGRATIONS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Chime's durable state. Cheap to clone; clones share the pools.
 #[derive(Clone)]
@@ -92,10 +112,13 @@ pub struct Store {
     read: AnyPool,
     /// Write transactions (the same pool as `read` on PostgreSQL).
     write: AnyPool,
-    /// The one-statement start and finish of a batch, the hottest
-    /// statements (the same pool as `write` on SQLite). On PostgreSQL its
-    /// connections plan each statement once ([`PLANNED_ONCE`]).
-    lifecycle: AnyPool,
+    /// The one-statement fast paths of start and finish, the hottest
+    /// statements; its connections plan each statement once (see
+    /// `dialect/postgres.rs`).
+    fast_path_pool: AnyPool,
+    /// Whether start and finish try their fast paths first: chosen here,
+    /// once, from the backend and [`StoreOptions::fast_paths`].
+    fast_paths: bool,
     partitions: u32,
     limits: Limits,
 }
@@ -126,55 +149,14 @@ impl Store {
         if options.partitions == 0 {
             return Err(StoreError::invalid("partitions", "must be at least 1"));
         }
-        let max_connections = options.max_connections.max(1);
-        let (read, write, lifecycle) = match backend {
-            Backend::Postgres => {
-                let pool = postgres_pool(max_connections, PLANNED_PER_EXECUTION)
-                    .connect(url)
-                    .await?;
-                let lifecycle = postgres_pool(max_connections, PLANNED_ONCE)
-                    .connect(url)
-                    .await?;
-                (pool.clone(), pool, lifecycle)
-            }
-            Backend::Sqlite => {
-                let memory = url.contains(":memory:") || url.contains("mode=memory");
-                if memory {
-                    // An in-memory database lives as long as its one
-                    // connection: keep exactly one, for reads and writes.
-                    let pool = sqlite_pool(1)
-                        .min_connections(1)
-                        .idle_timeout(None)
-                        .max_lifetime(None)
-                        .connect(url)
-                        .await?;
-                    (pool.clone(), pool.clone(), pool)
-                } else {
-                    let url = sqlite_url(url);
-                    let write = sqlite_pool(1).connect(&url).await?;
-                    let read = sqlite_pool(max_connections).connect(&url).await?;
-                    (read, write.clone(), write)
-                }
-            }
-        };
-        let migrator = match backend {
-            Backend::Postgres => sqlx::migrate!("./migrations/postgres"),
-            Backend::Sqlite => sqlx::migrate!("./migrations/sqlite"),
-        };
-        {
-            // sqlx's SQLite migrator takes no lock; serialize stores opened
-            // together in one process (PostgreSQL's takes an advisory lock).
-            let _guard = match backend {
-                Backend::Sqlite => Some(SQLITE_MIGRATIONS.lock().await),
-                Backend::Postgres => None,
-            };
-            migrator.run(&write).await?;
-        }
+        let pools = backend.open(url, options.max_connections.max(1)).await?;
+        backend.migrate(&pools.write).await?;
         let store = Store {
             backend,
-            read,
-            write,
-            lifecycle,
+            read: pools.read,
+            write: pools.write,
+            fast_path_pool: pools.fast_paths,
+            fast_paths: options.fast_paths && backend.has_fast_paths(),
             partitions: options.partitions,
             limits: options.limits,
         };
@@ -200,7 +182,7 @@ impl Store {
 
     /// Closes the pools; later operations fail with `Unavailable`.
     pub async fn close(&self) {
-        self.lifecycle.close().await;
+        self.fast_path_pool.close().await;
         self.write.close().await;
         self.read.close().await;
     }
@@ -298,78 +280,6 @@ impl Store {
     }
 }
 
-/// Session settings of the general PostgreSQL pool. Statements stay
-/// prepared (parsed once per connection) but are planned for each execution:
-/// a cached generic plan made while `firings` was small (a fresh database)
-/// joined batches by scanning the whole table, and kept doing so as it grew
-/// (7–10 ms per start batch after a minute at 1,000 firings/s instead of
-/// index probes), and list filters deserve plans for their actual values.
-const PLANNED_PER_EXECUTION: &[&str] = &["SET plan_cache_mode = force_custom_plan"];
-
-/// Session settings of the lifecycle pool (the one-statement start and
-/// finish). Planning them cost more than running them (a one-firing start on
-/// an idle machine: 0.62–0.67 ms planned each time, 0.46 ms with a cached
-/// plan), so each connection plans them once and keeps the generic plan. Every row they touch is found by a key, so
-/// sequential scans are switched off: without that, the generic plan made on
-/// an empty database scans `firings` (the failure described above); with it,
-/// the plan is index probes whatever the table statistics say.
-const PLANNED_ONCE: &[&str] = &[
-    "SET plan_cache_mode = force_generic_plan",
-    "SET enable_seqscan = off",
-];
-
-/// A PostgreSQL pool whose connections start with `settings`.
-fn postgres_pool(max_connections: u32, settings: &'static [&'static str]) -> AnyPoolOptions {
-    AnyPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(10))
-        // sqlx pings a connection (one round trip) before handing it out
-        // unless told not to, on top of the ping when it comes back. A start
-        // is one statement, so that ping was a third of its latency. A
-        // connection that broke while idle (PostgreSQL restarted) now fails
-        // the one operation that gets it, and is closed on release.
-        .test_before_acquire(false)
-        .after_connect(move |conn, _meta| {
-            Box::pin(async move {
-                for setting in settings {
-                    sqlx::query(setting).execute(&mut *conn).await?;
-                }
-                Ok(())
-            })
-        })
-}
-
-/// Pool options for SQLite: pragmas on every new connection.
-fn sqlite_pool(max_connections: u32) -> AnyPoolOptions {
-    AnyPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(10))
-        .after_connect(|conn, _meta| {
-            Box::pin(async move {
-                for pragma in [
-                    "PRAGMA busy_timeout = 5000",
-                    "PRAGMA journal_mode = WAL",
-                    "PRAGMA synchronous = NORMAL",
-                    "PRAGMA foreign_keys = ON",
-                ] {
-                    sqlx::query(pragma).execute(&mut *conn).await?;
-                }
-                Ok(())
-            })
-        })
-}
-
-/// A SQLite URL that creates the file if it is missing.
-fn sqlite_url(url: &str) -> String {
-    if url.contains("mode=") {
-        url.to_string()
-    } else if url.contains('?') {
-        format!("{url}&mode=rwc")
-    } else {
-        format!("{url}?mode=rwc")
-    }
-}
-
 /// 32-bit FNV-1a.
 pub fn fnv1a(bytes: &[u8]) -> u32 {
     let mut hash: u32 = 2_166_136_261;
@@ -463,19 +373,6 @@ mod tests {
         assert_eq!(fnv1a(b""), 0x811c_9dc5);
         assert_eq!(fnv1a(b"a"), 0xe40c_292c);
         assert_eq!(fnv1a(b"foobar"), 0xbf9c_f968);
-    }
-
-    #[test]
-    fn sqlite_urls_create_missing_files() {
-        assert_eq!(
-            sqlite_url("sqlite://chime.db"),
-            "sqlite://chime.db?mode=rwc"
-        );
-        assert_eq!(
-            sqlite_url("sqlite://a.db?cache=shared"),
-            "sqlite://a.db?cache=shared&mode=rwc"
-        );
-        assert_eq!(sqlite_url("sqlite://a.db?mode=ro"), "sqlite://a.db?mode=ro");
     }
 
     #[test]

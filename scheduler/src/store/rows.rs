@@ -27,6 +27,24 @@ pub(crate) const STAGED_COLUMNS: &str = "id, job_id, group_name, priority, handl
 pub(crate) const EXECUTING_COLUMNS: &str =
     "firing_id, job_id, group_name, worker_id, attempt, started_at, deadline_at";
 
+/// The rows `decode` can read. The others are logged (as a corrupt `what`)
+/// and left out: a scan that drives the scheduler must not stall on one bad
+/// row.
+pub(crate) fn readable<T>(
+    rows: &[AnyRow],
+    decode: impl Fn(&AnyRow) -> Result<T, StoreError>,
+    what: &str,
+) -> Vec<T> {
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        match decode(row) {
+            Ok(item) => out.push(item),
+            Err(e) => tracing::error!(error = %e, "{what} is corrupt; skipped"),
+        }
+    }
+    out
+}
+
 /// The row's key, for naming it in errors.
 fn key(row: &AnyRow, column: &str) -> String {
     row.try_get::<String, _>(column)

@@ -1,6 +1,6 @@
 //! What the store's operations take and return.
 
-use chime_common::protocol::{Alert, StartReply};
+use chime_common::protocol::{Alert, StartRefusal, StartReply};
 use chime_common::{FiringId, FiringState, Job, JobState, Limits};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -19,6 +19,11 @@ pub struct StoreOptions {
     pub max_connections: u32,
     /// Limits applied to input the store receives directly (trigger payloads).
     pub limits: Limits,
+    /// Whether start and finish first decide a batch's plain items in one
+    /// statement (PostgreSQL only; SQLite has no such path). On by default;
+    /// off, every item takes the transaction path, which decides the same:
+    /// the store suite runs PostgreSQL both ways to show it.
+    pub fast_paths: bool,
 }
 
 impl Default for StoreOptions {
@@ -27,6 +32,7 @@ impl Default for StoreOptions {
             partitions: 1,
             max_connections: 10,
             limits: Limits::default(),
+            fast_paths: true,
         }
     }
 }
@@ -90,7 +96,7 @@ pub struct Page<T> {
 
 /// A firing running on a worker, to be sent a cancel request.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Running {
+pub struct RunningFiring {
     pub firing_id: FiringId,
     pub worker_id: String,
 }
@@ -102,7 +108,7 @@ pub struct Deleted {
     pub job: Job,
     /// Its firings still running: send each worker a cancel request. Their
     /// rows stay until the worker reports.
-    pub cancel: Vec<Running>,
+    pub cancel: Vec<RunningFiring>,
 }
 
 /// Default of [`StageRequest::max_catch_up`].
@@ -189,14 +195,35 @@ pub struct StageOutcome {
     pub corrupt: Vec<(String, String)>,
 }
 
-/// The answer to one start request.
+/// What `start` did with one request: the reply for the worker, and what
+/// the scheduler must do about it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StartDecision {
+pub struct StartOutcome {
     pub reply: StartReply,
     /// `overlap: replace`: running firings of the job to cancel.
-    pub cancel: Vec<Running>,
+    pub cancel: Vec<RunningFiring>,
     /// Alerts to publish (a firing that could not start and ended `failed`).
     pub alerts: Vec<Alert>,
+}
+
+impl StartOutcome {
+    /// Accepted until `deadline`, nothing else to do.
+    pub(crate) fn accepted(deadline: DateTime<Utc>) -> Self {
+        StartOutcome {
+            reply: StartReply::accepted(deadline),
+            cancel: Vec::new(),
+            alerts: Vec::new(),
+        }
+    }
+
+    /// Refused for `why`, nothing else to do.
+    pub(crate) fn refused(why: StartRefusal) -> Self {
+        StartOutcome {
+            reply: StartReply::refused(why),
+            cancel: Vec::new(),
+            alerts: Vec::new(),
+        }
+    }
 }
 
 /// What `finish` did with one event.
@@ -214,6 +241,22 @@ pub struct FinishOutcome {
     /// Firings of the `on_success` jobs.
     pub triggered: Vec<FiringId>,
     pub alerts: Vec<Alert>,
+}
+
+impl FinishOutcome {
+    /// An event that changed `applied` or not, leaving the firing in `state`
+    /// and nothing else to do.
+    pub(crate) fn new(firing_id: FiringId, applied: bool, state: Option<FiringState>) -> Self {
+        FinishOutcome {
+            firing_id,
+            applied,
+            state,
+            retry: None,
+            released: None,
+            triggered: Vec::new(),
+            alerts: Vec::new(),
+        }
+    }
 }
 
 /// A row of the executing table.

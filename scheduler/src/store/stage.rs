@@ -1,7 +1,11 @@
-//! Time slices: staging due instants, adopting unowned firings, publishing.
+//! The stage transition: time slices turn due instants into `staged`
+//! firings (or `skipped` ones, by the misfire policy), and adopt the staged
+//! firings no slice owns (retries, triggers, released queue firings). Also
+//! the reads that find staged firings to publish.
 
-use super::dialect::{Backend, Col};
+use super::dialect::Col;
 use super::jobs::{compile, next_ms};
+use super::locks::Tx;
 use super::plan::{plan, PlanInput};
 use super::rows::{self, STAGED_COLUMNS};
 use super::types::{StageOutcome, StageRequest, StagedFiring};
@@ -15,7 +19,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 /// Rows per batch statement.
-const BATCH_ROWS: usize = 10_000;
+pub(super) const BATCH_ROWS: usize = 10_000;
 
 /// Columns of a batch of new firings, as [`NewFiring`] serializes them.
 const NEW_FIRING_COLUMNS: [(&str, Col); 13] = [
@@ -36,20 +40,20 @@ const NEW_FIRING_COLUMNS: [(&str, Col); 13] = [
 
 /// One row of a firings batch insert.
 #[derive(Serialize)]
-struct NewFiring<'a> {
-    id: String,
-    job_id: &'a str,
-    scheduled_at: i64,
-    attempt: u32,
-    group_name: &'a str,
-    priority: u8,
-    handler: &'a str,
-    payload: &'a str,
-    timeout_ms: i64,
-    due_at: i64,
-    state: &'static str,
-    error: Option<String>,
-    finished_at: Option<i64>,
+pub(super) struct NewFiring<'a> {
+    pub id: String,
+    pub job_id: &'a str,
+    pub scheduled_at: i64,
+    pub attempt: u32,
+    pub group_name: &'a str,
+    pub priority: u8,
+    pub handler: &'a str,
+    pub payload: &'a str,
+    pub timeout_ms: i64,
+    pub due_at: i64,
+    pub state: &'static str,
+    pub error: Option<String>,
+    pub finished_at: Option<i64>,
 }
 
 /// One row of the job_schedule batch update.
@@ -120,8 +124,8 @@ impl Store {
 
     /// [`Store::stage_slice`], handing each transaction's firings to
     /// `on_staged` as soon as it commits (the outcome's `firings` stay
-    /// empty). A dense slice (100,000 jobs due at one instant) takes seconds
-    /// to stage; its first firings can be in the wheel after milliseconds.
+    /// empty). A dense slice (very many jobs due at one instant) takes many
+    /// transactions to stage; its first firings need not wait for the last.
     pub async fn stage_slice_each(
         &self,
         req: &StageRequest,
@@ -246,22 +250,9 @@ impl Store {
             batch.misfired += job.plan.misfired;
         }
 
-        let insert = format!(
-            "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
-                 handler, payload, timeout_ms, due_at, state, error, finished_at, created_at) \
-             SELECT r.id, r.job_id, r.scheduled_at, r.attempt, r.group_name, r.priority, \
-                 r.handler, r.payload, r.timeout_ms, r.due_at, r.state, r.error, r.finished_at, $2 \
-             FROM {} WHERE true ON CONFLICT DO NOTHING RETURNING id",
-            self.backend.json_rows(1, &NEW_FIRING_COLUMNS)
-        );
         let mut inserted = HashSet::new();
         for chunk in new.chunks(BATCH_ROWS) {
-            let ids: Vec<String> = sqlx::query_scalar(&insert)
-                .bind(json_text(chunk)?)
-                .bind(now)
-                .fetch_all(&mut *tx)
-                .await?;
-            inserted.extend(ids);
+            inserted.extend(self.insert_firings(&mut tx, chunk, now).await?);
         }
         // A row that already existed belongs to whoever staged it.
         let waiting: Vec<Waiting> = new
@@ -323,6 +314,29 @@ impl Store {
             }
         }
         Ok(batch)
+    }
+
+    /// Inserts new firings created at `now`; returns the ids it inserted
+    /// (one whose (job, instant, attempt) exists already is left alone).
+    pub(super) async fn insert_firings(
+        &self,
+        tx: &mut Tx,
+        firings: &[NewFiring<'_>],
+        now: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        let insert = format!(
+            "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
+                 handler, payload, timeout_ms, due_at, state, error, finished_at, created_at) \
+             SELECT r.id, r.job_id, r.scheduled_at, r.attempt, r.group_name, r.priority, \
+                 r.handler, r.payload, r.timeout_ms, r.due_at, r.state, r.error, r.finished_at, $2 \
+             FROM {} WHERE true ON CONFLICT DO NOTHING RETURNING id",
+            self.backend.json_rows(1, &NEW_FIRING_COLUMNS)
+        );
+        Ok(sqlx::query_scalar(&insert)
+            .bind(json_text(firings)?)
+            .bind(now)
+            .fetch_all(&mut **tx)
+            .await?)
     }
 
     /// Reads one due job row and plans its instants.
@@ -445,83 +459,6 @@ impl Store {
         .fetch_all(&self.read)
         .await?;
         Ok(decode_staged(&rows).0)
-    }
-
-    /// Marks firings published. Only rows still `staged` change (one started,
-    /// cancelled or already published stays as it is); returns how many did.
-    pub async fn mark_published(
-        &self,
-        ids: &[FiringId],
-        at: DateTime<Utc>,
-    ) -> Result<u64, StoreError> {
-        // Only rows no one else holds: a concurrent start batch locks firings
-        // one by one, and waiting on each other's rows in different orders
-        // deadlocked (PostgreSQL then stalls a second). A row skipped here is
-        // being started, which moves it past `published` anyway, or is left
-        // `staged` for housekeeping, whose republish JetStream drops as a duplicate.
-        // Only staged rows are locked: most firings are started before their
-        // mark is written, and locking those too cost a heap write each.
-        let mark_firings = format!(
-            "UPDATE firings SET state = 'published', published_at = $1 \
-             WHERE state = 'staged' AND id IN (SELECT f.id FROM firings f \
-             WHERE f.id IN (SELECT r.id FROM {}) AND f.state = 'staged' \
-             ORDER BY f.id{}) RETURNING id",
-            self.backend.json_rows(2, &[("id", Col::Text)]),
-            self.backend.for_update_skip_locked("f")
-        );
-        let sql = match self.backend {
-            // The waiting rows of exactly the firings marked (not those
-            // skipped as locked), in the same statement, after them.
-            Backend::Postgres => format!(
-                "WITH marked AS ({mark_firings}), \
-                 published AS (UPDATE waiting SET published_at = $1 FROM marked \
-                     WHERE waiting.firing_id = marked.id) \
-                 SELECT COUNT(*) FROM marked"
-            ),
-            // One writer: every staged firing of the batch is marked.
-            Backend::Sqlite => format!(
-                "UPDATE waiting SET published_at = $1 \
-                 WHERE published_at IS NULL AND firing_id IN (SELECT r.id FROM {})",
-                self.backend.json_rows(2, &[("id", Col::Text)])
-            ),
-        };
-        let mut changed = 0;
-        for chunk in ids.chunks(BATCH_ROWS) {
-            let texts: Vec<String> = chunk.iter().map(FiringId::to_string).collect();
-            let batch = id_batch(&texts)?;
-            changed += self
-                .retrying(|| async {
-                    let marked = match self.backend {
-                        Backend::Postgres => {
-                            let count: i64 = sqlx::query_scalar(&sql)
-                                .bind(ms(at))
-                                .bind(batch.as_str())
-                                .fetch_one(&self.write)
-                                .await?;
-                            u64::try_from(count).unwrap_or(0)
-                        }
-                        Backend::Sqlite => {
-                            let mut tx = self.begin().await?;
-                            let marked = sqlx::query(&mark_firings)
-                                .bind(ms(at))
-                                .bind(batch.as_str())
-                                .fetch_all(&mut *tx)
-                                .await?
-                                .len();
-                            sqlx::query(&sql)
-                                .bind(ms(at))
-                                .bind(batch.as_str())
-                                .execute(&mut *tx)
-                                .await?;
-                            tx.commit().await?;
-                            marked as u64
-                        }
-                    };
-                    Ok(marked)
-                })
-                .await?;
-        }
-        Ok(changed)
     }
 }
 

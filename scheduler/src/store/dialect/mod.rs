@@ -1,9 +1,30 @@
-//! The few places where PostgreSQL and SQLite need different SQL.
+//! The seam between the store's logic and its two databases.
+//!
+//! Everything the backends do differently lives under this module: SQL
+//! fragments (row locks, how a write transaction begins, how a JSON batch is
+//! expanded into rows), the pools and migrations, and the few writes that
+//! PostgreSQL combines into one statement where SQLite runs a transaction.
+//! Each such item dispatches here, once, to `postgres.rs` or `sqlite.rs`; the
+//! logic files never ask which database they talk to.
+//!
+//! The one exception is the fast paths of start and finish: one
+//! data-modifying `WITH` statement each, which only PostgreSQL runs. They
+//! stay in `start.rs` and `finish.rs`, next to the transaction path they
+//! shortcut and built from the same fragments, and run only when
+//! [`Backend::has_fast_paths`] says so (decided once, at connect).
 //!
 //! Everything else in the store is one SQL text for both: `$n` parameters,
 //! `ON CONFLICT`, `RETURNING`, `UPDATE … FROM`, partial indexes and row-value
 //! comparisons mean the same on PostgreSQL 14+ and SQLite 3.35+ (sqlx bundles
 //! a newer SQLite).
+
+mod postgres;
+mod sqlite;
+
+use super::jobs::Put;
+use super::{Store, StoreError};
+use sqlx::any::AnyRow;
+use sqlx::AnyPool;
 
 /// Which database the store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -53,7 +74,7 @@ impl Backend {
     /// reads and then changes.
     pub(crate) fn for_update_of(self, alias: &str) -> String {
         match self {
-            Backend::Postgres => format!(" FOR UPDATE OF {alias}"),
+            Backend::Postgres => postgres::for_update_of(alias),
             Backend::Sqlite => String::new(),
         }
     }
@@ -63,7 +84,7 @@ impl Backend {
     /// the due jobs between them instead of waiting.
     pub(crate) fn for_update_skip_locked(self, alias: &str) -> String {
         match self {
-            Backend::Postgres => format!(" FOR UPDATE OF {alias} SKIP LOCKED"),
+            Backend::Postgres => postgres::for_update_skip_locked(alias),
             Backend::Sqlite => String::new(),
         }
     }
@@ -87,42 +108,87 @@ impl Backend {
     /// which sqlx's `Any` driver cannot bind, and keeps one SQL text per
     /// statement on both backends. Text values are JSON strings, integers JSON
     /// numbers (milliseconds stay below 2^53), absent values JSON null.
-    ///
-    /// PostgreSQL plans such a join for the tables as they are when it runs
-    /// (`plan_cache_mode = force_custom_plan` on every connection, see
-    /// `Store::connect`), not once for the lifetime of the connection. It
-    /// guesses 100 rows for any `json_to_recordset`, and with 100 rows a hash
-    /// join over a sequential scan of `firings` looks cheaper than 100 index
-    /// lookups up to tens of thousands of rows: 3–6 ms per statement for a
-    /// handful of ids. The `LIMIT json_array_length(…)` changes no result;
-    /// the planner folds it to the batch's real size, then looks the rows up
-    /// by index (0.1 ms).
     pub(crate) fn json_rows(self, param: usize, columns: &[(&str, Col)]) -> String {
         match self {
-            Backend::Postgres => {
-                let cols: Vec<String> = columns
-                    .iter()
-                    .map(|(name, col)| {
-                        let ty = match col {
-                            Col::Int => "bigint",
-                            Col::Text => "text",
-                        };
-                        format!("{name} {ty}")
-                    })
-                    .collect();
-                format!(
-                    "(SELECT * FROM json_to_recordset(${param}::json) AS r({}) \
-                     LIMIT json_array_length(${param}::json)) AS r",
-                    cols.join(", ")
-                )
-            }
+            Backend::Postgres => postgres::json_rows(param, columns),
+            Backend::Sqlite => sqlite::json_rows(param, columns),
+        }
+    }
+
+    /// Whether the backend has the one-statement fast paths of start and
+    /// finish (data-modifying `WITH`, which SQLite lacks).
+    pub(crate) fn has_fast_paths(self) -> bool {
+        self == Backend::Postgres
+    }
+
+    /// The database clock minus this process's clock (see
+    /// `Store::clock_offset`).
+    pub(crate) async fn clock_offset(self, pool: &AnyPool) -> Result<chrono::Duration, StoreError> {
+        match self {
+            Backend::Postgres => postgres::clock_offset(pool).await,
+            Backend::Sqlite => Ok(chrono::Duration::zero()),
+        }
+    }
+
+    /// Opens the store's pools on `url`.
+    pub(crate) async fn open(self, url: &str, max_connections: u32) -> Result<Pools, StoreError> {
+        match self {
+            Backend::Postgres => postgres::open(url, max_connections).await,
+            Backend::Sqlite => sqlite::open(url, max_connections).await,
+        }
+    }
+
+    /// Applies the backend's migrations. sqlx's SQLite migrator takes no
+    /// lock, so stores opened together in one process are serialized here
+    /// (PostgreSQL's takes an advisory lock, which covers replicas too).
+    pub(crate) async fn migrate(self, pool: &AnyPool) -> Result<(), StoreError> {
+        match self {
+            Backend::Postgres => sqlx::migrate!("./migrations/postgres").run(pool).await?,
             Backend::Sqlite => {
-                let cols: Vec<String> = columns
-                    .iter()
-                    .map(|(name, _)| format!("json_extract(value, '$.{name}') AS {name}"))
-                    .collect();
-                format!("(SELECT {} FROM json_each(${param})) AS r", cols.join(", "))
+                let _guard = SQLITE_MIGRATIONS.lock().await;
+                sqlx::migrate!("./migrations/sqlite").run(pool).await?
             }
+        }
+        Ok(())
+    }
+}
+
+/// Serializes SQLite migrations within the process.
+static SQLITE_MIGRATIONS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The connection pools of a store.
+pub(crate) struct Pools {
+    /// Reads outside transactions.
+    pub read: AnyPool,
+    /// Write transactions (the same pool as `read` on PostgreSQL).
+    pub write: AnyPool,
+    /// The one-statement fast paths of start and finish (the same pool as
+    /// `write` on SQLite, which has none).
+    pub fast_paths: AnyPool,
+}
+
+impl Store {
+    /// Writes both halves of a put ([`UPSERT_JOB`](super::jobs::UPSERT_JOB)
+    /// and its schedule) and returns the job row's version and creation time.
+    pub(crate) async fn upsert_job(&self, put: &Put<'_>) -> Result<AnyRow, StoreError> {
+        match self.backend {
+            Backend::Postgres => postgres::upsert_job(self, put).await,
+            Backend::Sqlite => sqlite::upsert_job(self, put).await,
+        }
+    }
+
+    /// Runs `mark_firings` (`$1` the instant, `$2` the batch of ids, returning
+    /// the ids it marked) and marks the same firings' `waiting` rows, as one
+    /// unit; returns how many firings it marked.
+    pub(crate) async fn mark_published_rows(
+        &self,
+        mark_firings: &str,
+        batch: &str,
+        at: i64,
+    ) -> Result<u64, StoreError> {
+        match self.backend {
+            Backend::Postgres => postgres::record_published(self, mark_firings, batch, at).await,
+            Backend::Sqlite => sqlite::record_published(self, mark_firings, batch, at).await,
         }
     }
 }

@@ -1,0 +1,132 @@
+//! SQLite: one writer (a one-connection write pool whose transactions begin
+//! `IMMEDIATE`), readers beside it, batches as `json_each`, and a
+//! transaction where PostgreSQL combines writes in one statement.
+
+use super::super::jobs::{Put, UPSERT_JOB, UPSERT_SCHEDULE};
+use super::super::{Store, StoreError};
+use super::{Col, Pools};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use std::time::Duration;
+
+pub(super) fn json_rows(param: usize, columns: &[(&str, Col)]) -> String {
+    let cols: Vec<String> = columns
+        .iter()
+        .map(|(name, _)| format!("json_extract(value, '$.{name}') AS {name}"))
+        .collect();
+    format!("(SELECT {} FROM json_each(${param})) AS r", cols.join(", "))
+}
+
+/// The pools of a SQLite database: one writer, `max_connections` readers.
+pub(super) async fn open(url: &str, max_connections: u32) -> Result<Pools, StoreError> {
+    if url.contains(":memory:") || url.contains("mode=memory") {
+        // An in-memory database lives as long as its one connection: keep
+        // exactly one, for reads and writes.
+        let pool = pool(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect(url)
+            .await?;
+        return Ok(Pools {
+            read: pool.clone(),
+            write: pool.clone(),
+            fast_paths: pool,
+        });
+    }
+    let url = creating(url);
+    let write = pool(1).connect(&url).await?;
+    let read = pool(max_connections).connect(&url).await?;
+    Ok(Pools {
+        read,
+        write: write.clone(),
+        fast_paths: write,
+    })
+}
+
+/// Pool options for SQLite: pragmas on every new connection.
+fn pool(max_connections: u32) -> AnyPoolOptions {
+    AnyPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(10))
+        .after_connect(|conn, _meta| {
+            Box::pin(async move {
+                for pragma in [
+                    "PRAGMA busy_timeout = 5000",
+                    "PRAGMA journal_mode = WAL",
+                    "PRAGMA synchronous = NORMAL",
+                    "PRAGMA foreign_keys = ON",
+                ] {
+                    sqlx::query(pragma).execute(&mut *conn).await?;
+                }
+                Ok(())
+            })
+        })
+}
+
+/// A SQLite URL that creates the file if it is missing.
+fn creating(url: &str) -> String {
+    if url.contains("mode=") {
+        url.to_string()
+    } else if url.contains('?') {
+        format!("{url}&mode=rwc")
+    } else {
+        format!("{url}?mode=rwc")
+    }
+}
+
+/// Both halves of a put, in one transaction.
+pub(super) async fn upsert_job(store: &Store, put: &Put<'_>) -> Result<AnyRow, StoreError> {
+    let mut tx = store.begin().await?;
+    let row = put
+        .bind_job(sqlx::query(UPSERT_JOB))
+        .fetch_one(&mut *tx)
+        .await?;
+    put.bind_all(sqlx::query(UPSERT_SCHEDULE))
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(row)
+}
+
+/// Records a batch published in one transaction. One writer: every staged
+/// firing of the batch is marked, so the batch's waiting rows follow them.
+pub(super) async fn record_published(
+    store: &Store,
+    mark_firings: &str,
+    batch: &str,
+    at: i64,
+) -> Result<u64, StoreError> {
+    let mut tx = store.begin().await?;
+    let marked = sqlx::query(mark_firings)
+        .bind(at)
+        .bind(batch)
+        .fetch_all(&mut *tx)
+        .await?
+        .len();
+    sqlx::query(&format!(
+        "UPDATE waiting SET published_at = $1 \
+         WHERE published_at IS NULL AND firing_id IN (SELECT r.id FROM {})",
+        json_rows(2, &[("id", Col::Text)])
+    ))
+    .bind(at)
+    .bind(batch)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(marked as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_create_missing_files() {
+        assert_eq!(creating("sqlite://chime.db"), "sqlite://chime.db?mode=rwc");
+        assert_eq!(
+            creating("sqlite://a.db?cache=shared"),
+            "sqlite://a.db?cache=shared&mode=rwc"
+        );
+        assert_eq!(creating("sqlite://a.db?mode=ro"), "sqlite://a.db?mode=ro");
+    }
+}

@@ -1,0 +1,456 @@
+//! The finish transition: a worker's report ends its running attempt
+//! `succeeded`, `failed` or `cancelled`, once, and only while that worker
+//! holds the attempt's executing row. A failure is retried or alerted on
+//! (and counted towards `alert_after_failures`); a success resets that count
+//! and triggers the job's `on_success`; either releases a queued firing.
+//!
+//! A batch's plain successes (reported by the worker running the firing,
+//! whose job has no `on_success` and nothing queued) need no policy
+//! decision; where the backend can, they are first applied in one statement
+//! outside any transaction (see `start.rs` for why). What is left takes one
+//! transaction: the plain successes set-based, the rest one by one.
+
+use super::dialect::Col;
+use super::executing::Lease;
+use super::jobs::write_spec_and_state;
+use super::locks::{complete, split_batch, FiringRow, JobRow, Tx};
+use super::retry::RetryDelay;
+use super::states::{sources_sql, Transition};
+use super::types::FinishOutcome;
+use super::{json_text, ms, Store, StoreError};
+use chime_common::protocol::{Alert, AlertKind, Finished, Outcome};
+use chime_common::text;
+use chime_common::{FiringId, FiringState, JobState};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use std::borrow::Cow;
+use std::collections::HashSet;
+
+/// What a success sets on the firing row, from the batch row `r` (`id`,
+/// `output`) at `$2`.
+const SET_SUCCEEDED: &str =
+    "state = 'succeeded', finished_at = $2, error = NULL, output = r.output";
+
+/// Resets the failure count of the jobs the appended subquery names.
+const RESET_FAILURES: &str =
+    "UPDATE jobs SET consecutive_failures = 0 WHERE consecutive_failures <> 0 AND id IN";
+
+/// Ends firing `id` in a final `state`.
+pub(super) async fn end_firing(
+    tx: &mut Tx,
+    id: &str,
+    state: FiringState,
+    error: Option<&str>,
+    output: Option<&str>,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE firings SET state = $2, finished_at = $3, error = $4, output = $5 WHERE id = $1",
+    )
+    .bind(id)
+    .bind(state.as_str())
+    .bind(now)
+    .bind(error)
+    .bind(output)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Whether an event's texts can be stored as they are (no NUL, within the
+/// caps): what any worker sends is checked again here.
+fn is_storable(event: &Finished) -> bool {
+    let fits = |text: &Option<String>, max| {
+        text.as_deref()
+            .is_none_or(|t| t.len() <= max && !t.contains('\0'))
+    };
+    fits(&event.output, text::MAX_OUTPUT_BYTES) && fits(&event.error, text::MAX_ERROR_BYTES)
+}
+
+/// The event with its output cut to its tail and its error to its head, both
+/// without NUL.
+fn storable(event: &Finished) -> Finished {
+    Finished {
+        output: event
+            .output
+            .as_deref()
+            .map(|t| text::tail(t, text::MAX_OUTPUT_BYTES).into_owned()),
+        error: event
+            .error
+            .as_deref()
+            .map(|t| text::head(t, text::MAX_ERROR_BYTES).into_owned()),
+        ..event.clone()
+    }
+}
+
+/// The state an event ends its attempt in, and the error it records.
+fn ending(event: &Finished) -> (FiringState, Option<String>) {
+    let detail = event.error.as_deref().filter(|e| !e.is_empty());
+    match event.outcome {
+        Outcome::Succeeded => (FiringState::Succeeded, None),
+        Outcome::Failed => (
+            FiringState::Failed,
+            Some(detail.unwrap_or("failed").to_string()),
+        ),
+        Outcome::TimedOut => (
+            FiringState::Failed,
+            Some(match detail {
+                Some(d) => format!("timed out: {d}"),
+                None => "timed out".to_string(),
+            }),
+        ),
+        Outcome::Cancelled => (
+            FiringState::Cancelled,
+            Some(detail.unwrap_or("cancelled").to_string()),
+        ),
+    }
+}
+
+/// A plain success of a batch.
+#[derive(Serialize)]
+struct Succeeded<'a> {
+    id: &'a str,
+    job_id: &'a str,
+    output: Option<&'a str>,
+}
+
+impl Store {
+    /// Applies finished events: the plain successes on the fast path where
+    /// there is one, then the rest, in order, in one transaction. An event
+    /// applies only while its worker holds the firing's executing row, so a
+    /// re-delivered event changes nothing (`applied: false`).
+    pub async fn finish(
+        &self,
+        events: &[Finished],
+        now: DateTime<Utc>,
+        retry_delay: &RetryDelay,
+    ) -> Result<Vec<FinishOutcome>, StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = ms(now);
+        let events: Cow<[Finished]> = if events.iter().all(is_storable) {
+            Cow::Borrowed(events)
+        } else {
+            Cow::Owned(events.iter().map(storable).collect())
+        };
+        let events = events.as_ref();
+        let mut applied: Vec<Option<FinishOutcome>> = vec![None; events.len()];
+        if self.fast_paths {
+            self.finish_at_once(events, now, &mut applied).await;
+        }
+        complete(events, applied, |rest| async move {
+            self.finish_in_transaction(&rest, now, retry_delay).await
+        })
+        .await
+    }
+
+    /// The fast path: applies the plain successes of a batch (each firing
+    /// named once) in one statement outside any transaction, and leaves the
+    /// rest unapplied. The firing row is locked first, as on the transaction
+    /// path, and its state re-checked if a concurrent expiry changed it. Any
+    /// error (a corrupt spec, a deadlock, the database down) leaves the whole
+    /// batch to [`Store::finish_in_transaction`].
+    async fn finish_at_once(
+        &self,
+        events: &[Finished],
+        now: i64,
+        applied: &mut [Option<FinishOutcome>],
+    ) {
+        #[derive(Serialize)]
+        struct Done<'a> {
+            id: String,
+            worker_id: &'a str,
+            output: Option<&'a str>,
+            /// Which event it records (not sent).
+            #[serde(skip)]
+            event: usize,
+        }
+        let ids: Vec<&FiringId> = events.iter().map(|e| &e.firing_id).collect();
+        let (succeeded, _) = split_batch(&ids, |i| events[i].outcome == Outcome::Succeeded);
+        let mut done: Vec<Done> = succeeded
+            .into_iter()
+            .map(|i| Done {
+                id: events[i].firing_id.to_string(),
+                worker_id: events[i].worker_id.as_str(),
+                output: events[i].output.as_deref(),
+                event: i,
+            })
+            .collect();
+        if done.is_empty() {
+            return;
+        }
+        // Firing-id order, so concurrent batches lock in one order.
+        done.sort_by(|a, b| a.id.cmp(&b.id));
+        let sql = format!(
+            "WITH succeeded AS ( \
+                 UPDATE firings f SET {SET_SUCCEEDED} \
+                 FROM {} \
+                 WHERE f.id = r.id AND f.state IN {} \
+                     AND EXISTS (SELECT 1 FROM executing e \
+                         WHERE e.firing_id = f.id AND e.worker_id = r.worker_id) \
+                     AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.job_id = f.job_id) \
+                     AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = f.job_id \
+                         AND COALESCE(jsonb_array_length(j.spec::jsonb -> 'on_success'), 0) = 0) \
+                 RETURNING f.id, f.job_id), \
+             ended AS (DELETE FROM executing e USING succeeded s WHERE e.firing_id = s.id), \
+             reset AS ({RESET_FAILURES} (SELECT job_id FROM succeeded)) \
+             SELECT id FROM succeeded",
+            self.backend.json_rows(
+                1,
+                &[
+                    ("id", Col::Text),
+                    ("worker_id", Col::Text),
+                    ("output", Col::Text)
+                ]
+            ),
+            sources_sql(Transition::Finish),
+        );
+        let body = match json_text(&done) {
+            Ok(body) => body,
+            Err(e) => {
+                tracing::debug!(error = %e, "finish batch left to the transaction path");
+                return;
+            }
+        };
+        let succeeded: HashSet<String> = match sqlx::query_scalar(&sql)
+            .bind(body)
+            .bind(now)
+            .fetch_all(&self.fast_path_pool)
+            .await
+        {
+            Ok(ids) => ids.into_iter().collect(),
+            Err(e) => {
+                tracing::debug!(error = %e, "finish batch left to the transaction path");
+                return;
+            }
+        };
+        for row in done.iter().filter(|row| succeeded.contains(&row.id)) {
+            applied[row.event] = Some(FinishOutcome::new(
+                events[row.event].firing_id.clone(),
+                true,
+                Some(FiringState::Succeeded),
+            ));
+        }
+    }
+
+    /// Applies finished events in one transaction: the plain successes
+    /// set-based, the rest one by one.
+    async fn finish_in_transaction(
+        &self,
+        events: &[Finished],
+        now: i64,
+        retry_delay: &RetryDelay,
+    ) -> Result<Vec<FinishOutcome>, StoreError> {
+        self.retrying(|| async {
+            let mut tx = self.begin().await?;
+            let ids: Vec<&FiringId> = events.iter().map(|e| &e.firing_id).collect();
+            let rows = self.lock_batch(&mut tx, &ids).await?;
+            let (plain, other) = split_batch(&ids, |i| {
+                rows.get(ids[i])
+                    .is_some_and(|row| row.plain_success(&events[i]))
+            });
+            let mut outcomes: Vec<Option<FinishOutcome>> = vec![None; events.len()];
+            let mut done = Vec::with_capacity(plain.len());
+            let mut leases = Vec::with_capacity(plain.len());
+            for &i in &plain {
+                let event = &events[i];
+                if let Some(row) = rows.get(&event.firing_id) {
+                    done.push(Succeeded {
+                        id: row.firing.text.as_str(),
+                        job_id: row.firing.id.job_id.as_str(),
+                        output: event.output.as_deref(),
+                    });
+                    leases.push(Lease {
+                        id: row.firing.text.as_str(),
+                        worker_id: event.worker_id.as_str(),
+                    });
+                }
+            }
+            let ended = self.end_executing(&mut tx, &leases).await?;
+            done.retain(|d| ended.contains(d.id));
+            self.succeed(&mut tx, &done, now).await?;
+            for &i in &plain {
+                let id = &events[i].firing_id;
+                let row = rows.get(id);
+                let applied = row.is_some_and(|row| ended.contains(&row.firing.text));
+                let state = row.map(|row| {
+                    if applied {
+                        FiringState::Succeeded
+                    } else {
+                        row.firing.state
+                    }
+                });
+                outcomes[i] = Some(FinishOutcome::new(id.clone(), applied, state));
+            }
+            for i in other {
+                outcomes[i] = Some(
+                    self.finish_one(&mut tx, &events[i], now, retry_delay)
+                        .await?,
+                );
+            }
+            tx.commit().await?;
+            Ok(outcomes.into_iter().flatten().collect())
+        })
+        .await
+    }
+
+    /// Ends the attempts of `done` (their executing rows ended) `succeeded`
+    /// and resets their jobs' failure counts.
+    async fn succeed(
+        &self,
+        tx: &mut Tx,
+        done: &[Succeeded<'_>],
+        now: i64,
+    ) -> Result<(), StoreError> {
+        if done.is_empty() {
+            return Ok(());
+        }
+        let batch = json_text(done)?;
+        let update = format!(
+            "UPDATE firings SET {SET_SUCCEEDED} FROM {} WHERE firings.id = r.id",
+            self.backend
+                .json_rows(1, &[("id", Col::Text), ("output", Col::Text)])
+        );
+        sqlx::query(&update)
+            .bind(batch.as_str())
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+        let reset = format!(
+            "{RESET_FAILURES} (SELECT r.job_id FROM {})",
+            self.backend.json_rows(1, &[("job_id", Col::Text)])
+        );
+        sqlx::query(&reset)
+            .bind(batch.as_str())
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
+    /// Applies one finished event with every policy.
+    async fn finish_one(
+        &self,
+        tx: &mut Tx,
+        event: &Finished,
+        now: i64,
+        retry_delay: &RetryDelay,
+    ) -> Result<FinishOutcome, StoreError> {
+        let Some(firing) = self.lock_firing(tx, &event.firing_id).await? else {
+            return Ok(FinishOutcome::new(event.firing_id.clone(), false, None));
+        };
+        let id = firing.text.as_str();
+        let lease = Lease {
+            id,
+            worker_id: event.worker_id.as_str(),
+        };
+        if self.end_executing(tx, &[lease]).await?.is_empty() {
+            return Ok(FinishOutcome::new(
+                event.firing_id.clone(),
+                false,
+                Some(firing.state),
+            ));
+        }
+        let (state, error) = ending(event);
+        let mut outcome = FinishOutcome::new(event.firing_id.clone(), true, Some(state));
+        let job_id = firing.id.job_id.as_str();
+        if state == FiringState::Succeeded {
+            let done = Succeeded {
+                id,
+                job_id,
+                output: event.output.as_deref(),
+            };
+            self.succeed(tx, &[done], now).await?;
+        } else {
+            end_firing(
+                tx,
+                id,
+                state,
+                error.as_deref(),
+                event.output.as_deref(),
+                now,
+            )
+            .await?;
+        }
+
+        let job = self.read_job(tx, job_id, false).await?;
+        if state == FiringState::Failed {
+            outcome.retry = self
+                .retry(tx, &firing, job.as_ref(), now, retry_delay)
+                .await?;
+            if outcome.retry.is_none() {
+                let error = error.as_deref().unwrap_or("failed");
+                outcome.alerts.push(firing.alert(
+                    AlertKind::FiringFailed,
+                    format!(
+                        "firing {id} failed after {} attempt(s): {error}",
+                        firing.id.attempt
+                    ),
+                    now,
+                ));
+                if let Some(job) = job {
+                    if let Some(alert) = self.count_failure(tx, job, &firing, now).await? {
+                        outcome.alerts.push(alert);
+                    }
+                }
+            }
+        } else if state == FiringState::Succeeded {
+            if let Some(job) = job {
+                for target in &job.spec.on_success {
+                    if let Some(triggered) = self.trigger_in(tx, target, None, now).await? {
+                        outcome.triggered.push(triggered);
+                    }
+                }
+            }
+        }
+        outcome.released = self.release_queued(tx, job_id, now).await?;
+        Ok(outcome)
+    }
+
+    /// Counts a firing that failed for good against its job; at
+    /// `alert_after_failures` in a row, alerts (and pauses the job if asked).
+    async fn count_failure(
+        &self,
+        tx: &mut Tx,
+        job: JobRow,
+        firing: &FiringRow,
+        now: i64,
+    ) -> Result<Option<Alert>, StoreError> {
+        let job_id = firing.id.job_id.as_str();
+        let failures: i64 = sqlx::query_scalar(
+            "UPDATE jobs SET consecutive_failures = consecutive_failures + 1 WHERE id = $1 \
+             RETURNING consecutive_failures",
+        )
+        .bind(job_id)
+        .fetch_one(&mut **tx)
+        .await?;
+        let Some(threshold) = job.spec.alert_after_failures else {
+            return Ok(None);
+        };
+        if failures != i64::from(threshold) {
+            return Ok(None);
+        }
+        let mut pause = false;
+        if job.spec.pause_after_alert {
+            // Re-read under a lock, so a concurrent put is not overwritten.
+            if let Some(current) = self.read_job(tx, job_id, true).await? {
+                if current.state == JobState::Active && current.spec.pause_after_alert {
+                    let mut spec = current.spec;
+                    spec.paused = true;
+                    write_spec_and_state(tx, &spec, JobState::Paused, now).await?;
+                    pause = true;
+                }
+            }
+        }
+        let message = format!(
+            "job {job_id} failed {failures} times in a row{}",
+            if pause { "; it was paused" } else { "" }
+        );
+        Ok(Some(Alert {
+            group: job.spec.group.clone(),
+            consecutive_failures: Some(threshold),
+            paused: pause,
+            ..firing.alert(AlertKind::RepeatedFailures, message, now)
+        }))
+    }
+}

@@ -1,0 +1,88 @@
+//! The requeue transition: a running attempt whose worker vanished or whose
+//! deadline passed ends `lost`, and is retried or alerted on. The expiry
+//! service finds such attempts with [`Store::executing`].
+
+use super::executing::Lease;
+use super::finish::end_firing;
+use super::locks::Tx;
+use super::retry::RetryDelay;
+use super::types::{ExecutingRow, RequeueOutcome};
+use super::{ms, Store, StoreError};
+use chime_common::protocol::AlertKind;
+use chime_common::FiringState;
+use chrono::{DateTime, Utc};
+
+impl Store {
+    /// Gives up on a running attempt (its worker vanished or its deadline
+    /// passed), atomically and once: only if `row` is still the firing's
+    /// executing row. The attempt ends `lost` with `reason`; the next attempt
+    /// is staged while the retry policy allows, else a `firing_lost` alert.
+    /// A lost firing does not count towards `alert_after_failures`.
+    pub async fn requeue(
+        &self,
+        row: &ExecutingRow,
+        reason: &str,
+        now: DateTime<Utc>,
+        retry_delay: &RetryDelay,
+    ) -> Result<Option<RequeueOutcome>, StoreError> {
+        let now = ms(now);
+        self.retrying(|| async {
+            let mut tx = self.begin().await?;
+            let outcome = self
+                .requeue_in(&mut tx, row, reason, now, retry_delay)
+                .await?;
+            if outcome.is_some() {
+                tx.commit().await?;
+            }
+            Ok(outcome)
+        })
+        .await
+    }
+
+    async fn requeue_in(
+        &self,
+        tx: &mut Tx,
+        row: &ExecutingRow,
+        reason: &str,
+        now: i64,
+        retry_delay: &RetryDelay,
+    ) -> Result<Option<RequeueOutcome>, StoreError> {
+        let firing = self.lock_firing(tx, &row.firing_id).await?;
+        let id = row.firing_id.to_string();
+        let lease = Lease {
+            id: &id,
+            worker_id: &row.worker_id,
+        };
+        if self.end_executing(tx, &[lease]).await?.is_empty() {
+            return Ok(None);
+        }
+        let mut outcome = RequeueOutcome {
+            lost: row.firing_id.clone(),
+            retry: None,
+            released: None,
+            alert: None,
+        };
+        // No readable firing row: its executing row is still cleared, once.
+        let Some(firing) = firing else {
+            return Ok(Some(outcome));
+        };
+        end_firing(tx, &id, FiringState::Lost, Some(reason), None, now).await?;
+        let job_id = firing.id.job_id.as_str();
+        let job = self.read_job(tx, job_id, false).await?;
+        outcome.retry = self
+            .retry(tx, &firing, job.as_ref(), now, retry_delay)
+            .await?;
+        if outcome.retry.is_none() {
+            outcome.alert = Some(firing.alert(
+                AlertKind::FiringLost,
+                format!(
+                    "firing {id} was lost after {} attempt(s): {reason}",
+                    firing.id.attempt
+                ),
+                now,
+            ));
+        }
+        outcome.released = self.release_queued(tx, job_id, now).await?;
+        Ok(Some(outcome))
+    }
+}

@@ -1,0 +1,51 @@
+//! Firings that end without starting: skipped by the overlap policy, or
+//! failed because they cannot start (refused `already_finished`).
+
+use super::finish::end_firing;
+use super::locks::Tx;
+use super::{Store, StoreError};
+use chime_common::FiringState;
+
+impl Store {
+    /// Skips a waiting firing because another of its job's firings runs.
+    pub(super) async fn skip_for_overlap(
+        &self,
+        tx: &mut Tx,
+        id: &str,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.end_unstarted(
+            tx,
+            id,
+            FiringState::Skipped,
+            "overlap: previous firing still running",
+            now,
+        )
+        .await
+    }
+
+    /// Fails a waiting firing that cannot start, with `error`.
+    pub(super) async fn fail_unstarted(
+        &self,
+        tx: &mut Tx,
+        id: &str,
+        error: &str,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.end_unstarted(tx, id, FiringState::Failed, error, now)
+            .await
+    }
+
+    /// Ends a firing that never started, in a final `state`, with `error`.
+    async fn end_unstarted(
+        &self,
+        tx: &mut Tx,
+        id: &str,
+        state: FiringState,
+        error: &str,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        end_firing(tx, id, state, Some(error), None, now).await?;
+        self.remove_waiting(tx, &[id]).await
+    }
+}

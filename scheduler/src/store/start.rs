@@ -1,0 +1,367 @@
+//! The start transition: `staged` or `published` → `executing`, under the
+//! job's overlap policy (which may instead skip, queue, or ask for others to
+//! be cancelled), once per attempt.
+//!
+//! A batch's plain starts (waiting to start, not running anywhere, a valid
+//! timeout, the job's overlap `allow`, nothing queued: [`PLAIN_START`]) need
+//! no policy decision. Where the backend can, they are first decided in one
+//! statement outside any transaction, the fast path: a round trip costs
+//! more than the work. What is left takes one transaction: the plain starts
+//! set-based, the others one by one. Both paths write a start through
+//! [`Store::begin_executing`]'s statements and decide "plain" with the same
+//! SQL.
+
+use super::dialect::Col;
+use super::executing::Started;
+use super::locks::{complete, split_batch, Tx};
+use super::states::{sources_sql, Transition};
+use super::types::StartOutcome;
+use super::{at_ms, instant, json_text, ms, RowExt, Store, StoreError};
+use chime_common::bounds::MAX_TIMEOUT;
+use chime_common::duration::format_duration;
+use chime_common::protocol::{AlertKind, StartRefusal, StartRequest};
+use chime_common::{FiringId, FiringState, Overlap};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+/// The longest timeout a firing may start with, in stored milliseconds.
+const MAX_TIMEOUT_MS: i64 = MAX_TIMEOUT.as_millis() as i64;
+
+/// Whether firing `f` may start without a policy decision: waiting to
+/// start, a timeout validation accepts, its job's overlap `allow`, nothing
+/// of its job queued. (Not running anywhere is checked by each path: the
+/// fast path's insert fails on a conflicting executing row.)
+pub(super) static PLAIN_START: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "f.state IN {} AND f.timeout_ms BETWEEN 1 AND {MAX_TIMEOUT_MS} \
+         AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = f.job_id AND jobs.overlap = 'allow') \
+         AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.job_id = f.job_id)",
+        sources_sql(Transition::Start)
+    )
+});
+
+/// What a start sets on the firing row, from the batch row `r` (`id`,
+/// `worker_id`) at `$2`.
+const SET_EXECUTING: &str = "state = 'executing', worker = r.worker_id, started_at = $2, \
+     published_at = COALESCE(published_at, $2)";
+
+/// The batch columns [`SET_EXECUTING`] reads.
+const STARTED_COLUMNS: [(&str, Col); 2] = [("id", Col::Text), ("worker_id", Col::Text)];
+
+/// Whether a stored timeout is one validation accepts; only those start.
+fn timeout_in_range(timeout_ms: i64) -> bool {
+    (1..=MAX_TIMEOUT_MS).contains(&timeout_ms)
+}
+
+impl Store {
+    /// Decides start requests (see docs/PROTOCOL.md): the plain ones on the
+    /// fast path where there is one, then the rest, in order, in one
+    /// transaction. A firing's attempt is accepted at most once: a second
+    /// worker is refused `already_started`, the same worker gets the same
+    /// deadline again.
+    pub async fn start(
+        &self,
+        requests: &[StartRequest],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<StartOutcome>, StoreError> {
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = ms(now);
+        let mut decided: Vec<Option<StartOutcome>> = vec![None; requests.len()];
+        if self.fast_paths {
+            self.start_at_once(requests, now, &mut decided).await;
+        }
+        complete(requests, decided, |rest| async move {
+            self.start_in_transaction(&rest, now).await
+        })
+        .await
+    }
+
+    /// The fast path: accepts the plain starts of a batch (each firing named
+    /// once) in one statement outside any transaction, and leaves the rest
+    /// undecided.
+    ///
+    /// A start is on the path of every firing, and on a busy machine where
+    /// the database, NATS and the workers share the CPUs each round trip of
+    /// a transaction (begin, lock, insert, update, commit) costs more than
+    /// the work. The conditional update takes the row locks and re-checks
+    /// the state of a row another start changed meanwhile, so a firing is
+    /// still started once. Any error (a conflicting executing row, a
+    /// deadlock, the database down) leaves the whole batch to
+    /// [`Store::start_in_transaction`], which decides it and reports errors.
+    async fn start_at_once(
+        &self,
+        requests: &[StartRequest],
+        now: i64,
+        decided: &mut [Option<StartOutcome>],
+    ) {
+        #[derive(Serialize)]
+        struct Ask<'a> {
+            id: String,
+            worker_id: &'a str,
+            /// Which request it answers (not sent).
+            #[serde(skip)]
+            request: usize,
+        }
+        let ids: Vec<&FiringId> = requests.iter().map(|r| &r.firing_id).collect();
+        let (once, _) = split_batch(&ids, |_| true);
+        let mut asks: Vec<Ask> = once
+            .into_iter()
+            .map(|i| Ask {
+                id: requests[i].firing_id.to_string(),
+                worker_id: requests[i].worker_id.as_str(),
+                request: i,
+            })
+            .collect();
+        if asks.is_empty() {
+            return;
+        }
+        // Firing-id order, so concurrent batches lock in one order.
+        asks.sort_by(|a, b| a.id.cmp(&b.id));
+        let sql = format!(
+            "WITH started AS ( \
+                 UPDATE firings f SET {SET_EXECUTING} \
+                 FROM {} \
+                 WHERE f.id = r.id AND {} \
+                 RETURNING f.id, f.job_id, f.group_name, r.worker_id, f.attempt, f.timeout_ms), \
+             executing_rows AS ( \
+                 INSERT INTO executing (firing_id, job_id, group_name, worker_id, attempt, \
+                     started_at, deadline_at) \
+                 SELECT id, job_id, group_name, worker_id, attempt, $2, $2 + timeout_ms \
+                 FROM started), \
+             no_longer_waiting AS ( \
+                 DELETE FROM waiting w USING started WHERE w.firing_id = started.id) \
+             SELECT id, timeout_ms FROM started",
+            self.backend.json_rows(1, &STARTED_COLUMNS),
+            PLAIN_START.as_str()
+        );
+        let body = match json_text(&asks) {
+            Ok(body) => body,
+            Err(e) => {
+                tracing::debug!(error = %e, "start batch left to the transaction path");
+                return;
+            }
+        };
+        let started: Vec<(String, i64)> = match sqlx::query_as(&sql)
+            .bind(body)
+            .bind(now)
+            .fetch_all(&self.fast_path_pool)
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::debug!(error = %e, "start batch left to the transaction path");
+                return;
+            }
+        };
+        let deadlines: HashMap<String, i64> = started.into_iter().collect();
+        for ask in &asks {
+            if let Some(timeout_ms) = deadlines.get(&ask.id) {
+                decided[ask.request] = Some(StartOutcome::accepted(at_ms(
+                    now.saturating_add(*timeout_ms),
+                )));
+            }
+        }
+    }
+
+    /// Decides start requests in one transaction: the plain ones set-based,
+    /// the rest one by one.
+    async fn start_in_transaction(
+        &self,
+        requests: &[StartRequest],
+        now: i64,
+    ) -> Result<Vec<StartOutcome>, StoreError> {
+        self.retrying(|| async {
+            let mut tx = self.begin().await?;
+            let ids: Vec<&FiringId> = requests.iter().map(|r| &r.firing_id).collect();
+            let rows = self.lock_batch(&mut tx, &ids).await?;
+            let (plain, other) = split_batch(&ids, |i| {
+                rows.get(ids[i]).is_some_and(|row| row.plain_start)
+            });
+            let mut outcomes: Vec<Option<StartOutcome>> = vec![None; requests.len()];
+            let mut started = Vec::with_capacity(plain.len());
+            for &i in &plain {
+                let request = &requests[i];
+                if let Some(row) = rows.get(&request.firing_id) {
+                    started.push(Started {
+                        id: row.firing.text.as_str(),
+                        job_id: row.firing.id.job_id.as_str(),
+                        group_name: row.firing.group.as_str(),
+                        worker_id: request.worker_id.as_str(),
+                        attempt: i64::from(row.firing.id.attempt),
+                        deadline_at: now.saturating_add(row.firing.timeout_ms),
+                    });
+                }
+            }
+            let accepted = self.begin_executing(&mut tx, started, now).await?;
+            for &i in &plain {
+                let id = &requests[i].firing_id;
+                // The row locks make a conflict impossible; refuse it if one happens.
+                outcomes[i] = Some(
+                    match rows.get(id).and_then(|row| accepted.get(&row.firing.text)) {
+                        Some(deadline) => StartOutcome::accepted(at_ms(*deadline)),
+                        None => StartOutcome::refused(StartRefusal::AlreadyStarted),
+                    },
+                );
+            }
+            for i in other {
+                outcomes[i] = Some(self.start_one(&mut tx, &requests[i], now).await?);
+            }
+            tx.commit().await?;
+            Ok(outcomes.into_iter().flatten().collect())
+        })
+        .await
+    }
+
+    /// Starts `started` (firings locked, their starts decided): takes each
+    /// one's executing row, then moves it to `executing` and out of
+    /// `waiting`. Returns the deadline of each firing it started; one whose
+    /// executing row was already taken is left as it was.
+    async fn begin_executing(
+        &self,
+        tx: &mut Tx,
+        mut started: Vec<Started<'_>>,
+        now: i64,
+    ) -> Result<HashMap<String, i64>, StoreError> {
+        let inserted = self.insert_executing(tx, &started, now).await?;
+        started.retain(|s| inserted.contains(s.id));
+        if started.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let update = format!(
+            "UPDATE firings SET {SET_EXECUTING} FROM {} WHERE firings.id = r.id",
+            self.backend.json_rows(1, &STARTED_COLUMNS)
+        );
+        sqlx::query(&update)
+            .bind(json_text(&started)?)
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+        let ids: Vec<&str> = started.iter().map(|s| s.id).collect();
+        self.remove_waiting(tx, &ids).await?;
+        Ok(started
+            .into_iter()
+            .map(|s| (s.id.to_string(), s.deadline_at))
+            .collect())
+    }
+
+    /// Decides one start request under its job's overlap policy.
+    async fn start_one(
+        &self,
+        tx: &mut Tx,
+        request: &StartRequest,
+        now: i64,
+    ) -> Result<StartOutcome, StoreError> {
+        let Some(firing) = self.lock_firing(tx, &request.firing_id).await? else {
+            return Ok(StartOutcome::refused(StartRefusal::UnknownFiring));
+        };
+        match firing.state {
+            FiringState::Cancelled => return Ok(StartOutcome::refused(StartRefusal::Cancelled)),
+            FiringState::Skipped => return Ok(StartOutcome::refused(StartRefusal::Skipped)),
+            s if s.is_final() => return Ok(StartOutcome::refused(StartRefusal::AlreadyFinished)),
+            _ => {}
+        }
+        let id = firing.text.as_str();
+        if let Some(row) =
+            sqlx::query("SELECT worker_id, deadline_at FROM executing WHERE firing_id = $1")
+                .bind(id)
+                .fetch_optional(&mut **tx)
+                .await?
+        {
+            return Ok(if row.text(id, "worker_id")? == request.worker_id {
+                let deadline = instant(id, "deadline_at", row.int(id, "deadline_at")?)?;
+                StartOutcome::accepted(deadline)
+            } else {
+                StartOutcome::refused(StartRefusal::AlreadyStarted)
+            });
+        }
+        if firing.state == FiringState::Executing {
+            // Executing without an executing row: someone else owns it.
+            return Ok(StartOutcome::refused(StartRefusal::AlreadyStarted));
+        }
+        if !timeout_in_range(firing.timeout_ms) {
+            // Validation lets no such timeout in; a row written before it
+            // did (or by a bug) ends here instead of computing a deadline.
+            let error = format!(
+                "the firing's stored timeout of {} ms is outside the accepted range \
+                 (1 ms to {}); put the job again with a valid timeout",
+                firing.timeout_ms,
+                format_duration(MAX_TIMEOUT)
+            );
+            self.fail_unstarted(tx, id, &error, now).await?;
+            return Ok(StartOutcome {
+                alerts: vec![firing.alert(
+                    AlertKind::FiringFailed,
+                    format!("firing {id} failed before it started: {error}"),
+                    now,
+                )],
+                ..StartOutcome::refused(StartRefusal::AlreadyFinished)
+            });
+        }
+
+        let job_id = firing.id.job_id.as_str();
+        let mut overlap = self.overlap_of(tx, job_id, false).await?;
+        if overlap != Overlap::Allow {
+            // Serialize the overlap decision among this job's starts.
+            overlap = self.overlap_of(tx, job_id, true).await?;
+        }
+        let mut cancel = Vec::new();
+        if overlap != Overlap::Allow {
+            let others = self.running_firings(tx, job_id, id).await?;
+            if !others.is_empty() {
+                match overlap {
+                    Overlap::Allow => {}
+                    Overlap::Forbid => {
+                        self.skip_for_overlap(tx, id, now).await?;
+                        return Ok(StartOutcome::refused(StartRefusal::Skipped));
+                    }
+                    Overlap::Queue => {
+                        return Ok(if self.enqueue(tx, job_id, id).await? {
+                            StartOutcome::refused(StartRefusal::Queued)
+                        } else {
+                            self.skip_for_overlap(tx, id, now).await?;
+                            StartOutcome::refused(StartRefusal::Skipped)
+                        });
+                    }
+                    Overlap::Replace => cancel = others,
+                }
+            }
+        }
+
+        let started = Started {
+            id,
+            job_id,
+            group_name: firing.group.as_str(),
+            worker_id: request.worker_id.as_str(),
+            attempt: i64::from(firing.id.attempt),
+            deadline_at: now.saturating_add(firing.timeout_ms),
+        };
+        let Some(deadline) = self
+            .begin_executing(tx, vec![started], now)
+            .await?
+            .remove(id)
+        else {
+            // Lost a race the firing row lock should have prevented; refuse.
+            return Ok(StartOutcome::refused(StartRefusal::AlreadyStarted));
+        };
+        self.dequeue(tx, job_id, id).await?;
+        Ok(StartOutcome {
+            cancel,
+            ..StartOutcome::accepted(at_ms(deadline))
+        })
+    }
+
+    /// The job's overlap policy; `allow` if it was deleted or cannot be read.
+    async fn overlap_of(
+        &self,
+        tx: &mut Tx,
+        job_id: &str,
+        lock: bool,
+    ) -> Result<Overlap, StoreError> {
+        let job = self.read_job(tx, job_id, lock).await?;
+        Ok(job.map(|j| j.spec.overlap).unwrap_or_default())
+    }
+}
