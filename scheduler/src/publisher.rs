@@ -167,7 +167,7 @@ impl Publisher {
             let subject = self
                 .subjects
                 .fire(&firing.group, Band::of_priority(firing.priority));
-            let body = serde_json::to_vec(&firing.payload).unwrap_or_else(|_| b"null".to_vec());
+            let body = chime_common::protocol::firing_body(&firing.payload);
             let message = PublishMessage::build()
                 .payload(body.into())
                 .headers(firing_headers(firing, now));

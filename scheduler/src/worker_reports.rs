@@ -95,12 +95,16 @@ impl WorkerReports {
                 .with_label_values(&["start"])
                 .inc();
         })?;
-        for decision in &decisions {
-            let label = match decision.reply.refusal {
-                None => "accepted",
-                Some(r) => refusal_label(r),
-            };
-            self.metrics.starts.with_label_values(&[label]).inc();
+        for (request, decision) in requests.iter().zip(&decisions) {
+            match decision.reply.refusal {
+                Some(why @ (StartRefusal::WrongGroup | StartRefusal::NotAsStaged)) => {
+                    self.refuse_forged(request, why)
+                }
+                refusal => {
+                    let label = refusal.map_or("accepted", refusal_label);
+                    self.metrics.starts.with_label_values(&[label]).inc();
+                }
+            }
             if decision.reply.refusal == Some(chime_common::protocol::StartRefusal::Skipped) {
                 self.metrics.overlap_skipped.inc();
             }

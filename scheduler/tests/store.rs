@@ -251,6 +251,7 @@ macro_rules! both_backends {
 }
 
 both_backends!(
+    a_start_must_ask_for_what_was_staged,
     migrations_are_idempotent,
     an_upgrade_keeps_every_job_where_it_was,
     an_upgrade_keeps_every_waiting_firing_findable,
@@ -1524,6 +1525,77 @@ async fn concurrent_starts_accept_exactly_one(db: &TestDb) {
         let refused = replies.iter().find(|r| !r.accepted).expect("one refused");
         assert_eq!(refused.refusal, Some(StartRefusal::AlreadyStarted));
     }
+}
+
+/// A request as the worker that received the firing's own message (what
+/// the publisher sends for it) sends it.
+fn as_received(firing: &StagedFiring, worker: &str) -> StartRequest {
+    let body = chime_common::protocol::firing_body(&firing.payload);
+    StartRequest {
+        handler: Some(firing.handler.clone()),
+        payload_sha256: Some(chime_common::protocol::payload_sha256(&body)),
+        group: firing.group.clone(),
+        ..start_req(&firing.id, worker)
+    }
+}
+
+/// A message nobody but the scheduler published (another group, handler or
+/// payload) starts nothing, on every path; the real one still starts.
+async fn a_start_must_ask_for_what_was_staged(db: &TestDb) {
+    let store = db.store().await;
+    let a = put_and_trigger(&store, &every("a", "1h", json!({})), t(0)).await;
+    let b = put_and_trigger(&store, &every("b", "1h", json!({})), t(0)).await;
+    let (fa, fb) = (staged(&store, &a).await, staged(&store, &b).await);
+    let real_a = as_received(&fa, "w1");
+    let forged = [
+        (
+            StartRequest {
+                group: "other".into(),
+                ..real_a.clone()
+            },
+            StartRefusal::WrongGroup,
+        ),
+        (
+            StartRequest {
+                handler: Some("shell".into()),
+                ..real_a.clone()
+            },
+            StartRefusal::NotAsStaged,
+        ),
+        (
+            StartRequest {
+                payload_sha256: Some(chime_common::protocol::payload_sha256(
+                    br#"{"argv":["touch","/tmp/pwned"]}"#,
+                )),
+                ..real_a.clone()
+            },
+            StartRefusal::NotAsStaged,
+        ),
+    ];
+    for (request, refusal) in &forged {
+        // Alone, and in a batch with a real start (the set-based path).
+        let alone = store
+            .start(std::slice::from_ref(request), t(5))
+            .await
+            .expect("start");
+        assert_eq!(alone[0].reply.refusal, Some(*refusal), "{request:?}");
+        let batch = store
+            .start(&[request.clone(), as_received(&fb, "w2")], t(6))
+            .await
+            .expect("start");
+        assert_eq!(batch[0].reply.refusal, Some(*refusal), "{request:?}");
+        assert!(batch[1].reply.accepted, "the real start in the batch");
+        assert_eq!(
+            firing(&store, &a).await.state,
+            FiringState::Staged,
+            "a forged start changes nothing"
+        );
+    }
+    let accepted = store.start(&[real_a], t(7)).await.expect("start");
+    assert!(accepted[0].reply.accepted, "the real message still starts");
+    // A worker written before digests (no handler, no digest) is not compared on them.
+    let c = put_and_trigger(&store, &every("c", "1h", json!({})), t(0)).await;
+    assert!(start(&store, &c, "w1", t(8)).await.reply.accepted);
 }
 
 async fn same_worker_start_is_idempotent(db: &TestDb) {

@@ -194,8 +194,7 @@ async fn each_role_does_its_work_and_nothing_else() {
         Duration::from_secs(20),
         "both workers run firings",
         || async {
-            let out =
-                chimectl(&nats, "chime-viewer", &["history", "--job", "tick"]).unwrap_or_default();
+            let out = chimectl(&nats, "chime-viewer", &["history", "tick"]).unwrap_or_default();
             out.contains("\"worker-default-1\"")
                 && out.contains("\"scaled-7f9c\"")
                 && out.contains("\"succeeded\"")
@@ -302,26 +301,9 @@ async fn each_role_does_its_work_and_nothing_else() {
         );
     }
     scheduler.terminate(Duration::from_secs(15)).await;
-    let log = nats.log_tail(400);
-    for user in [
-        "worker-default-1",
-        "chime-workers-default",
-        "chime-scheduler",
-    ] {
-        let needed = log
-            .lines()
-            .filter(|l| l.contains("Permissions Violation") && l.contains(&format!("\"{user}\"")))
-            .filter(|l| !l.contains("worker-default-2") && !l.contains(".b.") && !l.contains("_b_"))
-            .filter(|l| !l.contains("chime.fire.") && !l.contains("STREAM.DELETE"))
-            .filter(|l| {
-                !l.contains("\"chime.worker.v1.start\"") && !l.contains("\"chime.events.finished\"")
-            })
-            .filter(|l| !l.contains("_INBOX.>"))
-            .collect::<Vec<_>>();
-        assert!(
-            needed.is_empty(),
-            "{user} was refused a subject the real program needs:\n{}",
-            needed.join("\n")
-        );
-    }
+    let log = scheduler.log();
+    assert!(
+        !log.to_lowercase().contains("permissions violation"),
+        "the scheduler needed a subject its user lacks:\n{log}"
+    );
 }

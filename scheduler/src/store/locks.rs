@@ -10,7 +10,7 @@ use super::rows;
 use super::rows::JOB_TABLES;
 use super::start::PLAIN_START;
 use super::{at_ms, id_batch, RowExt, Store, StoreError};
-use chime_common::protocol::{Alert, AlertKind, Finished, Outcome};
+use chime_common::protocol::{Alert, AlertKind, Finished, Outcome, StartRefusal, StartRequest};
 use chime_common::{FiringId, FiringState, JobSpec, JobState};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
@@ -27,9 +27,33 @@ pub(super) struct FiringRow {
     pub state: FiringState,
     pub group: String,
     pub timeout_ms: i64,
+    pub handler: String,
+    /// `None` for a firing staged before digests were stored.
+    pub payload_sha256: Option<String>,
 }
 
 impl FiringRow {
+    /// Why `request` may not start this firing, if it may not: the worker
+    /// is of another group, or it received another handler or payload than
+    /// was staged (a message the scheduler did not publish). A request
+    /// without `handler` or `payload_sha256` (a v1 worker) is not compared
+    /// on them. The fast path states the same in SQL ([`super::start`]'s
+    /// `AS_STAGED`); the store suite runs both.
+    pub fn refusal_for(&self, request: &StartRequest) -> Option<StartRefusal> {
+        if request.group != self.group {
+            return Some(StartRefusal::WrongGroup);
+        }
+        let handler_differs = request
+            .handler
+            .as_ref()
+            .is_some_and(|handler| *handler != self.handler);
+        let payload_differs = match (&request.payload_sha256, &self.payload_sha256) {
+            (Some(asked), Some(staged)) => asked != staged,
+            _ => false,
+        };
+        (handler_differs || payload_differs).then_some(StartRefusal::NotAsStaged)
+    }
+
     /// An alert about this firing.
     pub fn alert(&self, kind: AlertKind, message: String, now: i64) -> Alert {
         Alert {
@@ -96,7 +120,8 @@ impl Store {
     ) -> Result<HashMap<FiringId, BatchRow>, StoreError> {
         let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
         let sql = format!(
-            "SELECT f.id, f.state, f.group_name, f.timeout_ms, e.worker_id, j.spec, \
+            "SELECT f.id, f.state, f.group_name, f.timeout_ms, f.handler, f.payload_sha256, \
+                 e.worker_id, j.spec, \
                  CAST(CASE WHEN EXISTS (SELECT 1 FROM pending p WHERE p.job_id = f.job_id) \
                       THEN 1 ELSE 0 END AS BIGINT) AS queued, \
                  CAST(CASE WHEN e.worker_id IS NULL AND {} THEN 1 ELSE 0 END AS BIGINT) \
@@ -128,6 +153,8 @@ impl Store {
                         state: rows::firing_state(&text, &row.text(&text, "state")?)?,
                         group: row.text(&text, "group_name")?,
                         timeout_ms: row.int(&text, "timeout_ms")?,
+                        handler: row.text(&text, "handler")?,
+                        payload_sha256: row.opt_text(&text, "payload_sha256")?,
                         id,
                         text: text.clone(),
                     },
@@ -157,7 +184,8 @@ impl Store {
     ) -> Result<Option<FiringRow>, StoreError> {
         let text = id.to_string();
         let Some(row) = sqlx::query(&format!(
-            "SELECT state, group_name, timeout_ms FROM firings WHERE id = $1{}",
+            "SELECT state, group_name, timeout_ms, handler, payload_sha256 \
+             FROM firings WHERE id = $1{}",
             self.backend.for_update()
         ))
         .bind(text.as_str())
@@ -171,6 +199,8 @@ impl Store {
                 state: rows::firing_state(&text, &row.text(&text, "state")?)?,
                 group: row.text(&text, "group_name")?,
                 timeout_ms: row.int(&text, "timeout_ms")?,
+                handler: row.text(&text, "handler")?,
+                payload_sha256: row.opt_text(&text, "payload_sha256")?,
                 id: id.clone(),
                 text: text.clone(),
             })

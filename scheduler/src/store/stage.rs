@@ -12,6 +12,7 @@ use super::types::{StageOutcome, StageRequest, StagedFiring};
 use super::waiting::Waiting;
 use super::{at_ms, id_batch, json_text, ms, RowExt, Store, StoreError};
 use chime_common::duration::format_duration;
+use chime_common::protocol::payload_sha256;
 use chime_common::{FiringId, FiringState, JobSpec, JobState};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -22,7 +23,7 @@ use std::time::Duration;
 pub(super) const BATCH_ROWS: usize = 10_000;
 
 /// Columns of a batch of new firings, as [`NewFiring`] serializes them.
-const NEW_FIRING_COLUMNS: [(&str, Col); 13] = [
+const NEW_FIRING_COLUMNS: [(&str, Col); 14] = [
     ("id", Col::Text),
     ("job_id", Col::Text),
     ("scheduled_at", Col::Int),
@@ -36,6 +37,7 @@ const NEW_FIRING_COLUMNS: [(&str, Col); 13] = [
     ("state", Col::Text),
     ("error", Col::Text),
     ("finished_at", Col::Int),
+    ("payload_sha256", Col::Text),
 ];
 
 /// One row of a firings batch insert.
@@ -324,16 +326,34 @@ impl Store {
         firings: &[NewFiring<'_>],
         now: i64,
     ) -> Result<Vec<String>, StoreError> {
+        /// A row with the digest a start is checked against: the SHA-256 of
+        /// the body the publisher will send, which is the stored payload
+        /// text (both are the payload's one JSON encoding).
+        #[derive(Serialize)]
+        struct Digested<'r, 'a> {
+            #[serde(flatten)]
+            firing: &'r NewFiring<'a>,
+            payload_sha256: String,
+        }
+        let rows: Vec<Digested> = firings
+            .iter()
+            .map(|firing| Digested {
+                firing,
+                payload_sha256: payload_sha256(firing.payload.as_bytes()),
+            })
+            .collect();
         let insert = format!(
             "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
-                 handler, payload, timeout_ms, due_at, state, error, finished_at, created_at) \
+                 handler, payload, timeout_ms, due_at, state, error, finished_at, \
+                 payload_sha256, created_at) \
              SELECT r.id, r.job_id, r.scheduled_at, r.attempt, r.group_name, r.priority, \
-                 r.handler, r.payload, r.timeout_ms, r.due_at, r.state, r.error, r.finished_at, $2 \
+                 r.handler, r.payload, r.timeout_ms, r.due_at, r.state, r.error, r.finished_at, \
+                 r.payload_sha256, $2 \
              FROM {} WHERE true ON CONFLICT DO NOTHING RETURNING id",
             self.backend.json_rows(1, &NEW_FIRING_COLUMNS)
         );
         Ok(sqlx::query_scalar(&insert)
-            .bind(json_text(firings)?)
+            .bind(json_text(&rows)?)
             .bind(now)
             .fetch_all(&mut **tx)
             .await?)

@@ -50,6 +50,24 @@ const SET_EXECUTING: &str = "state = 'executing', worker = r.worker_id, started_
 /// The batch columns [`SET_EXECUTING`] reads.
 const STARTED_COLUMNS: [(&str, Col); 2] = [("id", Col::Text), ("worker_id", Col::Text)];
 
+/// Whether the batch row `r` asks as the firing `f` was staged: a worker of
+/// its group that received its handler and payload (each compared only if
+/// the request carries it). [`super::locks::FiringRow::refusal_for`] says
+/// the same for the transaction path, and names the refusal.
+const AS_STAGED: &str = "f.group_name = r.group_name \
+     AND (r.handler IS NULL OR f.handler = r.handler) \
+     AND (r.payload_sha256 IS NULL OR f.payload_sha256 IS NULL \
+          OR f.payload_sha256 = r.payload_sha256)";
+
+/// The fast path's batch columns: the start's, and what [`AS_STAGED`] compares.
+const ASKED_COLUMNS: [(&str, Col); 5] = [
+    ("id", Col::Text),
+    ("worker_id", Col::Text),
+    ("group_name", Col::Text),
+    ("handler", Col::Text),
+    ("payload_sha256", Col::Text),
+];
+
 /// Whether a stored timeout is one validation accepts; only those start.
 fn timeout_in_range(timeout_ms: i64) -> bool {
     (1..=MAX_TIMEOUT_MS).contains(&timeout_ms)
@@ -102,6 +120,9 @@ impl Store {
         struct Ask<'a> {
             id: String,
             worker_id: &'a str,
+            group_name: &'a str,
+            handler: Option<&'a str>,
+            payload_sha256: Option<&'a str>,
             /// Which request it answers (not sent).
             #[serde(skip)]
             request: usize,
@@ -113,6 +134,9 @@ impl Store {
             .map(|i| Ask {
                 id: requests[i].firing_id.to_string(),
                 worker_id: requests[i].worker_id.as_str(),
+                group_name: requests[i].group.as_str(),
+                handler: requests[i].handler.as_deref(),
+                payload_sha256: requests[i].payload_sha256.as_deref(),
                 request: i,
             })
             .collect();
@@ -125,7 +149,7 @@ impl Store {
             "WITH started AS ( \
                  UPDATE firings f SET {SET_EXECUTING} \
                  FROM {} \
-                 WHERE f.id = r.id AND {} \
+                 WHERE f.id = r.id AND {} AND {AS_STAGED} \
                  RETURNING f.id, f.job_id, f.group_name, r.worker_id, f.attempt, f.timeout_ms), \
              executing_rows AS ( \
                  INSERT INTO executing (firing_id, job_id, group_name, worker_id, attempt, \
@@ -135,7 +159,7 @@ impl Store {
              no_longer_waiting AS ( \
                  DELETE FROM waiting w USING started WHERE w.firing_id = started.id) \
              SELECT id, timeout_ms FROM started",
-            self.backend.json_rows(1, &STARTED_COLUMNS),
+            self.backend.json_rows(1, &ASKED_COLUMNS),
             PLAIN_START.as_str()
         );
         let body = match json_text(&asks) {
@@ -179,7 +203,9 @@ impl Store {
             let ids: Vec<&FiringId> = requests.iter().map(|r| &r.firing_id).collect();
             let rows = self.lock_batch(&mut tx, &ids).await?;
             let (plain, other) = split_batch(&ids, |i| {
-                rows.get(ids[i]).is_some_and(|row| row.plain_start)
+                rows.get(ids[i]).is_some_and(|row| {
+                    row.plain_start && row.firing.refusal_for(&requests[i]).is_none()
+                })
             });
             let mut outcomes: Vec<Option<StartOutcome>> = vec![None; requests.len()];
             let mut started = Vec::with_capacity(plain.len());
@@ -258,6 +284,9 @@ impl Store {
         let Some(firing) = self.lock_firing(tx, &request.firing_id).await? else {
             return Ok(StartOutcome::refused(StartRefusal::UnknownFiring));
         };
+        if let Some(refusal) = firing.refusal_for(request) {
+            return Ok(StartOutcome::refused(refusal));
+        }
         match firing.state {
             FiringState::Cancelled => return Ok(StartOutcome::refused(StartRefusal::Cancelled)),
             FiringState::Skipped => return Ok(StartOutcome::refused(StartRefusal::Skipped)),
