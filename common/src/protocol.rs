@@ -94,6 +94,43 @@ pub enum StartRefusal {
     WrongWorker,
 }
 
+impl StartRefusal {
+    /// Every refusal.
+    pub const ALL: [StartRefusal; 9] = [
+        StartRefusal::AlreadyStarted,
+        StartRefusal::AlreadyFinished,
+        StartRefusal::UnknownFiring,
+        StartRefusal::Skipped,
+        StartRefusal::Queued,
+        StartRefusal::Cancelled,
+        StartRefusal::WrongGroup,
+        StartRefusal::NotAsStaged,
+        StartRefusal::WrongWorker,
+    ];
+
+    /// The wire name, also the `reason` label of the scheduler's and the
+    /// worker's refusal metrics, which must agree.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StartRefusal::AlreadyStarted => "already_started",
+            StartRefusal::AlreadyFinished => "already_finished",
+            StartRefusal::UnknownFiring => "unknown_firing",
+            StartRefusal::Skipped => "skipped",
+            StartRefusal::Queued => "queued",
+            StartRefusal::Cancelled => "cancelled",
+            StartRefusal::WrongGroup => "wrong_group",
+            StartRefusal::NotAsStaged => "not_as_staged",
+            StartRefusal::WrongWorker => "wrong_worker",
+        }
+    }
+}
+
+impl std::fmt::Display for StartRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The scheduler's answer to a [`StartRequest`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StartReply {
@@ -264,5 +301,14 @@ mod tests {
         assert_eq!(doorbell_bands(b""), Band::ALL);
         assert_eq!(doorbell_bands(b"urgent"), Band::ALL);
         assert_eq!(doorbell_bands(&[0xff, 0xfe]), Band::ALL);
+    }
+
+    #[test]
+    fn refusal_labels_are_the_wire_names() {
+        for refusal in StartRefusal::ALL {
+            let wire = serde_json::to_value(refusal).unwrap();
+            assert_eq!(wire.as_str(), Some(refusal.as_str()));
+            assert_eq!(refusal.to_string(), refusal.as_str());
+        }
     }
 }
