@@ -1,15 +1,18 @@
 //! The subcommands that talk to a scheduler through the request/reply API.
 //!
-//! Each sends one request with the typed client and prints the reply: the
-//! server's JSON as is with `--json`, a short table otherwise.
+//! Each sends one typed request with the typed client and prints the typed
+//! reply: its JSON (the server's, as the contract writes it) with `--json`,
+//! a short table otherwise.
 
 use crate::table::{print_firings, print_jobs, print_workers, printable};
 use crate::Failure;
 use anyhow::Context as _;
-use chime_common::client::Client;
+use chime_common::api::{JobReply, ListWorkersReply, TriggerReply};
+use chime_common::client::{Client, ListFiringsRequest, ListJobsRequest};
 use chime_common::{ApiError, ErrorCode, FiringState, JobState};
 use clap::{Args, Subcommand};
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 use std::io::Read;
 
 /// The API subcommands.
@@ -106,48 +109,71 @@ fn read_spec(file: &str) -> Result<Value, Failure> {
     serde_json::from_str(&text).map_err(|e| usage(format!("{file} is not valid JSON: {e}")))
 }
 
+/// `reply` as JSON, which both outputs print from.
+fn to_json(reply: &impl Serialize) -> Result<Value, Failure> {
+    serde_json::to_value(reply)
+        .map_err(|e| Failure::Other(anyhow::anyhow!("cannot show the reply: {e}")))
+}
+
 /// Runs one API subcommand.
 pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result<(), Failure> {
-    let (verb, body) = match command {
-        ApiCommand::Put { file } => ("jobs.put", read_spec(file)?),
-        ApiCommand::Get { id } => ("jobs.get", json!({ "id": id })),
-        ApiCommand::Delete { id } => ("jobs.delete", json!({ "id": id })),
-        ApiCommand::Pause { id } => ("jobs.pause", json!({ "id": id })),
-        ApiCommand::Resume { id } => ("jobs.resume", json!({ "id": id })),
+    let job = |job| to_json(&JobReply { job });
+    let reply = match command {
+        ApiCommand::Put { file } => {
+            let spec = read_spec(file)?;
+            job(client.put_job(&spec).await.map_err(api_failure)?)?
+        }
+        ApiCommand::Get { id } => job(client.get_job(id).await.map_err(api_failure)?)?,
+        ApiCommand::Delete { id } => job(client.delete_job(id).await.map_err(api_failure)?)?,
+        ApiCommand::Pause { id } => job(client.pause_job(id).await.map_err(api_failure)?)?,
+        ApiCommand::Resume { id } => job(client.resume_job(id).await.map_err(api_failure)?)?,
         ApiCommand::Trigger { id, payload } => {
-            let mut body = json!({ "id": id });
-            if let Some(p) = payload {
-                body["payload"] = serde_json::from_str(p)
-                    .map_err(|e| usage(format!("--payload is not valid JSON: {e}")))?;
-            }
-            ("jobs.trigger", body)
+            let payload = payload
+                .as_deref()
+                .map(serde_json::from_str::<Value>)
+                .transpose()
+                .map_err(|e| usage(format!("--payload is not valid JSON: {e}")))?;
+            let firing_id = client.trigger_job(id, payload).await.map_err(api_failure)?;
+            to_json(&TriggerReply { firing_id })?
         }
         ApiCommand::List(args) => {
-            if let Some(state) = &args.state {
-                state
-                    .parse::<JobState>()
-                    .map_err(|e| usage(format!("--state: {e}")))?;
-            }
-            (
-                "jobs.list",
-                json!({ "group": args.group, "state": args.state, "limit": args.limit, "after": args.after }),
-            )
+            let state = args
+                .state
+                .as_deref()
+                .map(str::parse::<JobState>)
+                .transpose()
+                .map_err(|e| usage(format!("--state: {e}")))?;
+            let request = ListJobsRequest {
+                group: args.group.clone(),
+                state,
+                limit: Some(args.limit),
+                after: args.after.clone(),
+            };
+            to_json(&client.list_jobs(&request).await.map_err(api_failure)?)?
         }
         ApiCommand::History(args) => {
-            if let Some(state) = &args.state {
-                state
-                    .parse::<FiringState>()
-                    .map_err(|e| usage(format!("--state: {e}")))?;
-            }
-            (
-                "firings.list",
-                json!({ "job_id": args.job_id, "state": args.state, "limit": args.limit, "after": args.after }),
-            )
+            let state = args
+                .state
+                .as_deref()
+                .map(str::parse::<FiringState>)
+                .transpose()
+                .map_err(|e| usage(format!("--state: {e}")))?;
+            let request = ListFiringsRequest {
+                job_id: args.job_id.clone(),
+                state,
+                limit: Some(args.limit),
+                after: args.after.clone(),
+            };
+            to_json(&client.list_firings(&request).await.map_err(api_failure)?)?
         }
-        ApiCommand::Workers { group } => ("workers.list", json!({ "group": group })),
+        ApiCommand::Workers { group } => {
+            let workers = client
+                .list_workers(group.clone())
+                .await
+                .map_err(api_failure)?;
+            to_json(&ListWorkersReply { workers })?
+        }
     };
-    let body = strip_nulls(body);
-    let reply = client.call_json(verb, &body).await.map_err(api_failure)?;
     if as_json {
         println!(
             "{}",
@@ -179,14 +205,4 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
         _ => print_jobs(std::slice::from_ref(&reply["job"]), None),
     }
     Ok(())
-}
-
-/// Drops absent optional fields, which the API refuses as null-typed values in some places.
-fn strip_nulls(value: Value) -> Value {
-    match value {
-        Value::Object(map) => {
-            Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).collect())
-        }
-        other => other,
-    }
 }

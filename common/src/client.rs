@@ -3,126 +3,24 @@
 //! Requests and replies are the JSON of CONTRACT.md; a failure reply becomes
 //! an [`ApiError`] with the server's code, message and field.
 
-use crate::duration::rfc3339_ms_opt;
 use crate::error::{ApiError, ErrorReply};
-use crate::firing::{Firing, FiringState};
-use crate::job::{Job, JobState};
+use crate::job::Job;
 use crate::protocol::WorkerInfo;
 use crate::schedule::ScheduleSpec;
 use crate::subjects::Subjects;
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use std::time::Duration;
 
-/// `{"job": Job}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct JobReply {
-    pub job: Job,
-}
-
-/// `{"id"}`: the request of get, delete, pause, resume.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct IdRequest {
-    pub id: String,
-}
-
-/// `jobs.list` request.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ListJobsRequest {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<JobState>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit: Option<u32>,
-    /// The `next` cursor of the previous page.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub after: Option<String>,
-}
-
-/// `jobs.list` reply.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ListJobsReply {
-    pub jobs: Vec<Job>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next: Option<String>,
-}
-
-/// `jobs.trigger` request.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TriggerRequest {
-    pub id: String,
-    /// Replaces the job's payload for this run only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub payload: Option<Value>,
-}
-
-/// `jobs.trigger` reply.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TriggerReply {
-    pub firing_id: String,
-}
-
-/// `jobs.preview` request.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PreviewRequest {
-    pub schedule: Value,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        with = "rfc3339_ms_opt"
-    )]
-    pub from: Option<DateTime<Utc>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub count: Option<u32>,
-}
-
-/// `jobs.preview` reply: RFC 3339 instants.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PreviewReply {
-    pub times: Vec<String>,
-}
-
-/// `firings.list` request.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ListFiringsRequest {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<FiringState>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub after: Option<String>,
-}
-
-/// `firings.list` reply.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ListFiringsReply {
-    pub firings: Vec<Firing>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next: Option<String>,
-}
-
-/// `workers.list` request.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ListWorkersRequest {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group: Option<String>,
-}
-
-/// `workers.list` reply.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ListWorkersReply {
-    pub workers: Vec<WorkerInfo>,
-}
+use crate::api::{
+    IdRequest, JobReply, ListWorkersReply, ListWorkersRequest, PreviewReply, PreviewRequest,
+    TriggerReply, TriggerRequest,
+};
+/// The types [`Client`]'s methods take and return besides [`Job`], so a
+/// caller names them from the client it uses; [`crate::api`] defines them.
+pub use crate::api::{ListFiringsReply, ListFiringsRequest, ListJobsReply, ListJobsRequest, Verb};
 
 /// The API client.
 #[derive(Clone)]
@@ -154,8 +52,10 @@ impl Client {
         self
     }
 
-    /// Sends raw JSON to `verb` and returns the raw reply, errors decoded.
-    pub async fn call_json(&self, verb: &str, body: &Value) -> Result<Value, ApiError> {
+    /// Sends `body` to `verb` as it is and returns the raw reply, errors
+    /// decoded: for a body that is JSON already (a job spec from a file) or
+    /// one a typed request cannot express.
+    pub async fn call_json(&self, verb: Verb, body: &Value) -> Result<Value, ApiError> {
         let payload = serde_json::to_vec(body).map_err(|e| ApiError::internal(e.to_string()))?;
         let request = self.nats.request(self.subjects.api(verb), payload.into());
         let message = tokio::time::timeout(self.timeout, request)
@@ -178,7 +78,7 @@ impl Client {
 
     async fn call<R: DeserializeOwned>(
         &self,
-        verb: &str,
+        verb: Verb,
         body: &impl Serialize,
     ) -> Result<R, ApiError> {
         let body = serde_json::to_value(body).map_err(|e| ApiError::internal(e.to_string()))?;
@@ -189,26 +89,26 @@ impl Client {
 
     /// `jobs.put`: create or replace a job from its JSON spec.
     pub async fn put_job(&self, spec: &Value) -> Result<Job, ApiError> {
-        Ok(self.call::<JobReply>("jobs.put", spec).await?.job)
+        Ok(self.call::<JobReply>(Verb::JobsPut, spec).await?.job)
     }
 
     /// `jobs.get`.
     pub async fn get_job(&self, id: &str) -> Result<Job, ApiError> {
         Ok(self
-            .call::<JobReply>("jobs.get", &IdRequest { id: id.into() })
+            .call::<JobReply>(Verb::JobsGet, &IdRequest { id: id.into() })
             .await?
             .job)
     }
 
     /// `jobs.list`.
     pub async fn list_jobs(&self, request: &ListJobsRequest) -> Result<ListJobsReply, ApiError> {
-        self.call("jobs.list", request).await
+        self.call(Verb::JobsList, request).await
     }
 
     /// `jobs.delete`: returns the job's last state.
     pub async fn delete_job(&self, id: &str) -> Result<Job, ApiError> {
         Ok(self
-            .call::<JobReply>("jobs.delete", &IdRequest { id: id.into() })
+            .call::<JobReply>(Verb::JobsDelete, &IdRequest { id: id.into() })
             .await?
             .job)
     }
@@ -216,7 +116,7 @@ impl Client {
     /// `jobs.pause`.
     pub async fn pause_job(&self, id: &str) -> Result<Job, ApiError> {
         Ok(self
-            .call::<JobReply>("jobs.pause", &IdRequest { id: id.into() })
+            .call::<JobReply>(Verb::JobsPause, &IdRequest { id: id.into() })
             .await?
             .job)
     }
@@ -224,7 +124,7 @@ impl Client {
     /// `jobs.resume`.
     pub async fn resume_job(&self, id: &str) -> Result<Job, ApiError> {
         Ok(self
-            .call::<JobReply>("jobs.resume", &IdRequest { id: id.into() })
+            .call::<JobReply>(Verb::JobsResume, &IdRequest { id: id.into() })
             .await?
             .job)
     }
@@ -236,7 +136,7 @@ impl Client {
             payload,
         };
         Ok(self
-            .call::<TriggerReply>("jobs.trigger", &request)
+            .call::<TriggerReply>(Verb::JobsTrigger, &request)
             .await?
             .firing_id)
     }
@@ -256,7 +156,7 @@ impl Client {
             count,
         };
         Ok(self
-            .call::<PreviewReply>("jobs.preview", &request)
+            .call::<PreviewReply>(Verb::JobsPreview, &request)
             .await?
             .times)
     }
@@ -266,13 +166,13 @@ impl Client {
         &self,
         request: &ListFiringsRequest,
     ) -> Result<ListFiringsReply, ApiError> {
-        self.call("firings.list", request).await
+        self.call(Verb::FiringsList, request).await
     }
 
     /// `workers.list`.
     pub async fn list_workers(&self, group: Option<String>) -> Result<Vec<WorkerInfo>, ApiError> {
         Ok(self
-            .call::<ListWorkersReply>("workers.list", &ListWorkersRequest { group })
+            .call::<ListWorkersReply>(Verb::WorkersList, &ListWorkersRequest { group })
             .await?
             .workers)
     }

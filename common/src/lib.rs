@@ -5,10 +5,12 @@
 //! ranges ([`bounds`]), schedules ([`schedule`]),
 //! firing identities and states ([`firing`]), subject, stream and header names
 //! ([`subjects`], [`headers`]), the worker protocol messages ([`protocol`]),
-//! the error shape ([`error`]), how to connect to NATS ([`connection`]), a
-//! typed API client ([`client`]), and the shape every long-running service
-//! shares ([`service`], [`supervisor`], [`signal`]).
+//! the request/reply API's verbs, requests and replies ([`api`]), the error
+//! shape ([`error`]), how to connect to NATS ([`connection`]), a typed API
+//! client ([`client`]), and the shape every long-running service shares
+//! ([`service`], [`supervisor`], [`signal`]).
 
+pub mod api;
 pub mod bounds;
 pub mod client;
 pub mod connection;

@@ -4,6 +4,7 @@
 //! installations can share a NATS account: prefix `chime` gives subjects
 //! `chime.…`, streams `CHIME_…` and buckets `chime-…`.
 
+use crate::api::Verb;
 use std::fmt;
 use std::str::FromStr;
 
@@ -108,8 +109,16 @@ impl Subjects {
     }
 
     /// `chime.api.v1.<verb>`, e.g. `chime.api.v1.jobs.put`.
-    pub fn api(&self, verb: &str) -> String {
+    pub fn api(&self, verb: Verb) -> String {
         format!("{}.api.v1.{verb}", self.prefix)
+    }
+
+    /// What follows `chime.api.v1.` in `subject`: the verb a request asks
+    /// for, as written, so an unknown one can be named in the reply.
+    pub fn api_verb<'a>(&self, subject: &'a str) -> Option<&'a str> {
+        subject
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix(".api.v1.")
     }
 
     /// `chime.api.v1.>`: what the API service subscribes to.
@@ -284,7 +293,12 @@ mod tests {
     #[test]
     fn default_names_match_the_contract() {
         let s = Subjects::default();
-        assert_eq!(s.api("jobs.put"), "chime.api.v1.jobs.put");
+        assert_eq!(s.api(Verb::JobsPut), "chime.api.v1.jobs.put");
+        assert_eq!(
+            s.api_verb("chime.api.v1.jobs.frobnicate"),
+            Some("jobs.frobnicate")
+        );
+        assert_eq!(s.api_verb("other.api.v1.jobs.put"), None);
         assert_eq!(
             s.worker_start_as("a.b", "w-1"),
             "chime.worker.v1.start.a.b.w-1"

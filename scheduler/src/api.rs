@@ -7,9 +7,10 @@
 use crate::metrics::Metrics;
 use crate::store::{FiringFilter, JobFilter, Store};
 use async_nats::jetstream::kv;
-use chime_common::client::{
-    IdRequest, ListFiringsRequest, ListJobsRequest, ListWorkersReply, ListWorkersRequest,
-    PreviewRequest, TriggerRequest,
+use chime_common::api::{
+    requested_page, IdRequest, ListFiringsReply, ListFiringsRequest, ListJobsReply,
+    ListJobsRequest, ListWorkersReply, ListWorkersRequest, PreviewReply, PreviewRequest, Reply,
+    TriggerReply, TriggerRequest, Verb,
 };
 use chime_common::duration::format_time;
 use chime_common::error::ErrorReply;
@@ -20,7 +21,7 @@ use chime_common::{ApiError, JobSpec, Limits, Subjects};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -45,21 +46,6 @@ impl Default for ApiConfig {
         }
     }
 }
-
-/// The verbs of CONTRACT.md.
-pub const VERBS: [&str; 11] = [
-    "jobs.put",
-    "jobs.get",
-    "jobs.list",
-    "jobs.delete",
-    "jobs.pause",
-    "jobs.resume",
-    "jobs.trigger",
-    "jobs.preview",
-    "firings.list",
-    "workers.list",
-    "unknown",
-];
 
 /// The API service of one replica.
 #[derive(Clone)]
@@ -133,7 +119,9 @@ pub enum ApiRequest {
 }
 
 impl ApiRequest {
-    /// Parses and checks the body of `verb`; `now` is the default `from` of a preview.
+    /// Parses and checks the body of `verb` (as the subject names it, so
+    /// an unknown verb is refused here too); `now` is the default `from` of
+    /// a preview.
     pub fn parse(
         verb: &str,
         body: &[u8],
@@ -145,26 +133,25 @@ impl ApiRequest {
             check_id(&req.id)?;
             Ok(req.id)
         };
-        Ok(match verb {
-            "jobs.put" => ApiRequest::PutJob(Box::new(
+        Ok(match verb.parse::<Verb>()? {
+            Verb::JobsPut => ApiRequest::PutJob(Box::new(
                 JobSpec::from_json(&parse_value(body)?, &config.limits)
                     .map_err(ApiError::from_field_errors)?,
             )),
-            "jobs.get" => ApiRequest::GetJob(id_request()?),
-            "jobs.list" => {
+            Verb::JobsGet => ApiRequest::GetJob(id_request()?),
+            Verb::JobsList => {
                 let req: ListJobsRequest = parse_request(body)?;
                 ApiRequest::ListJobs(JobFilter {
                     group: req.group,
                     state: req.state,
-                    limit: check_limit(req.limit)?,
+                    limit: requested_page(req.limit)?,
                     after: req.after,
                 })
             }
-            "jobs.delete" => ApiRequest::DeleteJob(id_request()?),
-            "jobs.pause" | "jobs.resume" => {
-                ApiRequest::SetPaused(id_request()?, verb == "jobs.pause")
-            }
-            "jobs.trigger" => {
+            Verb::JobsDelete => ApiRequest::DeleteJob(id_request()?),
+            Verb::JobsPause => ApiRequest::SetPaused(id_request()?, true),
+            Verb::JobsResume => ApiRequest::SetPaused(id_request()?, false),
+            Verb::JobsTrigger => {
                 let req: TriggerRequest = parse_request(body)?;
                 check_id(&req.id)?;
                 if let Some(payload) = &req.payload {
@@ -183,7 +170,7 @@ impl ApiRequest {
                 }
                 ApiRequest::Trigger(req)
             }
-            "jobs.preview" => {
+            Verb::JobsPreview => {
                 let req: PreviewRequest = parse_request(body)?;
                 let count = req.count.unwrap_or(10);
                 if count == 0 || count > config.max_preview {
@@ -208,38 +195,32 @@ impl ApiRequest {
                         .collect(),
                 )
             }
-            "firings.list" => {
+            Verb::FiringsList => {
                 let req: ListFiringsRequest = parse_request(body)?;
                 ApiRequest::ListFirings(FiringFilter {
                     job_id: req.job_id,
                     state: req.state,
-                    limit: check_limit(req.limit)?,
+                    limit: requested_page(req.limit)?,
                     after: req.after,
                 })
             }
-            "workers.list" => ApiRequest::ListWorkers(parse_request(body)?),
-            other => {
-                return Err(ApiError::not_found(format!(
-                    "no API verb {other:?}; verbs are {}",
-                    VERBS[..VERBS.len() - 1].join(", ")
-                )))
-            }
+            Verb::WorkersList => ApiRequest::ListWorkers(parse_request(body)?),
         })
     }
 }
 
 impl Api {
-    /// Answers one request: the reply body for `verb` given `body`.
+    /// Answers one request: the reply to `verb` given `body`.
     pub async fn handle(
         &self,
         verb: &str,
         body: &[u8],
         now: DateTime<Utc>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Reply, ApiError> {
         match ApiRequest::parse(verb, body, &self.config, now)? {
             ApiRequest::PutJob(spec) => {
                 let job = self.store.put_job(&spec, now).await?;
-                Ok(json!({ "job": job }))
+                Ok(Reply::job(job))
             }
             ApiRequest::GetJob(id) => {
                 let job = self
@@ -247,11 +228,14 @@ impl Api {
                     .get_job(&id)
                     .await?
                     .ok_or_else(|| not_found(&id))?;
-                Ok(json!({ "job": job }))
+                Ok(Reply::job(job))
             }
             ApiRequest::ListJobs(filter) => {
                 let page = self.store.list_jobs(&filter).await?;
-                Ok(json!({ "jobs": page.items, "next": page.next }))
+                Ok(Reply::Jobs(ListJobsReply {
+                    jobs: page.items,
+                    next: page.next,
+                }))
             }
             ApiRequest::DeleteJob(id) => {
                 let deleted = self
@@ -263,7 +247,7 @@ impl Api {
                     self.cancel(&running.worker_id, &running.firing_id, "job deleted")
                         .await;
                 }
-                Ok(json!({ "job": deleted.job }))
+                Ok(Reply::job(deleted.job))
             }
             ApiRequest::SetPaused(id, paused) => {
                 let job = self
@@ -271,7 +255,7 @@ impl Api {
                     .set_paused(&id, paused, now)
                     .await?
                     .ok_or_else(|| not_found(&id))?;
-                Ok(json!({ "job": job }))
+                Ok(Reply::job(job))
             }
             ApiRequest::Trigger(req) => {
                 let id = self
@@ -279,16 +263,21 @@ impl Api {
                     .trigger(&req.id, req.payload, now)
                     .await?
                     .ok_or_else(|| not_found(&req.id))?;
-                Ok(json!({ "firing_id": id.to_string() }))
+                Ok(Reply::Trigger(TriggerReply {
+                    firing_id: id.to_string(),
+                }))
             }
-            ApiRequest::Preview(times) => Ok(json!({ "times": times })),
+            ApiRequest::Preview(times) => Ok(Reply::Preview(PreviewReply { times })),
             ApiRequest::ListFirings(filter) => {
                 let page = self.store.list_firings(&filter).await?;
-                Ok(json!({ "firings": page.items, "next": page.next }))
+                Ok(Reply::Firings(ListFiringsReply {
+                    firings: page.items,
+                    next: page.next,
+                }))
             }
             ApiRequest::ListWorkers(req) => {
                 let workers = self.workers(req.group.as_deref()).await?;
-                Ok(serde_json::to_value(ListWorkersReply { workers }).unwrap_or(Value::Null))
+                Ok(Reply::Workers(ListWorkersReply { workers }))
             }
         }
     }
@@ -344,7 +333,6 @@ impl Api {
 
     /// Serves the requests of `requests` (from [`Api::subscribe`]) until `shutdown`.
     pub async fn run(self, mut requests: async_nats::Subscriber, shutdown: CancellationToken) {
-        let prefix = format!("{}.", self.subjects.api("").trim_end_matches('.'));
         let permits = Arc::new(Semaphore::new(self.config.concurrency));
         loop {
             let message = tokio::select! {
@@ -358,19 +346,14 @@ impl Api {
                 break;
             };
             let api = self.clone();
-            let verb = message
-                .subject
-                .as_str()
-                .strip_prefix(&prefix)
+            let verb = self
+                .subjects
+                .api_verb(message.subject.as_str())
                 .unwrap_or("")
                 .to_string();
             tokio::spawn(async move {
                 let result = api.handle(&verb, &message.payload, Utc::now()).await;
-                let label = if VERBS.contains(&verb.as_str()) {
-                    verb.as_str()
-                } else {
-                    "unknown"
-                };
+                let label = verb.parse::<Verb>().map_or("unknown", Verb::as_str);
                 let outcome = match &result {
                     Ok(_) => "ok",
                     Err(e) => e.code.as_str(),
@@ -380,7 +363,7 @@ impl Api {
                     .with_label_values(&[label, outcome])
                     .inc();
                 let body = match result {
-                    Ok(value) => serde_json::to_vec(&value),
+                    Ok(reply) => serde_json::to_vec(&reply),
                     Err(error) => {
                         if error.code == chime_common::ErrorCode::Internal {
                             tracing::error!(verb, error = %error, "API request failed");
@@ -401,16 +384,6 @@ impl Api {
 
 fn not_found(id: &str) -> ApiError {
     ApiError::not_found(format!("no job with id {id:?}"))
-}
-
-fn check_limit(limit: Option<u32>) -> Result<u32, ApiError> {
-    match limit.unwrap_or(100) {
-        n @ 1..=1000 => Ok(n),
-        n => Err(ApiError::invalid(
-            "limit",
-            format!("must be from 1 to 1000, found {n}"),
-        )),
-    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,18 @@
 //! The request/reply API and durable submission against a real replica,
 //! real NATS and both stores.
 
-use chime_common::client::{Client, ListFiringsRequest, ListJobsRequest};
-use chime_common::{ErrorCode, JobState};
+use chime_common::api::{
+    JobReply, ListFiringsReply, ListJobsReply, ListWorkersReply, PreviewReply, TriggerReply,
+};
+use chime_common::client::{Client, ListFiringsRequest, ListJobsRequest, Verb};
+use chime_common::error::ErrorReply;
+use chime_common::protocol::WorkerInfo;
+use chime_common::{ErrorCode, JobState, Subjects};
 use chime_scheduler::{Replica, SchedulerConfig};
 use chime_tests::{backend_tests, eventually, init_tracing, NatsServer, TestDatabase};
 use futures::StreamExt;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -24,6 +31,26 @@ fn spec(id: &str) -> Value {
         "payload": {"argv": ["/bin/true"]},
         "retry": {"max_attempts": 3, "initial": "1s", "max": "5m", "multiplier": 2.0}
     })
+}
+
+/// The server's reply to `body` on `subject`, exactly as it sent it.
+async fn raw_reply(nats: &async_nats::Client, subject: String, body: &Value) -> Value {
+    let reply = nats
+        .request(subject, serde_json::to_vec(body).unwrap().into())
+        .await
+        .expect("a reply");
+    serde_json::from_slice(&reply.payload).expect("a JSON reply")
+}
+
+/// `raw` reads into the client's reply type `T` and writes back as the
+/// same JSON, so what `chimectl --json` prints from the typed reply is what
+/// the server sent.
+fn reads_back<T: DeserializeOwned + Serialize>(verb: Verb, raw: &Value) {
+    assert!(raw.get("error").is_none(), "{verb}: {raw}");
+    let typed: T = serde_json::from_value(raw.clone()).unwrap_or_else(|e| {
+        panic!("{verb}: the reply does not read as the client's type: {e}: {raw}")
+    });
+    assert_eq!(&serde_json::to_value(&typed).unwrap(), raw, "{verb}");
 }
 
 async fn job_count(client: &Client) -> usize {
@@ -81,7 +108,7 @@ backend_tests! {
         assert_eq!(firings.firings[0].id.to_string(), firing_id);
 
         let preview = client
-            .call_json("jobs.preview", &json!({
+            .call_json(Verb::JobsPreview, &json!({
                 "schedule": {"cron": "0 30 2 * * *", "tz": "Europe/Berlin"},
                 "from": "2026-03-28T00:00:00Z", "count": 3
             }))
@@ -120,11 +147,95 @@ backend_tests! {
             assert_eq!(error.code, ErrorCode::InvalidArgument, "{body}");
             assert_eq!(error.field.as_deref(), Some(field), "{error:?}");
         }
-        let garbage = client.call_json("jobs.get", &json!({"id": "a", "extra": 1})).await.expect_err("unknown field");
+        let garbage = client.call_json(Verb::JobsGet, &json!({"id": "a", "extra": 1})).await.expect_err("unknown field");
         assert_eq!(garbage.field.as_deref(), Some("extra"));
-        let unknown = client.call_json("jobs.frobnicate", &json!({})).await.expect_err("unknown verb");
-        assert_eq!(unknown.code, ErrorCode::NotFound);
+        let unknown = raw_reply(&nats.connect().await, "chime.api.v1.jobs.frobnicate".into(), &json!({})).await;
+        let unknown: ErrorReply = serde_json::from_value(unknown).expect("an error reply");
+        assert_eq!(unknown.error.code, ErrorCode::NotFound);
+        assert!(unknown.error.message.contains("jobs.frobnicate"), "{:?}", unknown.error);
         assert_eq!(job_count(&client).await, 0, "a failed put stores nothing");
+        replica.shutdown().await;
+    }
+
+    async fn every_verbs_reply_reads_into_the_clients_type_unchanged(db: TestDatabase) {
+        init_tracing();
+        let nats = NatsServer::start().await;
+        let replica = replica(&nats, &db).await;
+        let connection = nats.connect().await;
+        let subjects = Subjects::default();
+        let mut full = spec("full");
+        full["priority"] = json!(7);
+        full["timeout"] = json!("90s");
+        full["overlap"] = json!("queue");
+        full["misfire"] = json!("fire_all");
+        full["on_success"] = json!(["paused"]);
+        full["alert_after_failures"] = json!(3);
+        full["pause_after_alert"] = json!(true);
+        for id in ["plain", "paused"] {
+            raw_reply(&connection, subjects.api(Verb::JobsPut), &spec(id)).await;
+        }
+        raw_reply(&connection, subjects.api(Verb::JobsPause), &json!({"id": "paused"})).await;
+        let heartbeat = WorkerInfo {
+            id: "w1".into(),
+            group: "reports".into(),
+            threads: 4,
+            in_flight: 1,
+            version: "0.0.0".into(),
+            started_at: chrono::Utc::now(),
+        };
+        async_nats::jetstream::new(connection.clone())
+            .get_key_value(subjects.workers_bucket())
+            .await
+            .expect("workers bucket")
+            .put("w1", serde_json::to_vec(&heartbeat).unwrap().into())
+            .await
+            .expect("heartbeat");
+
+        // A match on the verb, so a verb added without a case here does not compile.
+        for verb in Verb::ALL {
+            let subject = subjects.api(verb);
+            match verb {
+                Verb::JobsPut => {
+                    let raw = raw_reply(&connection, subject, &full).await;
+                    reads_back::<JobReply>(verb, &raw);
+                }
+                Verb::JobsGet | Verb::JobsPause | Verb::JobsResume => {
+                    let raw = raw_reply(&connection, subject, &json!({"id": "full"})).await;
+                    reads_back::<JobReply>(verb, &raw);
+                }
+                Verb::JobsDelete => {
+                    let raw = raw_reply(&connection, subject, &json!({"id": "plain"})).await;
+                    reads_back::<JobReply>(verb, &raw);
+                }
+                Verb::JobsList => {
+                    let first = raw_reply(&connection, subject.clone(), &json!({"limit": 1})).await;
+                    reads_back::<ListJobsReply>(verb, &first);
+                    assert!(first["next"].is_string(), "{first}");
+                    let all = raw_reply(&connection, subject, &json!({})).await;
+                    reads_back::<ListJobsReply>(verb, &all);
+                    assert!(all.get("next").is_some_and(Value::is_null), "the last page writes next: null: {all}");
+                }
+                Verb::JobsTrigger => {
+                    let raw = raw_reply(&connection, subject, &json!({"id": "full", "payload": {"argv": ["/bin/true"]}})).await;
+                    reads_back::<TriggerReply>(verb, &raw);
+                }
+                Verb::JobsPreview => {
+                    let raw = raw_reply(&connection, subject, &json!({"schedule": {"every": "1m"}, "count": 2})).await;
+                    reads_back::<PreviewReply>(verb, &raw);
+                }
+                Verb::FiringsList => {
+                    let raw = raw_reply(&connection, subject, &json!({"job_id": "full"})).await;
+                    reads_back::<ListFiringsReply>(verb, &raw);
+                    assert_eq!(raw["firings"].as_array().map(Vec::len), Some(1), "{raw}");
+                    assert!(raw.get("next").is_some_and(Value::is_null), "{raw}");
+                }
+                Verb::WorkersList => {
+                    let raw = raw_reply(&connection, subject, &json!({})).await;
+                    reads_back::<ListWorkersReply>(verb, &raw);
+                    assert_eq!(raw["workers"][0]["id"], "w1", "{raw}");
+                }
+            }
+        }
         replica.shutdown().await;
     }
 

@@ -90,9 +90,10 @@ pub use retry::RetryDelay;
 pub use types::{
     Deleted, ExecutingRow, FinishOutcome, FiringFilter, JobFilter, Page, RequeueOutcome,
     RunningFiring, StageOutcome, StageRequest, StagedFiring, StartOutcome, StoreOptions,
-    DEFAULT_MAX_CATCH_UP, DEFAULT_MAX_JOBS, DEFAULT_PAGE, MAX_PAGE,
+    DEFAULT_MAX_CATCH_UP, DEFAULT_MAX_JOBS,
 };
 
+use chime_common::api::page_limit;
 use chime_common::Limits;
 use chrono::{DateTime, Utc};
 use sqlx::any::AnyRow;
@@ -356,14 +357,6 @@ impl RowExt for AnyRow {
     }
 }
 
-/// The page size of a list request: 0 means the default, at most the maximum.
-fn page_limit(limit: u32) -> u32 {
-    match limit {
-        0 => types::DEFAULT_PAGE,
-        n => n.min(types::MAX_PAGE),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,12 +366,5 @@ mod tests {
         assert_eq!(fnv1a(b""), 0x811c_9dc5);
         assert_eq!(fnv1a(b"a"), 0xe40c_292c);
         assert_eq!(fnv1a(b"foobar"), 0xbf9c_f968);
-    }
-
-    #[test]
-    fn page_limits_are_bounded() {
-        assert_eq!(page_limit(0), 100);
-        assert_eq!(page_limit(7), 7);
-        assert_eq!(page_limit(5000), 1000);
     }
 }

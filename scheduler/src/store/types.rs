@@ -1,5 +1,6 @@
 //! What the store's operations take and return.
 
+use chime_common::api::DEFAULT_PAGE;
 use chime_common::protocol::{Alert, StartRefusal, StartReply};
 use chime_common::{FiringId, FiringState, Job, JobState, Limits};
 use chrono::{DateTime, Utc};
@@ -36,11 +37,6 @@ impl Default for StoreOptions {
         }
     }
 }
-
-/// Default page size of the lists.
-pub const DEFAULT_PAGE: u32 = 100;
-/// Largest page size of the lists.
-pub const MAX_PAGE: u32 = 1000;
 
 /// `jobs.list` filter.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,300 @@
+//! The request/reply API's wire contract (CONTRACT.md, docs/API.md): its
+//! verbs, the request and reply of each, and the page rules of the lists.
+//!
+//! The scheduler's API service, the typed [`Client`](crate::client::Client)
+//! and `chimectl` all speak through these types, so a verb's name or a
+//! reply's shape is written once.
+
+use crate::duration::rfc3339_ms_opt;
+use crate::error::ApiError;
+use crate::firing::{Firing, FiringState};
+use crate::job::{Job, JobState};
+use crate::protocol::WorkerInfo;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+use std::str::FromStr;
+
+/// A verb of the API: the last part of its subject, `chime.api.v1.<verb>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verb {
+    JobsPut,
+    JobsGet,
+    JobsList,
+    JobsDelete,
+    JobsPause,
+    JobsResume,
+    JobsTrigger,
+    JobsPreview,
+    FiringsList,
+    WorkersList,
+}
+
+impl Verb {
+    /// Every verb, in the contract's order.
+    pub const ALL: [Verb; 10] = [
+        Verb::JobsPut,
+        Verb::JobsGet,
+        Verb::JobsList,
+        Verb::JobsDelete,
+        Verb::JobsPause,
+        Verb::JobsResume,
+        Verb::JobsTrigger,
+        Verb::JobsPreview,
+        Verb::FiringsList,
+        Verb::WorkersList,
+    ];
+
+    /// The wire name, also the `verb` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::JobsPut => "jobs.put",
+            Verb::JobsGet => "jobs.get",
+            Verb::JobsList => "jobs.list",
+            Verb::JobsDelete => "jobs.delete",
+            Verb::JobsPause => "jobs.pause",
+            Verb::JobsResume => "jobs.resume",
+            Verb::JobsTrigger => "jobs.trigger",
+            Verb::JobsPreview => "jobs.preview",
+            Verb::FiringsList => "firings.list",
+            Verb::WorkersList => "workers.list",
+        }
+    }
+}
+
+impl fmt::Display for Verb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Verb {
+    type Err = ApiError;
+
+    /// An unknown verb is `not_found`, with the verbs there are, as the API replies.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Verb::ALL
+            .into_iter()
+            .find(|verb| verb.as_str() == s)
+            .ok_or_else(|| {
+                let verbs: Vec<&str> = Verb::ALL.iter().map(|v| v.as_str()).collect();
+                ApiError::not_found(format!("no API verb {s:?}; verbs are {}", verbs.join(", ")))
+            })
+    }
+}
+
+/// Page size of a list request that names none.
+pub const DEFAULT_PAGE: u32 = 100;
+/// Largest page size of a list request.
+pub const MAX_PAGE: u32 = 1000;
+
+/// The page size a list request asks for: the default when absent; a size
+/// outside 1 to [`MAX_PAGE`] is refused, naming `limit`.
+pub fn requested_page(limit: Option<u32>) -> Result<u32, ApiError> {
+    match limit.unwrap_or(DEFAULT_PAGE) {
+        n @ 1..=MAX_PAGE => Ok(n),
+        n => Err(ApiError::invalid(
+            "limit",
+            format!("must be from 1 to {MAX_PAGE}, found {n}"),
+        )),
+    }
+}
+
+/// The page size a store read uses: 0 means the default, and it never
+/// reads more than [`MAX_PAGE`] rows even for a caller that skipped
+/// [`requested_page`].
+pub fn page_limit(limit: u32) -> u32 {
+    match limit {
+        0 => DEFAULT_PAGE,
+        n => n.min(MAX_PAGE),
+    }
+}
+
+/// `{"job": Job}`: the reply of put, get, delete, pause and resume.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobReply {
+    pub job: Job,
+}
+
+/// `{"id"}`: the request of get, delete, pause, resume.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdRequest {
+    pub id: String,
+}
+
+/// `jobs.list` request.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListJobsRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<JobState>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// The `next` cursor of the previous page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+}
+
+/// `jobs.list` reply. `next` is `null` on the last page (the server has
+/// always written it), absent is read the same.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListJobsReply {
+    pub jobs: Vec<Job>,
+    #[serde(default)]
+    pub next: Option<String>,
+}
+
+/// `jobs.trigger` request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerRequest {
+    pub id: String,
+    /// Replaces the job's payload for this run only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Value>,
+}
+
+/// `jobs.trigger` reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TriggerReply {
+    pub firing_id: String,
+}
+
+/// `jobs.preview` request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PreviewRequest {
+    pub schedule: Value,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "rfc3339_ms_opt"
+    )]
+    pub from: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+}
+
+/// `jobs.preview` reply: RFC 3339 instants.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PreviewReply {
+    pub times: Vec<String>,
+}
+
+/// `firings.list` request.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListFiringsRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<FiringState>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+}
+
+/// `firings.list` reply; `next` as in [`ListJobsReply`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListFiringsReply {
+    pub firings: Vec<Firing>,
+    #[serde(default)]
+    pub next: Option<String>,
+}
+
+/// `workers.list` request.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListWorkersRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+}
+
+/// `workers.list` reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListWorkersReply {
+    pub workers: Vec<WorkerInfo>,
+}
+
+/// A successful reply of any verb, as the server sends it: each variant
+/// writes exactly its verb's reply object.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Reply {
+    /// Boxed: a job is far larger than the other replies.
+    Job(Box<JobReply>),
+    Jobs(ListJobsReply),
+    Trigger(TriggerReply),
+    Preview(PreviewReply),
+    Firings(ListFiringsReply),
+    Workers(ListWorkersReply),
+}
+
+impl Reply {
+    /// `{"job": job}`.
+    pub fn job(job: Job) -> Reply {
+        Reply::Job(Box::new(JobReply { job }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorCode;
+
+    #[test]
+    fn verbs_read_back_from_their_names() {
+        for verb in Verb::ALL {
+            assert_eq!(verb.as_str().parse::<Verb>().ok(), Some(verb));
+            assert_eq!(verb.to_string(), verb.as_str());
+        }
+        let unknown = "jobs.frobnicate".parse::<Verb>().unwrap_err();
+        assert_eq!(unknown.code, ErrorCode::NotFound);
+        assert_eq!(
+            unknown.message,
+            "no API verb \"jobs.frobnicate\"; verbs are jobs.put, jobs.get, jobs.list, \
+             jobs.delete, jobs.pause, jobs.resume, jobs.trigger, jobs.preview, \
+             firings.list, workers.list"
+        );
+    }
+
+    #[test]
+    fn requested_pages_follow_the_contract() {
+        assert_eq!(requested_page(None).ok(), Some(DEFAULT_PAGE));
+        assert_eq!(requested_page(Some(1)).ok(), Some(1));
+        assert_eq!(requested_page(Some(MAX_PAGE)).ok(), Some(MAX_PAGE));
+        for refused in [0, MAX_PAGE + 1] {
+            let e = requested_page(Some(refused)).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("limit"));
+            assert_eq!(
+                e.message,
+                format!("limit: must be from 1 to 1000, found {refused}")
+            );
+        }
+    }
+
+    #[test]
+    fn store_pages_are_bounded() {
+        assert_eq!(page_limit(0), DEFAULT_PAGE);
+        assert_eq!(page_limit(7), 7);
+        assert_eq!(page_limit(5000), MAX_PAGE);
+    }
+
+    #[test]
+    fn last_pages_write_next_as_null() {
+        let reply = Reply::Firings(ListFiringsReply {
+            firings: Vec::new(),
+            next: None,
+        });
+        assert_eq!(
+            serde_json::to_string(&reply).unwrap(),
+            r#"{"firings":[],"next":null}"#
+        );
+        let read: ListJobsReply = serde_json::from_str(r#"{"jobs":[]}"#).unwrap();
+        assert_eq!(read.next, None);
+    }
+}
