@@ -18,6 +18,11 @@
 //! | logs of the code under test | [`init_tracing`] |
 //! | a network fault between one client and a server | [`Proxy`]: `block()`, `cut()`, `unblock()` |
 //! | a group's consumers without a scheduler | [`create_group_consumers`] |
+//! | a built scheduler or worker, ready | [`start_scheduler`], [`start_worker`] |
+//! | what the publisher really put in the firing stream | [`read_fire_stream`], [`count_by_instant`] |
+//! | instants on whole seconds | [`aligned_start`], [`rfc3339`] |
+//! | a counter from a metrics page | [`metric_sum`] |
+//! | a worker without a scheduler: stand-in start service, finished events, firing messages | [`worker_env`] |
 //! | the fuzz targets' bodies | [`fuzz_targets`] (docs/FUZZING.md) |
 //!
 //! ```ignore
@@ -51,20 +56,28 @@
 mod binaries;
 mod child;
 mod database;
+mod fire_stream;
 pub mod fuzz_targets;
+mod instants;
 mod logfile;
+mod metrics;
 mod nats;
 mod pg_cluster;
 mod ports;
 mod postgres;
 mod process;
+mod programs;
 mod proxy;
 mod sqlite;
 mod topology;
 mod wait;
+pub mod worker_env;
 
 pub use binaries::{Binary, BIN_DIR_ENV};
 pub use database::{DatabaseKind, TestDatabase};
+pub use fire_stream::{count_by_instant, read_fire_stream, Published};
+pub use instants::{aligned_start, rfc3339};
+pub use metrics::metric_sum;
 pub use nats::{
     nats_server_binary, NatsOptions, NatsServer, ProbeAuth, MIN_NATS_VERSION, NATS_SERVER_ENV,
 };
@@ -72,6 +85,7 @@ pub use pg_cluster::{PgCluster, PgClusterOptions, ServerTls};
 pub use ports::free_port;
 pub use postgres::{admin_url as pg_admin_url, PgDatabase, DEFAULT_PG_URL, PG_URL_ENV};
 pub use process::ChimeProcess;
+pub use programs::{start_scheduler, start_worker};
 pub use proxy::Proxy;
 pub use sqlite::SqliteDatabase;
 pub use topology::create_group_consumers;

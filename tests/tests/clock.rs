@@ -4,11 +4,9 @@
 //! alert and claims no slice, while an every-second job keeps being
 //! published exactly once per instant by the other replica.
 
-mod common;
-
 use chime_common::client::Client;
+use chime_tests::*;
 use chime_tests::{free_port, init_tracing, Binary, ChimeProcess, NatsServer, PgDatabase};
-use common::*;
 use futures::StreamExt;
 use serde_json::json;
 use std::path::Path;

@@ -8,13 +8,11 @@
 //! prints the counts (instants, kills, re-queues, raw re-publishes that
 //! JetStream's dedup absorbed).
 
-mod common;
-
 use chime_common::client::{Client, ListFiringsRequest};
 use chime_common::schedule::{Schedule, ScheduleSpec};
 use chime_common::{Firing, FiringState};
+use chime_tests::*;
 use chime_tests::{init_tracing, ChimeProcess, NatsServer, PgDatabase, Proxy, SqliteDatabase};
-use common::*;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};

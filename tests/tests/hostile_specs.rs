@@ -7,14 +7,12 @@
 //! Also: a handler that prints a NUL byte has its firings end `succeeded`
 //! with the output readable, on PostgreSQL and SQLite.
 
-mod common;
-
 use chime_common::client::{Client, ListFiringsRequest};
 use chime_common::{ErrorCode, Firing, FiringState, JobState};
 use chime_tests::{
     backend_tests, init_tracing, ChimeProcess, NatsServer, PgDatabase, TestDatabase,
 };
-use common::{rfc3339, start_scheduler, start_worker};
+use chime_tests::{rfc3339, start_scheduler, start_worker};
 use serde_json::{json, Value};
 use std::time::Duration;
 

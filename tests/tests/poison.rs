@@ -8,8 +8,6 @@
 //! real database errors (a trigger that refuses one firing's update, a row
 //! lock held past `lock_timeout`, a terminated connection).
 
-mod common;
-
 use async_nats::jetstream;
 use chime_common::error::ErrorReply;
 use chime_common::protocol::{Alert, AlertKind, Finished, Outcome, StartReply, StartRequest};

@@ -1,12 +1,10 @@
 //! Several replicas on one store: every due instant is published exactly
 //! once, also when the replica holding the next slices is killed.
 
-mod common;
-
 use chime_common::client::Client;
 use chime_scheduler::{Replica, SchedulerConfig};
+use chime_tests::*;
 use chime_tests::{init_tracing, NatsServer, PgDatabase};
-use common::*;
 use futures::StreamExt;
 use serde_json::json;
 use std::collections::HashMap;

@@ -2,15 +2,13 @@
 //! under it) is restarted and counted, `/healthz` fails naming it while it
 //! keeps failing and recovers with it, and firings keep flowing meanwhile.
 
-mod common;
-
 use chime_common::client::Client;
 use chime_common::supervisor::SupervisorConfig;
 use chime_common::topology::Topology;
 use chime_common::Subjects;
 use chime_scheduler::{Replica, SchedulerConfig};
+use chime_tests::*;
 use chime_tests::{init_tracing, NatsServer, SqliteDatabase};
-use common::*;
 use serde_json::json;
 use std::time::Duration;
 

@@ -4,14 +4,12 @@
 //! live worker gets its firing consumers, and a full firing stream refuses
 //! firings (they stay staged, an alert is raised) instead of dropping them.
 
-mod common;
-
 use async_nats::jetstream::{self, kv, stream};
 use chime_common::client::Client;
 use chime_common::protocol::WorkerInfo;
 use chime_scheduler::{Replica, SchedulerConfig};
+use chime_tests::*;
 use chime_tests::{init_tracing, NatsServer, SqliteDatabase};
-use common::*;
 use serde_json::json;
 use std::time::Duration;
 

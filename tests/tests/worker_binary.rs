@@ -3,16 +3,14 @@
 //! the NATS objects, the ready line, /metrics, /healthz and /readyz, and a
 //! clean exit on SIGTERM.
 
-mod worker_support;
-
 use chime_common::protocol::{Outcome, WorkerInfo};
 use chime_common::topology::Topology;
 use chime_common::Subjects;
+use chime_tests::worker_env::*;
 use chime_tests::{eventually, free_port, Binary, ChimeProcess};
 use serde_json::json;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use worker_support::*;
 
 /// GET `path` on `addr`; returns (status code, body).
 async fn http_get(addr: &str, path: &str) -> (u16, String) {

@@ -1,10 +1,10 @@
 //! The built-in `shell` and `http` handlers, run by a worker against a real
 //! nats-server (and, for `http`, a tiny local HTTP server).
 
-mod worker_support;
-
 use chime_common::duration::format_time;
 use chime_common::protocol::Outcome;
+use chime_tests::eventually;
+use chime_tests::worker_env::*;
 use chime_worker::handlers::shell::SHELL_DISABLED;
 use chime_worker::handlers::{HttpHandler, ShellHandler};
 use chime_worker::WorkerHandle;
@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use worker_support::*;
 
 async fn shell_worker(env: &Env, group: &str, allowed: bool) -> WorkerHandle {
     env.worker(group, 2)

@@ -2,19 +2,18 @@
 //! failures of every kind, refusals, a missing scheduler, cancel requests,
 //! shutdown, heartbeats, and a NATS crash in the middle of it all.
 
-mod worker_support;
-
 use async_nats::HeaderMap;
 use chime_common::headers;
 use chime_common::protocol::{CancelRequest, Outcome, StartRefusal, WorkerInfo};
 use chime_common::Band;
+use chime_tests::eventually;
+use chime_tests::worker_env::*;
 use chime_worker::{FiringContext, HandlerError, SHUTDOWN_REASON};
 use serde_json::json;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use worker_support::*;
 
 async fn heartbeat_of(env: &Env, id: &str) -> Option<WorkerInfo> {
     let kv = env.topology.workers().await.expect("workers bucket");

@@ -2,15 +2,13 @@
 //! concurrency, workers share a backlog, the high band drains first, and an
 //! idle worker sleeps until the doorbell rings.
 
-mod worker_support;
-
 use chime_common::protocol::Outcome;
+use chime_tests::worker_env::*;
 use chime_worker::FiringContext;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use worker_support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn threads_cap_concurrency() {

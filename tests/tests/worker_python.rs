@@ -3,16 +3,14 @@
 //! real nats-server: pull, start request, ack, run, finished event,
 //! heartbeat, clean exit.
 
-mod worker_support;
-
 use chime_common::protocol::{Outcome, WorkerInfo};
+use chime_tests::worker_env::*;
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
-use worker_support::*;
 
 fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python/worker.py")

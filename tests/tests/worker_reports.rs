@@ -2,14 +2,12 @@
 //! misfire after downtime, lost workers, priority order and scheduler
 //! restarts with events in flight. Real NATS, real PostgreSQL, real workers.
 
-mod common;
-
 use chime_common::client::{Client, ListFiringsRequest};
 use chime_common::{Firing, FiringState};
 use chime_scheduler::{Replica, SchedulerConfig};
+use chime_tests::*;
 use chime_tests::{init_tracing, NatsServer, PgDatabase};
 use chime_worker::{FiringContext, HandlerError, Worker, WorkerHandle};
-use common::*;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
