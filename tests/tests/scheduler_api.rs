@@ -9,7 +9,9 @@ use chime_common::error::ErrorReply;
 use chime_common::protocol::WorkerInfo;
 use chime_common::{ErrorCode, JobState, Subjects};
 use chime_scheduler::{Replica, SchedulerConfig};
-use chime_tests::{backend_tests, eventually, init_tracing, NatsServer, TestDatabase};
+use chime_tests::{
+    backend_tests, eventually, init_tracing, Binary, NatsServer, SqliteDatabase, TestDatabase,
+};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -60,6 +62,71 @@ async fn job_count(client: &Client) -> usize {
         .expect("list jobs")
         .jobs
         .len()
+}
+
+/// `chimectl --json` prints the server's reply itself (pretty, keys
+/// sorted), though it reads it through the typed client.
+#[tokio::test]
+async fn chimectl_json_prints_the_servers_reply() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let replica = Replica::start(SchedulerConfig::new(nats.url(), db.url()))
+        .await
+        .expect("replica starts");
+    let connection = nats.connect().await;
+    let subjects = Subjects::default();
+    let put = raw_reply(&connection, subjects.api(Verb::JobsPut), &spec("nightly")).await;
+    assert!(put.get("job").is_some(), "{put}");
+    raw_reply(
+        &connection,
+        subjects.api(Verb::JobsTrigger),
+        &json!({"id": "nightly"}),
+    )
+    .await;
+    // Published, it stays so (no worker runs it) while both read it.
+    eventually(
+        Duration::from_secs(10),
+        "the firing is published",
+        || async {
+            let firings = raw_reply(
+                &connection,
+                subjects.api(Verb::FiringsList),
+                &json!({"job_id": "nightly"}),
+            )
+            .await;
+            firings["firings"][0]["state"] == "published"
+        },
+    )
+    .await;
+    let cases: [(&[&str], Verb, Value); 4] = [
+        (&["get", "nightly"], Verb::JobsGet, json!({"id": "nightly"})),
+        (&["list"], Verb::JobsList, json!({"limit": 100})),
+        (
+            &["history", "nightly"],
+            Verb::FiringsList,
+            json!({"job_id": "nightly", "limit": 20}),
+        ),
+        (&["workers"], Verb::WorkersList, json!({})),
+    ];
+    for (args, verb, body) in cases {
+        let mut command = Binary::Ctl.command();
+        command
+            .args(["--nats-url", &nats.url(), "--json"])
+            .args(args);
+        let output = tokio::process::Command::from(command)
+            .output()
+            .await
+            .expect("chimectl runs");
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        let raw = raw_reply(&connection, subjects.api(verb), &body).await;
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            format!("{}\n", serde_json::to_string_pretty(&raw).unwrap()),
+            "{args:?}"
+        );
+    }
+    replica.shutdown().await;
 }
 
 backend_tests! {
