@@ -1,8 +1,13 @@
 //! A typed client for the request/reply API (`chime.api.v1.<verb>`).
 //!
-//! Requests and replies are the JSON of CONTRACT.md; a failure reply becomes
-//! an [`ApiError`] with the server's code, message and field.
+//! Requests and replies are the types of [`crate::api`], the JSON of
+//! CONTRACT.md; a failure reply becomes an [`ApiError`] with the server's
+//! code, message and field.
 
+use crate::api::{
+    IdRequest, JobReply, ListWorkersReply, ListWorkersRequest, PreviewReply, PreviewRequest,
+    TriggerReply, TriggerRequest,
+};
 use crate::error::{ApiError, ErrorReply};
 use crate::job::Job;
 use crate::protocol::WorkerInfo;
@@ -14,10 +19,6 @@ use serde::Serialize;
 use serde_json::Value;
 use std::time::Duration;
 
-use crate::api::{
-    IdRequest, JobReply, ListWorkersReply, ListWorkersRequest, PreviewReply, PreviewRequest,
-    TriggerReply, TriggerRequest,
-};
 /// The types [`Client`]'s methods take and return besides [`Job`], so a
 /// caller names them from the client it uses; [`crate::api`] defines them.
 pub use crate::api::{ListFiringsReply, ListFiringsRequest, ListJobsReply, ListJobsRequest, Verb};
