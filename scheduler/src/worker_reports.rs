@@ -101,7 +101,7 @@ impl WorkerReports {
                     self.refuse_forged(request, why)
                 }
                 refusal => {
-                    let label = refusal.map_or("accepted", refusal_label);
+                    let label = refusal.map_or("accepted", StartRefusal::as_str);
                     self.metrics.starts.with_label_values(&[label]).inc();
                 }
             }
@@ -227,15 +227,12 @@ impl WorkerReports {
     /// Counts and logs a start refused because the request was not what the
     /// scheduler staged or not from whom it claims.
     fn refuse_forged(&self, request: &StartRequest, why: StartRefusal) {
-        self.metrics
-            .starts
-            .with_label_values(&[refusal_label(why)])
-            .inc();
+        self.metrics.starts.with_label_values(&[why.as_str()]).inc();
         tracing::warn!(
             firing_id = %request.firing_id,
             worker_id = %request.worker_id,
             group = %request.group,
-            reason = refusal_label(why),
+            reason = why.as_str(),
             "refused a start that does not match the staged firing or its sender"
         );
     }
@@ -536,20 +533,5 @@ pub(crate) async fn publish_alert(
             }
             Err(e) => tracing::warn!(error = %e, "cannot publish alert"),
         }
-    }
-}
-
-fn refusal_label(r: chime_common::protocol::StartRefusal) -> &'static str {
-    use chime_common::protocol::StartRefusal::*;
-    match r {
-        AlreadyStarted => "already_started",
-        AlreadyFinished => "already_finished",
-        UnknownFiring => "unknown_firing",
-        Skipped => "skipped",
-        Queued => "queued",
-        Cancelled => "cancelled",
-        WrongGroup => "wrong_group",
-        NotAsStaged => "not_as_staged",
-        WrongWorker => "wrong_worker",
     }
 }

@@ -6,15 +6,13 @@ use crate::firing::context::FiringContext;
 use crate::firing::finish::Reporter;
 use crate::firing::message::FiringMessage;
 use crate::firing::run::run;
-use crate::firing::start::{
-    refusal_label, rejected_delay, StartDecision, Starter, MAX_REJECTED_DELIVERIES,
-};
+use crate::firing::start::{rejected_delay, StartDecision, Starter, MAX_REJECTED_DELIVERIES};
 use crate::handler::Handlers;
 use crate::metrics::Metrics;
 use crate::running::Running;
 use crate::slots::Slot;
 use async_nats::jetstream::{self, AckKind};
-use chime_common::protocol::Finished;
+use chime_common::protocol::{Finished, StartRefusal};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -112,7 +110,7 @@ impl Dispatcher {
             StartDecision::Accepted { deadline } => deadline,
             StartDecision::Refused(refusal) => {
                 self.running.release(&id);
-                let reason = refusal_label(refusal);
+                let reason = refusal.map_or("unspecified", StartRefusal::as_str);
                 self.metrics
                     .start_refusals
                     .with_label_values(&[reason])

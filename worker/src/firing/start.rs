@@ -50,22 +50,6 @@ pub(crate) fn rejected_delay(nak_delay: Duration, delivered: u64) -> Duration {
         .min(Duration::from_secs(60))
 }
 
-/// The metric label of a refusal.
-pub(crate) fn refusal_label(refusal: Option<StartRefusal>) -> &'static str {
-    match refusal {
-        Some(StartRefusal::AlreadyStarted) => "already_started",
-        Some(StartRefusal::AlreadyFinished) => "already_finished",
-        Some(StartRefusal::UnknownFiring) => "unknown_firing",
-        Some(StartRefusal::Skipped) => "skipped",
-        Some(StartRefusal::Queued) => "queued",
-        Some(StartRefusal::Cancelled) => "cancelled",
-        Some(StartRefusal::WrongGroup) => "wrong_group",
-        Some(StartRefusal::NotAsStaged) => "not_as_staged",
-        Some(StartRefusal::WrongWorker) => "wrong_worker",
-        None => "unspecified",
-    }
-}
-
 /// Asks the scheduler to start firings for one worker of one group.
 #[derive(Clone)]
 pub(crate) struct Starter {
