@@ -8,7 +8,7 @@ use async_nats::HeaderMap;
 use chime_common::headers;
 use chime_tests::{Binary, ChimeProcess, NatsServer, SqliteDatabase};
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `chimectl --json ARGS` against `nats`, parsed.
 fn chimectl(nats: &NatsServer, args: &[&str]) -> Value {
@@ -81,18 +81,16 @@ async fn a_forged_firing_runs_nothing_and_the_real_one_still_runs() {
     let file = dir.path().join("canary.json");
     std::fs::write(&file, spec.to_string()).expect("job file");
     chimectl(&nats, &["put", &file.display().to_string()]);
-    let deadline = Instant::now() + Duration::from_secs(8);
-    let staged = loop {
-        let found = firings(&nats, "canary");
-        if let Some(f) = found.iter().find(|f| f["state"] == "staged") {
-            break f.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the firing was not staged: {found:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let staged_now = || {
+        firings(&nats, "canary")
+            .into_iter()
+            .find(|f| f["state"] == "staged")
     };
+    chime_tests::eventually(Duration::from_secs(8), "the firing is staged", || async {
+        staged_now().is_some()
+    })
+    .await;
+    let staged = staged_now().expect("staged ahead of its instant");
     let id = staged["id"].as_str().expect("a firing id").to_string();
     let scheduled_at = staged["scheduled_at"].as_str().expect("scheduled_at");
 
@@ -131,18 +129,12 @@ async fn a_forged_firing_runs_nothing_and_the_real_one_still_runs() {
     assert!(!pwned.exists(), "the forged argv ran");
 
     // The real firing runs at its instant, as staged.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let found = firings(&nats, "canary");
-        if found.iter().any(|f| f["state"] == "succeeded") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the real firing did not run: {found:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    chime_tests::eventually(Duration::from_secs(20), "the real firing runs", || async {
+        firings(&nats, "canary")
+            .iter()
+            .any(|f| f["state"] == "succeeded")
+    })
+    .await;
     assert!(!pwned.exists(), "the forged argv ran");
     worker.terminate(Duration::from_secs(10)).await;
     scheduler.terminate(Duration::from_secs(15)).await;
