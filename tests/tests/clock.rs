@@ -27,7 +27,7 @@ async fn a_replica_whose_clock_is_off_claims_nothing_and_is_not_ready() {
     init_tracing();
     assert!(
         Path::new(LIBFAKETIME).is_file(),
-        "{LIBFAKETIME} is missing: install the faketime package (.ci/run does)"
+        "{LIBFAKETIME} is missing: install the faketime package (deploy/local/test.sh does)"
     );
     let nats = NatsServer::start().await;
     let db = PgDatabase::create().await;

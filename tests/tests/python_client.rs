@@ -21,7 +21,7 @@ async fn a_python_client_puts_submits_and_reads_errors() {
         .arg(nats.url())
         .output()
         .await
-        .expect("python3 runs (and `pip install nats-py` was done; .ci/run does it)");
+        .expect("python3 runs (and `pip install nats-py` was done; deploy/local/test.sh does it)");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),

@@ -336,7 +336,7 @@ fn libfaketime() -> &'static str {
         .into_iter()
         .find(|path| std::path::Path::new(path).is_file())
         .expect(
-            "this test needs libfaketime: `apt-get install faketime` (bash .ci/run installs it)",
+            "this test needs libfaketime: `apt-get install faketime` (./deploy/local/test.sh installs it)",
         )
 }
 

@@ -25,7 +25,7 @@ fn require_nats_py() {
         .is_ok_and(|s| s.success());
     assert!(
         ok,
-        "this test needs python3 with nats-py: `pip install nats-py` (bash .ci/run installs it)"
+        "this test needs python3 with nats-py: `pip install nats-py` (./deploy/local/test.sh installs it)"
     );
 }
 
