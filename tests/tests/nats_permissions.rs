@@ -160,8 +160,15 @@ async fn each_role_does_its_work_and_nothing_else() {
         .wait_for_log_line("chime-scheduler ready", Duration::from_secs(30))
         .await;
 
-    // Two workers of group default: one with its own user and fixed id, one
-    // with the group's user, as a scaled Deployment runs them.
+    // The admin puts a job firing every second.
+    let marker = dir.path().join("ran");
+    let touch = format!("echo ran >> {}", marker.display());
+    let file = job_file(dir.path(), "tick", &["sh", "-c", &touch]);
+    chimectl(&nats, "chime-admin", &["put", &file]).expect("the admin puts a job");
+
+    // Two workers of group default run it with their own users, one after
+    // the other (so each surely gets firings): one with its own user and
+    // fixed id, one with the group's user, as a scaled Deployment runs them.
     let mut workers = Vec::new();
     for (user, id) in [
         ("worker-default-1", "worker-default-1"),
@@ -182,25 +189,21 @@ async fn each_role_does_its_work_and_nothing_else() {
         worker
             .wait_for_log_line("chime-worker ready", Duration::from_secs(30))
             .await;
+        worker
+            .wait_for_log_line("outcome=\"succeeded\"", Duration::from_secs(20))
+            .await;
+        worker.terminate(Duration::from_secs(10)).await;
         workers.push(worker);
     }
-
-    // The admin puts a job; the workers run it with their own users.
-    let marker = dir.path().join("ran");
-    let touch = format!("echo ran >> {}", marker.display());
-    let file = job_file(dir.path(), "tick", &["sh", "-c", &touch]);
-    chimectl(&nats, "chime-admin", &["put", &file]).expect("the admin puts a job");
-    chime_tests::eventually(
-        Duration::from_secs(20),
-        "both workers run firings",
-        || async {
-            let out = chimectl(&nats, "chime-viewer", &["history", "tick"]).unwrap_or_default();
-            out.contains("\"worker-default-1\"")
-                && out.contains("\"scaled-7f9c\"")
-                && out.contains("\"succeeded\"")
-        },
+    let history = chimectl(
+        &nats,
+        "chime-viewer",
+        &["history", "tick", "--limit", "200"],
     )
-    .await;
+    .expect("the viewer reads history");
+    for id in ["worker-default-1", "scaled-7f9c"] {
+        assert!(history.contains(&format!("\"{id}\"")), "{id}: {history}");
+    }
 
     // A read-only client lists but cannot put or delete.
     let listed = chimectl(&nats, "chime-viewer", &["list"]).expect("the viewer lists");
@@ -292,8 +295,7 @@ async fn each_role_does_its_work_and_nothing_else() {
         assert_violation(&mut scaled_errors, "the group's worker user", subject).await;
     }
 
-    for worker in &mut workers {
-        worker.terminate(Duration::from_secs(10)).await;
+    for worker in &workers {
         let log = worker.log();
         assert!(
             !log.to_lowercase().contains("permissions violation"),
