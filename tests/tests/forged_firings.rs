@@ -6,7 +6,7 @@
 
 use async_nats::HeaderMap;
 use chime_common::headers;
-use chime_tests::{Binary, ChimeProcess, NatsServer, SqliteDatabase};
+use chime_tests::{Binary, NatsServer, SqliteDatabase};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -44,37 +44,14 @@ async fn a_forged_firing_runs_nothing_and_the_real_one_still_runs() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let pwned = dir.path().join("pwned");
 
-    let mut command = Binary::Scheduler.command();
-    command.args([
-        "--nats-url",
-        &nats.url(),
-        "--database-url",
-        &db.url(),
-        "--metrics-addr",
-        "127.0.0.1:0",
-    ]);
-    let mut scheduler = ChimeProcess::spawn(command);
-    scheduler
-        .wait_for_log_line("chime-scheduler ready", Duration::from_secs(30))
-        .await;
-    let mut command = Binary::Worker.command();
-    command.args([
-        "--nats-url",
-        &nats.url(),
-        "--metrics-addr",
-        "127.0.0.1:0",
-        "--allow-shell",
-    ]);
-    let mut worker = ChimeProcess::spawn(command);
-    worker
-        .wait_for_log_line("chime-worker ready", Duration::from_secs(30))
-        .await;
+    let mut scheduler = chime_tests::start_scheduler(&nats.url(), &db.url(), "forged-1").await;
+    let mut worker = chime_tests::start_worker(&nats.url(), "default", 4, "forged-w1").await;
 
     // A real shell job due in a few seconds: staged ahead of its instant.
-    let at = chrono::Utc::now() + chrono::Duration::seconds(8);
+    let at = chime_tests::aligned_start(Duration::from_secs(8));
     let spec = json!({
         "id": "canary",
-        "schedule": {"at": at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)},
+        "schedule": {"at": chime_tests::rfc3339(at)},
         "handler": "shell",
         "payload": {"argv": ["true"]},
     });
@@ -104,9 +81,7 @@ async fn a_forged_firing_runs_nothing_and_the_real_one_still_runs() {
     forged.insert(headers::PRIORITY, "5");
     forged.insert(
         headers::DEADLINE,
-        (chrono::Utc::now() + chrono::Duration::minutes(5))
-            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-            .as_str(),
+        chime_tests::rfc3339(at + 300_000).as_str(),
     );
     let body = json!({"argv": ["sh", "-c", format!("echo pwned > {}", pwned.display())]});
     let client = nats.connect().await;
