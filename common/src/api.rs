@@ -5,11 +5,11 @@
 //! and `chimectl` all speak through these types, so a verb's name or a
 //! reply's shape is written once.
 
-use crate::duration::rfc3339_ms_opt;
+use crate::duration::{rfc3339_ms, rfc3339_ms_opt};
 use crate::error::ApiError;
 use crate::firing::{Firing, FiringState};
 use crate::job::{Job, JobState};
-use crate::protocol::WorkerInfo;
+use crate::protocol::{Alert, AlertKind, WorkerInfo};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -29,11 +29,28 @@ pub enum Verb {
     JobsPreview,
     FiringsList,
     WorkersList,
+    /// Recent alerts from the alert stream (extension).
+    AlertsList,
+    /// The audit trail of mutating requests (extension).
+    AuditList,
+}
+
+/// What a verb does, which decides the role a caller needs over HTTP
+/// (CONTRACT.md v1.1: `viewer` reads, `operator` also pauses, resumes,
+/// triggers, cancels and backfills, `admin` also puts and deletes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Access {
+    /// Reads only.
+    Read,
+    /// Drives existing jobs and firings.
+    Operate,
+    /// Creates, changes and deletes definitions.
+    Administer,
 }
 
 impl Verb {
     /// Every verb, in the contract's order.
-    pub const ALL: [Verb; 10] = [
+    pub const ALL: [Verb; 12] = [
         Verb::JobsPut,
         Verb::JobsGet,
         Verb::JobsList,
@@ -44,7 +61,24 @@ impl Verb {
         Verb::JobsPreview,
         Verb::FiringsList,
         Verb::WorkersList,
+        Verb::AlertsList,
+        Verb::AuditList,
     ];
+
+    /// What calling this verb does.
+    pub fn access(self) -> Access {
+        match self {
+            Verb::JobsGet
+            | Verb::JobsList
+            | Verb::JobsPreview
+            | Verb::FiringsList
+            | Verb::WorkersList
+            | Verb::AlertsList
+            | Verb::AuditList => Access::Read,
+            Verb::JobsPause | Verb::JobsResume | Verb::JobsTrigger => Access::Operate,
+            Verb::JobsPut | Verb::JobsDelete => Access::Administer,
+        }
+    }
 
     /// The wire name, also the `verb` metric label.
     pub fn as_str(self) -> &'static str {
@@ -59,6 +93,8 @@ impl Verb {
             Verb::JobsPreview => "jobs.preview",
             Verb::FiringsList => "firings.list",
             Verb::WorkersList => "workers.list",
+            Verb::AlertsList => "alerts.list",
+            Verb::AuditList => "audit.list",
         }
     }
 }
@@ -112,20 +148,20 @@ pub fn page_limit(limit: u32) -> u32 {
 }
 
 /// `{"job": Job}`: the reply of put, get, delete, pause and resume.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobReply {
     pub job: Job,
 }
 
 /// `{"id"}`: the request of get, delete, pause, resume.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IdRequest {
     pub id: String,
 }
 
 /// `jobs.list` request.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListJobsRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -141,7 +177,7 @@ pub struct ListJobsRequest {
 
 /// `jobs.list` reply. `next` is `null` on the last page (the server has
 /// always written it), absent is read the same.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ListJobsReply {
     pub jobs: Vec<Job>,
     #[serde(default)]
@@ -149,7 +185,7 @@ pub struct ListJobsReply {
 }
 
 /// `jobs.trigger` request.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TriggerRequest {
     pub id: String,
@@ -159,13 +195,13 @@ pub struct TriggerRequest {
 }
 
 /// `jobs.trigger` reply.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TriggerReply {
     pub firing_id: String,
 }
 
 /// `jobs.preview` request.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PreviewRequest {
     pub schedule: Value,
     #[serde(
@@ -179,13 +215,13 @@ pub struct PreviewRequest {
 }
 
 /// `jobs.preview` reply: RFC 3339 instants.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PreviewReply {
     pub times: Vec<String>,
 }
 
 /// `firings.list` request.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListFiringsRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -199,7 +235,7 @@ pub struct ListFiringsRequest {
 }
 
 /// `firings.list` reply; `next` as in [`ListJobsReply`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ListFiringsReply {
     pub firings: Vec<Firing>,
     #[serde(default)]
@@ -207,7 +243,7 @@ pub struct ListFiringsReply {
 }
 
 /// `workers.list` request.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListWorkersRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -215,9 +251,73 @@ pub struct ListWorkersRequest {
 }
 
 /// `workers.list` reply.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ListWorkersReply {
     pub workers: Vec<WorkerInfo>,
+}
+
+/// `alerts.list` request: the newest alerts first, optionally of one kind or job.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListAlertsRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<AlertKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// `alerts.list` reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ListAlertsReply {
+    pub alerts: Vec<Alert>,
+}
+
+/// `audit.list` request: the newest entries first, optionally of one job.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListAuditRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+}
+
+/// One mutating request as the audit trail keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AuditEntry {
+    /// Time-ordered id, also the page cursor.
+    pub id: String,
+    #[serde(with = "rfc3339_ms")]
+    pub at: DateTime<Utc>,
+    /// Who: the HTTP user, `anonymous` with `--http-open`, or `nats` for a
+    /// request over NATS (whose account NATS itself checked).
+    pub actor: String,
+    /// `http` or `nats`.
+    pub via: String,
+    pub verb: String,
+    /// The job or firing the request named.
+    pub target: String,
+    /// The job's version before and after (absent where there was no job).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_version: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_version: Option<i64>,
+    /// `ok` or the error code.
+    pub outcome: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// `audit.list` reply; `next` as in [`ListJobsReply`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ListAuditReply {
+    pub entries: Vec<AuditEntry>,
+    #[serde(default)]
+    pub next: Option<String>,
 }
 
 /// A successful reply of any verb, as the server sends it: each variant
@@ -232,6 +332,8 @@ pub enum Reply {
     Preview(PreviewReply),
     Firings(ListFiringsReply),
     Workers(ListWorkersReply),
+    Alerts(ListAlertsReply),
+    Audit(ListAuditReply),
 }
 
 impl Reply {
@@ -258,7 +360,7 @@ mod tests {
             unknown.message,
             "no API verb \"jobs.frobnicate\"; verbs are jobs.put, jobs.get, jobs.list, \
              jobs.delete, jobs.pause, jobs.resume, jobs.trigger, jobs.preview, \
-             firings.list, workers.list"
+             firings.list, workers.list, alerts.list, audit.list"
         );
     }
 

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// The error codes of CONTRACT.md.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// The request itself is wrong; retrying it unchanged will fail again.
@@ -42,7 +42,7 @@ impl fmt::Display for ErrorCode {
 }
 
 /// One problem with one input field, found by validation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FieldError {
     /// JSON path of the offending field, e.g. `schedule.cron` or `retry.max_attempts`.
     pub field: String,
@@ -71,7 +71,9 @@ impl fmt::Display for FieldError {
 /// `field` names the first offending field; `details` lists every problem
 /// validation found (an extension to the contract's shape, which clients that
 /// only read `code`/`message`/`field` can ignore).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error, utoipa::ToSchema,
+)]
 #[error("{code}: {message}")]
 pub struct ApiError {
     pub code: ErrorCode,
@@ -138,7 +140,7 @@ impl ApiError {
 }
 
 /// The `{"error": ...}` envelope of a failure reply.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorReply {
     pub error: ApiError,
 }

@@ -79,7 +79,7 @@ impl<'de> Deserialize<'de> for FiringId {
 ///
 /// `staged → published → executing → succeeded | failed | lost`, or
 /// `skipped` (misfire or overlap policy) and `cancelled` (replaced, deleted job, operator).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FiringState {
     Staged,
@@ -146,8 +146,9 @@ impl FromStr for FiringState {
 }
 
 /// A firing as the API reports it (`firings.list`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Firing {
+    #[schema(value_type = String, example = "nightly-report@1767225600000#1")]
     pub id: FiringId,
     pub job_id: String,
     #[serde(with = "rfc3339_ms")]

@@ -30,7 +30,9 @@ impl Default for Limits {
 }
 
 /// What to do with a firing whose predecessor is still running.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Overlap {
     /// Run concurrently.
@@ -45,7 +47,9 @@ pub enum Overlap {
 }
 
 /// What to do with instants found later than `misfire_threshold`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Misfire {
     /// One catch-up run for all missed instants.
@@ -80,15 +84,17 @@ wire_enum!(Misfire, FireOnce => "fire_once", FireAll => "fire_all", Skip => "ski
 wire_enum!(JobState, Active => "active", Paused => "paused", Completed => "completed");
 
 /// Retry policy: exponential backoff, capped, jittered (computed with the `backoff` crate).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RetryPolicy {
     /// Attempts in all, the first included; 1 means no retry.
     pub max_attempts: u32,
     /// Delay before the second attempt.
     #[serde(with = "crate::duration::duration_serde")]
+    #[schema(value_type = String, example = "30s")]
     pub initial: Duration,
     /// Largest delay.
     #[serde(with = "crate::duration::duration_serde")]
+    #[schema(value_type = String, example = "30s")]
     pub max: Duration,
     /// Growth factor between delays.
     pub multiplier: f64,
@@ -106,7 +112,7 @@ impl Default for RetryPolicy {
 }
 
 /// A job as users write it (CONTRACT.md, "Job specification").
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct JobSpec {
     pub id: String,
     pub group: String,
@@ -115,11 +121,13 @@ pub struct JobSpec {
     pub payload: Value,
     pub priority: u8,
     #[serde(with = "crate::duration::duration_serde")]
+    #[schema(value_type = String, example = "30s")]
     pub timeout: Duration,
     pub retry: RetryPolicy,
     pub overlap: Overlap,
     pub misfire: Misfire,
     #[serde(with = "crate::duration::duration_serde")]
+    #[schema(value_type = String, example = "30s")]
     pub misfire_threshold: Duration,
     pub paused: bool,
     /// Jobs to trigger when a firing of this one succeeds.
@@ -597,7 +605,9 @@ impl JobSpec {
 }
 
 /// A job's lifecycle state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     /// Fires on its schedule.
@@ -610,7 +620,7 @@ pub enum JobState {
 }
 
 /// A job as Chime keeps it: the spec plus what Chime knows about it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Job {
     #[serde(flatten)]
     pub spec: JobSpec,

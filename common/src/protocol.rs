@@ -218,7 +218,7 @@ pub struct CancelRequest {
 
 /// A worker's heartbeat, the value of its key in the `chime-workers` bucket
 /// (also the `Worker` of `workers.list`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorkerInfo {
     pub id: String,
     pub group: String,
@@ -230,7 +230,7 @@ pub struct WorkerInfo {
 }
 
 /// What an alert is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AlertKind {
     /// A firing ended `failed` after its last attempt.
@@ -268,12 +268,13 @@ impl AlertKind {
 }
 
 /// A JSON event on `chime.alerts`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Alert {
     pub kind: AlertKind,
     pub job_id: String,
     pub group: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
     pub firing_id: Option<FiringId>,
     pub message: String,
     #[serde(with = "rfc3339_ms")]

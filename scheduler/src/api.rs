@@ -5,17 +5,18 @@
 //! changes nothing. Failures reply `{"error": {"code", "message", "field"?}}`.
 
 use crate::metrics::Metrics;
-use crate::store::{FiringFilter, JobFilter, Store};
+use crate::store::{AuditFilter, AuditRecord, FiringFilter, JobFilter, Store};
 use async_nats::jetstream::kv;
 use chime_common::api::{
-    requested_page, IdRequest, ListFiringsReply, ListFiringsRequest, ListJobsReply,
-    ListJobsRequest, ListWorkersReply, ListWorkersRequest, PreviewReply, PreviewRequest, Reply,
-    TriggerReply, TriggerRequest, Verb,
+    requested_page, Access, IdRequest, ListAlertsReply, ListAlertsRequest, ListAuditReply,
+    ListAuditRequest, ListFiringsReply, ListFiringsRequest, ListJobsReply, ListJobsRequest,
+    ListWorkersReply, ListWorkersRequest, PreviewReply, PreviewRequest, Reply, TriggerReply,
+    TriggerRequest, Verb,
 };
 use chime_common::duration::format_time;
 use chime_common::error::ErrorReply;
 use chime_common::job::{check_name, MAX_ID_LEN};
-use chime_common::protocol::{CancelRequest, WorkerInfo};
+use chime_common::protocol::{Alert, CancelRequest, WorkerInfo};
 use chime_common::schedule::{Schedule, ScheduleSpec};
 use chime_common::{ApiError, JobSpec, Limits, Subjects};
 use chrono::{DateTime, Utc};
@@ -35,6 +36,9 @@ pub struct ApiConfig {
     pub limits: Limits,
     /// Most instants one preview may ask for.
     pub max_preview: u32,
+    /// `alerts.list` reads at most this many of the newest alerts to find
+    /// the ones it was asked for.
+    pub max_alert_scan: u32,
 }
 
 impl Default for ApiConfig {
@@ -43,6 +47,7 @@ impl Default for ApiConfig {
             concurrency: 256,
             limits: Limits::default(),
             max_preview: 1_000,
+            max_alert_scan: 1_000,
         }
     }
 }
@@ -55,7 +60,28 @@ pub struct Api {
     pub nats: async_nats::Client,
     pub subjects: Subjects,
     pub workers: kv::Store,
+    pub jetstream: async_nats::jetstream::Context,
     pub metrics: Metrics,
+}
+
+/// Who sent a request, for the audit trail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The HTTP user, `anonymous` with `--http-open`, or `nats`.
+    pub name: String,
+    /// `http` or `nats`.
+    pub via: &'static str,
+}
+
+impl Caller {
+    /// A request over NATS: the server checked the account; the replica
+    /// cannot tell which.
+    pub fn nats() -> Caller {
+        Caller {
+            name: "nats".into(),
+            via: "nats",
+        }
+    }
 }
 
 /// Parses a request body into `T`, naming the offending field on failure.
@@ -116,6 +142,8 @@ pub enum ApiRequest {
     Preview(Vec<String>),
     ListFirings(FiringFilter),
     ListWorkers(ListWorkersRequest),
+    ListAlerts(ListAlertsRequest),
+    ListAudit(AuditFilter),
 }
 
 impl ApiRequest {
@@ -205,19 +233,150 @@ impl ApiRequest {
                 })
             }
             Verb::WorkersList => ApiRequest::ListWorkers(parse_request(body)?),
+            Verb::AlertsList => {
+                let mut req: ListAlertsRequest = parse_request(body)?;
+                req.limit = Some(requested_page(req.limit)?);
+                ApiRequest::ListAlerts(req)
+            }
+            Verb::AuditList => {
+                let req: ListAuditRequest = parse_request(body)?;
+                ApiRequest::ListAudit(AuditFilter {
+                    target: req.target,
+                    limit: requested_page(req.limit)?,
+                    after: req.after,
+                })
+            }
         })
+    }
+
+    /// The job a mutating request names, for the audit trail; `None` for reads.
+    pub fn target(&self) -> Option<&str> {
+        match self {
+            ApiRequest::PutJob(spec) => Some(&spec.id),
+            ApiRequest::DeleteJob(id) | ApiRequest::SetPaused(id, _) => Some(id),
+            ApiRequest::Trigger(req) => Some(&req.id),
+            ApiRequest::GetJob(_)
+            | ApiRequest::ListJobs(_)
+            | ApiRequest::Preview(_)
+            | ApiRequest::ListFirings(_)
+            | ApiRequest::ListWorkers(_)
+            | ApiRequest::ListAlerts(_)
+            | ApiRequest::ListAudit(_) => None,
+        }
     }
 }
 
 impl Api {
-    /// Answers one request: the reply to `verb` given `body`.
+    /// Answers one request from `caller`, over NATS or HTTP alike: the reply
+    /// to `verb` given `body`, counted in `chime_api_requests_total`. A
+    /// mutating request is recorded in the audit trail with the job's
+    /// version before and after, whatever its outcome (a refused one under
+    /// the `id` its body named, if any).
+    pub async fn serve(
+        &self,
+        caller: &Caller,
+        verb: &str,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<Reply, ApiError> {
+        let result = self.serve_recorded(caller, verb, body, now).await;
+        let label = verb.parse::<Verb>().map_or("unknown", Verb::as_str);
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.code.as_str(),
+        };
+        self.metrics
+            .api_requests
+            .with_label_values(&[label, outcome])
+            .inc();
+        if let Err(error) = &result {
+            if error.code == chime_common::ErrorCode::Internal {
+                tracing::error!(verb, via = caller.via, error = %error, "API request failed");
+            }
+        }
+        result
+    }
+
+    async fn serve_recorded(
+        &self,
+        caller: &Caller,
+        verb: &str,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<Reply, ApiError> {
+        let mutating = verb
+            .parse::<Verb>()
+            .is_ok_and(|v| v.access() != Access::Read);
+        let (target, before, result) = match ApiRequest::parse(verb, body, &self.config, now) {
+            Ok(request) => {
+                let Some(target) = request.target().map(str::to_string) else {
+                    return self.execute(request, now).await;
+                };
+                let before = self.version_of(&target).await;
+                (target, before, self.execute(request, now).await)
+            }
+            // A refused change is recorded too, under the id it named, if any.
+            Err(e) if mutating => {
+                let named = serde_json::from_slice::<Value>(body)
+                    .ok()
+                    .and_then(|v| v.get("id").and_then(Value::as_str).map(str::to_string))
+                    .unwrap_or_default();
+                let before = self.version_of(&named).await;
+                (named, before, Err(e))
+            }
+            Err(e) => return Err(e),
+        };
+        let after = self.version_of(&target).await;
+        let (outcome, message) = match &result {
+            Ok(_) => ("ok", None),
+            Err(e) => (e.code.as_str(), Some(e.message.as_str())),
+        };
+        let record = AuditRecord {
+            actor: &caller.name,
+            via: caller.via,
+            verb,
+            target: &target,
+            before_version: before,
+            after_version: after,
+            outcome,
+            message,
+        };
+        if let Err(e) = self.store.record_audit(&record, now).await {
+            // The change is made; losing its audit line must not undo or
+            // fail it, but it must be seen.
+            self.metrics
+                .store_errors
+                .with_label_values(&["audit"])
+                .inc();
+            tracing::error!(verb, target, error = %e, "cannot record an audit entry");
+        }
+        result
+    }
+
+    /// The stored version of job `id`, if it exists and can be read.
+    async fn version_of(&self, id: &str) -> Option<i64> {
+        self.store
+            .get_job(id)
+            .await
+            .ok()
+            .flatten()
+            .map(|j| j.version)
+    }
+
+    /// Answers one request without recording it: what [`Api::serve`] does
+    /// underneath, for the fuzz targets and the tests of single verbs.
     pub async fn handle(
         &self,
         verb: &str,
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<Reply, ApiError> {
-        match ApiRequest::parse(verb, body, &self.config, now)? {
+        let request = ApiRequest::parse(verb, body, &self.config, now)?;
+        self.execute(request, now).await
+    }
+
+    async fn execute(&self, request: ApiRequest, now: DateTime<Utc>) -> Result<Reply, ApiError> {
+        match request {
             ApiRequest::PutJob(spec) => {
                 let job = self.store.put_job(&spec, now).await?;
                 Ok(Reply::job(job))
@@ -279,7 +438,60 @@ impl Api {
                 let workers = self.workers(req.group.as_deref()).await?;
                 Ok(Reply::Workers(ListWorkersReply { workers }))
             }
+            ApiRequest::ListAlerts(req) => Ok(Reply::Alerts(ListAlertsReply {
+                alerts: self.alerts(&req).await?,
+            })),
+            ApiRequest::ListAudit(filter) => {
+                let page = self.store.list_audit(&filter).await?;
+                Ok(Reply::Audit(ListAuditReply {
+                    entries: page.items,
+                    next: page.next,
+                }))
+            }
         }
+    }
+
+    /// The newest alerts matching `req`, newest first, read backwards from
+    /// the end of the alert stream: at most `max_alert_scan` messages are
+    /// read, so a rare kind older than that is not found.
+    pub async fn alerts(&self, req: &ListAlertsRequest) -> Result<Vec<Alert>, ApiError> {
+        let unavailable = |e: &dyn std::fmt::Display| {
+            ApiError::unavailable(format!("cannot read the alert stream: {e}"))
+        };
+        let limit = req.limit.unwrap_or(chime_common::api::DEFAULT_PAGE) as usize;
+        let mut stream = self
+            .jetstream
+            .get_stream(self.subjects.alerts_stream())
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let state = stream
+            .info()
+            .await
+            .map_err(|e| unavailable(&e))?
+            .state
+            .clone();
+        let oldest = state.first_sequence.max(
+            state
+                .last_sequence
+                .saturating_sub(u64::from(self.config.max_alert_scan))
+                + 1,
+        );
+        let mut alerts = Vec::new();
+        let mut seq = state.last_sequence;
+        while seq >= oldest && seq > 0 && alerts.len() < limit {
+            // A sequence removed by the stream's limits is skipped.
+            if let Ok(message) = stream.get_raw_message(seq).await {
+                if let Ok(alert) = serde_json::from_slice::<Alert>(&message.payload) {
+                    let wanted = req.kind.is_none_or(|k| k == alert.kind)
+                        && req.job_id.as_ref().is_none_or(|j| *j == alert.job_id);
+                    if wanted {
+                        alerts.push(alert);
+                    }
+                }
+            }
+            seq -= 1;
+        }
+        Ok(alerts)
     }
 
     /// Live workers from the heartbeat bucket, optionally of one group.
@@ -352,24 +564,12 @@ impl Api {
                 .unwrap_or("")
                 .to_string();
             tokio::spawn(async move {
-                let result = api.handle(&verb, &message.payload, Utc::now()).await;
-                let label = verb.parse::<Verb>().map_or("unknown", Verb::as_str);
-                let outcome = match &result {
-                    Ok(_) => "ok",
-                    Err(e) => e.code.as_str(),
-                };
-                api.metrics
-                    .api_requests
-                    .with_label_values(&[label, outcome])
-                    .inc();
+                let result = api
+                    .serve(&Caller::nats(), &verb, &message.payload, Utc::now())
+                    .await;
                 let body = match result {
                     Ok(reply) => serde_json::to_vec(&reply),
-                    Err(error) => {
-                        if error.code == chime_common::ErrorCode::Internal {
-                            tracing::error!(verb, error = %error, "API request failed");
-                        }
-                        serde_json::to_vec(&ErrorReply { error })
-                    }
+                    Err(error) => serde_json::to_vec(&ErrorReply { error }),
                 };
                 if let Ok(body) = body {
                     if let Err(e) = api.nats.publish(reply, body.into()).await {

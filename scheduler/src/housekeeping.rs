@@ -1,5 +1,6 @@
 //! Housekeeping: rescues staged firings nobody published, enforces history
-//! retention, and refreshes the firing gauges.
+//! and audit retention, ends expired console sessions, and refreshes the
+//! firing gauges.
 //!
 //! Slice takeover (see `slicer.rs`) recovers a dead replica's firings within
 //! about a slice; this is the net under it: any firing still `staged` well
@@ -30,6 +31,8 @@ pub struct HousekeepingConfig {
     pub retention: Duration,
     /// ...except the newest this many per job.
     pub keep_per_job: u32,
+    /// Audit entries older than this are pruned.
+    pub audit_retention: Duration,
     /// How often to prune.
     pub prune_interval: Duration,
     /// How often to count live firings for the `firings{group,state}`
@@ -48,6 +51,7 @@ impl Default for HousekeepingConfig {
             rescue_batch: 5_000,
             retention: Duration::from_secs(7 * 24 * 3600),
             keep_per_job: 100,
+            audit_retention: Duration::from_secs(90 * 24 * 3600),
             prune_interval: Duration::from_secs(60),
             count_interval: Duration::from_secs(10),
             lease_ttl: Duration::from_secs(5),
@@ -67,6 +71,9 @@ impl HousekeepingConfig {
         if self.retention.is_zero() {
             return Err("--history-retention must be above zero".into());
         }
+        if self.audit_retention.is_zero() {
+            return Err("--audit-retention must be above zero".into());
+        }
         Ok(())
     }
 }
@@ -76,6 +83,9 @@ impl HousekeepingConfig {
 pub struct HousekeepingOutcome {
     pub rescued: usize,
     pub pruned: u64,
+    /// Audit entries past their retention and expired sessions deleted.
+    pub pruned_audit: u64,
+    pub pruned_sessions: u64,
 }
 
 /// A pass could not finish.
@@ -155,6 +165,10 @@ impl Housekeeping {
                 .prune_history(before, self.config.keep_per_job)
                 .await?;
             self.metrics.pruned.inc_by(outcome.pruned);
+            let audit_before =
+                now - chrono::Duration::from_std(self.config.audit_retention).unwrap_or_default();
+            outcome.pruned_audit = self.store.prune_audit(audit_before).await?;
+            outcome.pruned_sessions = self.store.prune_sessions(now).await?;
             *self.last_prune.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
         }
         if due(&self.last_count, self.config.count_interval, now) {

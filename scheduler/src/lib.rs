@@ -5,9 +5,10 @@
 //! (claims time slices, see [`claim`]), [`wheel`] (holds staged firings),
 //! [`publisher`] (publishes each at its instant), [`worker_reports`] (start
 //! decisions and finished events), [`expiry`] (re-queues lost firings),
-//! [`housekeeping`] (rescue and retention), over the [`store`]. [`replica`]
-//! wires them; [`lease`] elects the single-active services; [`signals`]
-//! tells tests what they did.
+//! [`housekeeping`] (rescue and retention), over the [`store`]. [`web`]
+//! serves the same API over HTTP with the console, [`probes`] the metrics
+//! and health endpoints. [`replica`] wires them; [`lease`] elects the
+//! single-active services; [`signals`] tells tests what they did.
 
 pub mod alarm;
 pub mod api;
@@ -17,9 +18,9 @@ pub mod consumers;
 pub mod dead_letter;
 pub mod expiry;
 pub mod housekeeping;
-pub mod http;
 pub mod lease;
 pub mod metrics;
+pub mod probes;
 pub mod publisher;
 pub mod replica;
 pub mod retry;
@@ -27,6 +28,7 @@ pub mod signals;
 pub mod slicer;
 pub mod store;
 pub mod submit;
+pub mod web;
 pub mod wheel;
 pub mod worker_reports;
 

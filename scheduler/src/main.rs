@@ -5,6 +5,8 @@ use chime_common::connection::NatsConnection;
 use chime_common::duration::parse_duration;
 use chime_common::Subjects;
 use chime_scheduler::replica::{default_replica_id, SchedulerConfig};
+use chime_scheduler::web::users::{hash_password, Users};
+use chime_scheduler::web::WebConfig;
 use chime_scheduler::Replica;
 use clap::Parser;
 use std::net::SocketAddr;
@@ -102,6 +104,31 @@ struct Args {
     /// Log format: text or json.
     #[arg(long, env = "CHIME_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
+    /// Serve the HTTP API under /api/v1/ and the web console at / on this address (off by default).
+    #[arg(long, env = "CHIME_HTTP_ADDR")]
+    http_addr: Option<SocketAddr>,
+    /// File of HTTP users, one `name:role:argon2-hash` per line (role viewer, operator or admin;
+    /// `chime-scheduler hash-password` makes the hash).
+    #[arg(long, env = "CHIME_HTTP_USERS")]
+    http_users: Option<std::path::PathBuf>,
+    /// No login at all: local development only, refused unless --http-addr is a loopback address.
+    #[arg(long, env = "CHIME_HTTP_OPEN")]
+    http_open: bool,
+    /// How long a console login lasts.
+    #[arg(long, env = "CHIME_HTTP_SESSION_TTL", default_value = "12h", value_parser = duration)]
+    http_session_ttl: Duration,
+    /// Audit entries (mutating API requests) older than this are pruned.
+    #[arg(long, env = "CHIME_AUDIT_RETENTION", default_value = "90d", value_parser = duration)]
+    audit_retention: Duration,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Reads a password on standard input (its first line) and prints its
+    /// argon2 hash for an --http-users file.
+    HashPassword,
 }
 
 impl Args {
@@ -155,6 +182,21 @@ impl Args {
         config.store.limits.max_payload_bytes = self.max_payload;
         config.housekeeping.retention = self.history_retention;
         config.housekeeping.keep_per_job = self.history_keep;
+        config.housekeeping.audit_retention = self.audit_retention;
+        if let Some(addr) = self.http_addr {
+            let mut web = WebConfig::new(addr);
+            web.open = self.http_open;
+            web.session_ttl = self.http_session_ttl;
+            if let Some(file) = &self.http_users {
+                web.users = Users::load(file).map_err(anyhow::Error::msg)?;
+            }
+            config.web = Some(web);
+        } else {
+            anyhow::ensure!(
+                !self.http_open && self.http_users.is_none(),
+                "--http-open and --http-users need --http-addr"
+            );
+        }
         config.expiry.not_started_after = self.not_started_after;
         config.expiry.interval = self.expiry_interval;
         config.shutdown_drain = self.shutdown_drain;
@@ -217,6 +259,16 @@ async fn terminated() {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(Command::HashPassword) = args.command {
+        let mut line = String::new();
+        std::io::stdin()
+            .read_line(&mut line)
+            .context("cannot read the password from standard input")?;
+        let password = line.trim_end_matches(['\r', '\n']);
+        anyhow::ensure!(!password.is_empty(), "the password is empty");
+        println!("{}", hash_password(password).map_err(anyhow::Error::msg)?);
+        return Ok(());
+    }
     init_tracing(&args.log_format);
     let config = args.into_config()?;
     let replica = Replica::start(config)

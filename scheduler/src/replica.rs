@@ -16,6 +16,7 @@ use crate::signals::Signals;
 use crate::slicer::{Slicer, SlicerConfig};
 use crate::store::{Store, StoreOptions};
 use crate::submit::{Submit, SubmitConfig};
+use crate::web::WebConfig;
 use crate::wheel::Wheel;
 use crate::worker_reports::{WorkerReports, WorkerReportsConfig};
 use anyhow::Context as _;
@@ -59,6 +60,8 @@ pub struct SchedulerConfig {
     pub consumers: ConsumersConfig,
     /// On shutdown, the wheel keeps publishing for at most this long.
     pub shutdown_drain: Duration,
+    /// The HTTP API and console; None: not served.
+    pub web: Option<WebConfig>,
 }
 
 impl SchedulerConfig {
@@ -84,6 +87,7 @@ impl SchedulerConfig {
             clock: ClockConfig::default(),
             consumers: ConsumersConfig::default(),
             shutdown_drain: Duration::from_secs(10),
+            web: None,
         }
     }
 
@@ -95,6 +99,9 @@ impl SchedulerConfig {
         self.publisher.validate()?;
         self.expiry.validate()?;
         self.housekeeping.validate()?;
+        if let Some(web) = &self.web {
+            web.validate()?;
+        }
         self.supervisor.validate()?;
         self.clock.validate()?;
         self.consumers.validate()?;
@@ -133,6 +140,8 @@ pub struct Replica {
     pub nats: async_nats::Client,
     /// The bound metrics address, when serving one.
     pub metrics_addr: Option<SocketAddr>,
+    /// The bound HTTP API and console address, when serving one.
+    pub http_addr: Option<SocketAddr>,
     /// Which supervised services keep failing (`/healthz`).
     pub health: Health,
     /// The last clock offset measurement (`/readyz`).
@@ -229,9 +238,9 @@ impl Replica {
 
         let metrics_addr = match config.metrics_addr {
             Some(addr) => {
-                let (bound, task) = crate::http::serve(
+                let (bound, task) = crate::probes::serve(
                     addr,
-                    crate::http::Probe {
+                    crate::probes::Probe {
                         metrics: metrics.clone(),
                         store: store.clone(),
                         nats: nats.clone(),
@@ -256,7 +265,21 @@ impl Replica {
             nats: nats.clone(),
             subjects: subjects.clone(),
             workers: workers.clone(),
+            jetstream: jetstream.clone(),
             metrics: metrics.clone(),
+        };
+        let http_addr = match config.web.clone() {
+            Some(web) => {
+                let addr = web.addr;
+                let (bound, task) = crate::web::serve(web, api.clone(), drained.clone())
+                    .await
+                    .with_context(|| format!("cannot serve the HTTP API on {addr}"))?;
+                tracker.spawn(async move {
+                    let _ = task.await;
+                });
+                Some(bound)
+            }
+            None => None,
         };
         let submit = Submit {
             config: config.submit.clone(),
@@ -468,13 +491,14 @@ impl Replica {
         supervisor.close();
         tracker.close();
 
-        tracing::info!(replica = %config.replica_id, ?metrics_addr, "chime-scheduler ready");
+        tracing::info!(replica = %config.replica_id, ?metrics_addr, ?http_addr, "chime-scheduler ready");
         Ok(Replica {
             id: config.replica_id,
             metrics,
             store,
             nats,
             metrics_addr,
+            http_addr,
             health: supervisor.health(),
             clock: clock.status(),
             signals,

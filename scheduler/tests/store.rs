@@ -218,6 +218,10 @@ use fixture::TestDb;
 #[path = "store/schema.rs"]
 mod schema;
 
+#[path = "store/console.rs"]
+mod console;
+use console::{audit_pages_newest_first, sessions_expire_and_end};
+
 /// Runs each named test body (`async fn name(db: TestDb)`) on both backends,
 /// PostgreSQL with and without its fast paths, then checks the `waiting`
 /// table against the firings it indexes.
@@ -302,6 +306,8 @@ both_backends!(
     prune_history_keeps_the_newest_per_job,
     counts_by_state_reports_live_firings,
     list_firings_pages_newest_first,
+    sessions_expire_and_end,
+    audit_pages_newest_first,
 );
 
 // ---------------------------------------------------------------------------

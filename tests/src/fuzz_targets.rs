@@ -17,7 +17,7 @@
 //! | `protocol` | one worker-protocol message as JSON, read as every message type |
 //! | `api_request` | line 1: the verb (`jobs.put`); the rest: the request body |
 
-use chime_common::api::MAX_PAGE;
+use chime_common::api::{ListAlertsRequest, MAX_PAGE};
 use chime_common::job::{check_name, MAX_ID_LEN};
 use chime_common::protocol::{
     doorbell_bands, doorbell_body, Alert, CancelRequest, Finished, StartReply, StartRequest,
@@ -26,7 +26,7 @@ use chime_common::protocol::{
 use chime_common::schedule::{Schedule, ScheduleSpec};
 use chime_common::{ErrorCode, JobSpec, Limits};
 use chime_scheduler::api::{ApiConfig, ApiRequest};
-use chime_scheduler::store::{FiringFilter, JobFilter};
+use chime_scheduler::store::{AuditFilter, FiringFilter, JobFilter};
 use chime_worker::firing::message::FiringMessage;
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
@@ -295,11 +295,18 @@ pub fn api_request(data: &[u8]) {
             );
         }
         Ok(ApiRequest::ListJobs(JobFilter { limit, .. }))
-        | Ok(ApiRequest::ListFirings(FiringFilter { limit, .. })) => {
+        | Ok(ApiRequest::ListFirings(FiringFilter { limit, .. }))
+        | Ok(ApiRequest::ListAudit(AuditFilter { limit, .. }))
+        | Ok(ApiRequest::ListAlerts(ListAlertsRequest {
+            limit: Some(limit), ..
+        })) => {
             assert!(
                 (1..=MAX_PAGE).contains(&limit),
                 "{verb}: accepted limit {limit}"
             );
+        }
+        Ok(ApiRequest::ListAlerts(ListAlertsRequest { limit: None, .. })) => {
+            panic!("{verb}: the alert page size was not settled")
         }
         Ok(ApiRequest::ListWorkers(_)) => {}
     }

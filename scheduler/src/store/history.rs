@@ -1,4 +1,4 @@
-//! Firing history: listing, retention, gauges.
+//! Firing history: listing, retention, gauges, recent activity.
 
 use super::rows::{self, FIRING_COLUMNS};
 use super::types::{FiringFilter, Page};
@@ -137,5 +137,76 @@ impl Store {
             counts.push((group.clone(), state, row.int(&group, "n")?));
         }
         Ok(counts)
+    }
+}
+
+/// What firings did lately, for the console's overview: read from the
+/// newest rows of `firings_recent`, at most `cap` of them, so the cost is
+/// bounded whatever the rate.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Activity {
+    /// The span the counts cover: the window asked for, or less when the cap was reached.
+    pub covered_ms: i64,
+    pub started: u64,
+    pub succeeded: u64,
+    /// Ended `failed` or `lost`.
+    pub failed: u64,
+    /// Start lateness (started − due) of the firings that started, sorted.
+    pub lateness_ms: Vec<i64>,
+    /// Rows of the `executing` table now.
+    pub executing: i64,
+}
+
+impl Store {
+    /// Firings scheduled in the `window` before `now`.
+    pub async fn activity(
+        &self,
+        now: DateTime<Utc>,
+        window: std::time::Duration,
+        cap: u32,
+    ) -> Result<Activity, StoreError> {
+        let now_ms = ms(now);
+        let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+        let since = now_ms.saturating_sub(window_ms);
+        let found = sqlx::query(
+            "SELECT state, scheduled_at, due_at, started_at FROM firings \
+             WHERE scheduled_at >= $1 AND scheduled_at <= $2 \
+             ORDER BY scheduled_at DESC, attempt DESC, id DESC LIMIT $3",
+        )
+        .bind(since)
+        .bind(now_ms)
+        .bind(i64::from(cap))
+        .fetch_all(&self.read)
+        .await?;
+        let mut activity = Activity {
+            covered_ms: window_ms,
+            ..Activity::default()
+        };
+        if found.len() >= cap as usize {
+            if let Some(oldest) = found.last() {
+                let oldest = oldest.int("activity", "scheduled_at")?;
+                activity.covered_ms = now_ms.saturating_sub(oldest).max(1);
+            }
+        }
+        for row in &found {
+            match row.text("activity", "state")?.as_str() {
+                "succeeded" => activity.succeeded += 1,
+                "failed" | "lost" => activity.failed += 1,
+                _ => {}
+            }
+            if let Some(started) = row.opt_int("activity", "started_at")? {
+                activity.started += 1;
+                let due = row.int("activity", "due_at")?;
+                activity
+                    .lateness_ms
+                    .push(started.saturating_sub(due).max(0));
+            }
+        }
+        activity.lateness_ms.sort_unstable();
+        activity.executing = sqlx::query("SELECT COUNT(*) AS n FROM executing")
+            .fetch_one(&self.read)
+            .await?
+            .int("activity", "n")?;
+        Ok(activity)
     }
 }

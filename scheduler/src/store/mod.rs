@@ -62,6 +62,7 @@
 //! out; `start`, `finish` and `requeue` treat an unreadable firing as unknown
 //! and an unreadable job as deleted (logged).
 
+mod audit;
 mod clock;
 mod dependencies;
 mod dialect;
@@ -77,6 +78,7 @@ mod queue;
 mod requeue;
 mod retry;
 mod rows;
+mod sessions;
 mod skip;
 mod stage;
 mod start;
@@ -84,9 +86,12 @@ mod states;
 mod types;
 mod waiting;
 
+pub use audit::{AuditFilter, AuditRecord};
 pub use dialect::Backend;
 pub use error::StoreError;
+pub use history::Activity;
 pub use retry::RetryDelay;
+pub use sessions::Session;
 pub use types::{
     Deleted, ExecutingRow, FinishOutcome, FiringFilter, JobFilter, Page, RequeueOutcome,
     RunningFiring, StageOutcome, StageRequest, StagedFiring, StartOutcome, StoreOptions,

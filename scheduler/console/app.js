@@ -1,0 +1,558 @@
+// The Chime console: a single page over the HTTP API (/api/v1/), with no
+// build step and no dependencies. Every value from the server is put into
+// the page as text (never as HTML), and every change is an API call with the
+// session's CSRF token.
+"use strict";
+
+const session = { user: null, role: null, csrf: "", open: false };
+const ROLES = ["viewer", "operator", "admin"];
+let events = null;
+const eventListeners = new Set();
+const history = { started: [], lateness: [] };
+
+// ---- Small DOM and API helpers -------------------------------------------
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+    else if (key === "text") el.textContent = value;
+    else el.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+function mayDo(access) {
+  return ROLES.indexOf(session.role) >= ROLES.indexOf(access);
+}
+
+async function api(method, path, body) {
+  const headers = { "x-chime-console": "1" };
+  if (body !== undefined) headers["content-type"] = "application/json";
+  if (method !== "GET" && session.csrf) headers["x-chime-csrf"] = session.csrf;
+  let response;
+  try {
+    response = await fetch(path, {
+      method, headers, credentials: "same-origin",
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (e) {
+    return { ok: false, status: 0, error: { code: "unavailable", message: "cannot reach the server: " + e } };
+  }
+  let data = null;
+  if (response.status !== 204) {
+    try { data = await response.json(); } catch (e) { data = null; }
+  }
+  if (response.status === 401 && !path.endsWith("/session")) {
+    showLogin("Your session has ended; log in again.");
+  }
+  if (response.ok) return { ok: true, status: response.status, data };
+  return { ok: false, status: response.status, error: (data && data.error) || { code: "internal", message: "HTTP " + response.status } };
+}
+
+function flash(message, bad) {
+  const el = document.getElementById("flash");
+  el.textContent = message || "";
+  el.className = bad ? "bad" : "";
+}
+
+function stateBadge(state) {
+  return h("span", { class: "state state-" + state, text: state });
+}
+
+function fmtTime(text, tz) {
+  if (!text) return "";
+  const d = new Date(text);
+  return new Intl.DateTimeFormat("en-GB", {
+    timeZone: tz || "UTC", year: "numeric", month: "2-digit", day: "2-digit",
+    hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false,
+  }).format(d);
+}
+
+function offsetOf(text, tz) {
+  const parts = new Intl.DateTimeFormat("en-US", { timeZone: tz, timeZoneName: "longOffset" })
+    .formatToParts(new Date(text));
+  const part = parts.find((p) => p.type === "timeZoneName");
+  return part ? part.value : "";
+}
+
+function duration(a, b) {
+  if (!a || !b) return "";
+  const ms = new Date(b) - new Date(a);
+  return ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(1) + " s";
+}
+
+function table(headers, rows, id) {
+  return h("div", { class: "table-wrap" },
+    h("table", { id },
+      h("thead", {}, h("tr", {}, headers.map((x) => h("th", { scope: "col", text: x })))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: headers.length, class: "muted", text: "Nothing yet." })))));
+}
+
+function spark(values, label) {
+  const w = 300, hgt = 60;
+  const max = Math.max(1, ...values);
+  const points = values.map((v, i) =>
+    `${(i / Math.max(1, values.length - 1)) * w},${hgt - (v / max) * (hgt - 4) - 2}`).join(" ");
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("class", "spark");
+  svg.setAttribute("viewBox", `0 0 ${w} ${hgt}`);
+  svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", label);
+  const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+  line.setAttribute("points", points);
+  svg.append(line);
+  return svg;
+}
+
+// ---- Live updates ----------------------------------------------------------
+
+function startEvents() {
+  if (events) return;
+  events = new EventSource("/api/v1/events");
+  events.addEventListener("overview", (e) => {
+    let overview;
+    try { overview = JSON.parse(e.data); } catch (err) { return; }
+    history.started.push(overview.started_per_second);
+    history.lateness.push(overview.lateness_p99_ms || 0);
+    for (const series of Object.values(history)) if (series.length > 60) series.shift();
+    for (const listener of eventListeners) listener(overview);
+  });
+}
+
+function stopEvents() {
+  if (events) events.close();
+  events = null;
+}
+
+// ---- Login -------------------------------------------------------------------
+
+function showLogin(message) {
+  stopEvents();
+  session.user = null;
+  document.getElementById("nav").hidden = true;
+  document.getElementById("who").hidden = true;
+  const error = h("p", { class: "error", id: "login-error", role: "alert", text: message || "" });
+  const user = h("input", { id: "login-user", name: "user", autocomplete: "username", required: true });
+  const password = h("input", { id: "login-password", name: "password", type: "password", autocomplete: "current-password", required: true });
+  const form = h("form", { class: "panel login", id: "login-form", onsubmit: async (e) => {
+    e.preventDefault();
+    const r = await api("POST", "/api/v1/session", { user: user.value, password: password.value });
+    if (!r.ok) { error.textContent = r.error.message; password.value = ""; password.focus(); return; }
+    Object.assign(session, r.data);
+    signedIn();
+  } },
+  h("h1", { text: "Log in to Chime" }),
+  h("div", { class: "field" }, h("label", { for: "login-user", text: "User" }), user),
+  h("div", { class: "field" }, h("label", { for: "login-password", text: "Password" }), password),
+  error,
+  h("button", { type: "submit", class: "primary", id: "login-submit", text: "Log in" }));
+  render(form);
+  user.focus();
+}
+
+function signedIn() {
+  document.getElementById("nav").hidden = false;
+  document.getElementById("who").hidden = session.open;
+  document.getElementById("who-name").textContent = `${session.user} (${session.role})`;
+  startEvents();
+  route();
+}
+
+async function logout() {
+  await api("DELETE", "/api/v1/session");
+  session.csrf = "";
+  showLogin("You are logged out.");
+}
+
+// ---- Pages -------------------------------------------------------------------
+
+function render(...nodes) {
+  eventListeners.clear();
+  const view = document.getElementById("view");
+  view.replaceChildren(...nodes);
+}
+
+function overviewPage() {
+  const cards = h("div", { class: "cards", id: "overview-cards" });
+  const charts = h("div", { class: "charts" });
+  const alerts = h("div", { id: "overview-alerts" });
+  const paint = (o) => {
+    const card = (label, value, id) => h("div", { class: "card", id },
+      h("div", { class: "value", text: value }), h("div", { class: "label", text: label }));
+    cards.replaceChildren(
+      card("firings started / s", o.started_per_second.toFixed(1), "card-rate"),
+      card("start lateness p99", o.lateness_p99_ms === null ? "–" : o.lateness_p99_ms + " ms", "card-lateness"),
+      card(`succeeded (${Math.round(o.window_seconds)} s)`, o.succeeded, "card-succeeded"),
+      card(`failed (${Math.round(o.window_seconds)} s)`, o.failed, "card-failed"),
+      card("executing", o.executing, "card-executing"),
+      card("dead letters", o.dead_letters, "card-dead"),
+      card("workers up", o.workers_up, "card-workers"));
+    charts.replaceChildren(
+      h("div", { class: "panel" }, h("div", { class: "muted", text: "firings started / s" }), spark(history.started, "firings started per second, last two minutes")),
+      h("div", { class: "panel" }, h("div", { class: "muted", text: "start lateness p99 (ms)" }), spark(history.lateness, "start lateness p99, last two minutes")));
+    alerts.replaceChildren(table(["at", "kind", "job", "message"], o.alerts.map((a) =>
+      h("tr", {}, h("td", { text: fmtTime(a.at) }), h("td", {}, stateBadge(a.kind)),
+        h("td", {}, a.job_id ? h("a", { href: "#/jobs/" + encodeURIComponent(a.job_id), text: a.job_id }) : ""),
+        h("td", { text: a.message })))));
+  };
+  render(h("h1", { text: "Overview" }), cards, charts, h("h2", { text: "Recent alerts" }), alerts,
+    h("p", { class: "muted", text: "Updated live every two seconds; times in UTC." }));
+  eventListeners.add(paint);
+  api("GET", "/api/v1/overview").then((r) => { if (r.ok) paint(r.data); });
+}
+
+async function jobsPage(params) {
+  const query = new URLSearchParams(params);
+  const group = h("input", { id: "filter-group", name: "group", value: query.get("group") || "", size: 12 });
+  const state = h("select", { id: "filter-state", name: "state" },
+    ["", "active", "paused", "completed"].map((s) => h("option", { value: s, text: s || "any", selected: s === (query.get("state") || "") })));
+  const selector = h("input", { id: "filter-selector", name: "selector", value: query.get("selector") || "", placeholder: "team=data,env!=dev", size: 18 });
+  const search = h("input", { id: "filter-search", name: "q", value: query.get("q") || "", placeholder: "id contains", size: 14 });
+  const go = (extra) => {
+    const next = new URLSearchParams();
+    for (const [k, el] of [["group", group], ["state", state], ["selector", selector], ["q", search]]) if (el.value) next.set(k, el.value);
+    for (const [k, v] of Object.entries(extra || {})) next.set(k, v);
+    location.hash = "#/jobs?" + next.toString();
+  };
+  const toolbar = h("form", { class: "toolbar", onsubmit: (e) => { e.preventDefault(); go(); } },
+    h("div", {}, h("label", { for: "filter-search", text: "Search" }), search),
+    h("div", {}, h("label", { for: "filter-group", text: "Group" }), group),
+    h("div", {}, h("label", { for: "filter-state", text: "State" }), state),
+    h("div", {}, h("label", { for: "filter-selector", text: "Labels" }), selector),
+    h("button", { type: "submit", text: "Filter" }));
+  render(h("h1", { text: "Jobs" }), toolbar, h("p", { class: "muted", text: "Loading…" }));
+  const request = new URLSearchParams();
+  for (const key of ["group", "state", "selector", "after"]) if (query.get(key)) request.set(key, query.get(key));
+  request.set("limit", "50");
+  const r = await api("GET", "/api/v1/jobs?" + request.toString());
+  if (!r.ok) { render(h("h1", { text: "Jobs" }), toolbar, h("p", { class: "error", role: "alert", text: r.error.message })); return; }
+  const needle = (query.get("q") || "").toLowerCase();
+  const jobs = r.data.jobs.filter((j) => !needle || j.id.toLowerCase().includes(needle));
+  const boxes = [];
+  const rows = jobs.map((j) => {
+    const box = h("input", { type: "checkbox", value: j.id, "aria-label": "select " + j.id });
+    boxes.push(box);
+    const schedule = j.schedule.cron ? `${j.schedule.cron} (${j.schedule.tz})` : j.schedule.every ? "every " + j.schedule.every : "at " + j.schedule.at;
+    return h("tr", {}, h("td", {}, box),
+      h("td", {}, h("a", { href: "#/jobs/" + encodeURIComponent(j.id), text: j.id })),
+      h("td", { text: j.group }), h("td", {}, stateBadge(j.state)), h("td", { class: "hide-narrow", text: schedule }),
+      h("td", { class: "hide-narrow", text: j.next_fire_at ? fmtTime(j.next_fire_at) : "–" }),
+      h("td", { class: "hide-narrow", text: Object.entries(j.labels || {}).map(([k, v]) => `${k}=${v}`).join(", ") }));
+  });
+  const bulk = async (action) => {
+    const ids = boxes.filter((b) => b.checked).map((b) => b.value);
+    if (!ids.length) { flash("Select jobs first.", true); return; }
+    let failed = 0;
+    for (const id of ids) {
+      const result = await api("POST", `/api/v1/jobs/${encodeURIComponent(id)}/${action}`, {});
+      if (!result.ok) failed++;
+    }
+    flash(failed ? `${action}: ${failed} of ${ids.length} failed.` : `${action}d ${ids.length} job(s).`, failed > 0);
+    jobsPage(params);
+  };
+  const canOperate = mayDo("operator");
+  const actions = h("div", { class: "actions" },
+    h("button", { type: "button", id: "bulk-pause", disabled: !canOperate, onclick: () => bulk("pause"), text: "Pause selected" }),
+    h("button", { type: "button", id: "bulk-resume", disabled: !canOperate, onclick: () => bulk("resume"), text: "Resume selected" }),
+    mayDo("admin") ? h("a", { class: "button", href: "#/new", text: "New job" }) : null);
+  const pages = h("div", { class: "actions" },
+    query.get("after") ? h("button", { type: "button", onclick: () => go({}), text: "First page" }) : null,
+    r.data.next ? h("button", { type: "button", id: "next-page", onclick: () => go({ after: r.data.next }), text: "Next page" }) : null);
+  render(h("h1", { text: "Jobs" }), toolbar, actions,
+    table(["", "id", "group", "state", "schedule", "next (UTC)", "labels"], rows, "jobs"), pages);
+}
+
+async function jobPage(id) {
+  const r = await api("GET", "/api/v1/jobs/" + encodeURIComponent(id));
+  if (!r.ok) { render(h("h1", { text: id }), h("p", { class: "error", role: "alert", text: r.error.message })); return; }
+  const job = r.data.job;
+  const tz = job.schedule.tz || "UTC";
+  const historyBox = h("div", { id: "history-box" });
+  const nextBox = h("div", { id: "next-box" });
+  const act = async (action, body) => {
+    const result = await api("POST", `/api/v1/jobs/${encodeURIComponent(id)}/${action}`, body || {});
+    if (!result.ok) { flash(result.error.message, true); return; }
+    flash(action === "trigger" ? `Triggered: firing ${result.data.firing_id}` : `Job ${action}d.`);
+    if (action !== "trigger") jobPage(id); else loadHistory();
+  };
+  const remove = async () => {
+    if (!confirm(`Delete job ${id}? Its history stays until retention removes it.`)) return;
+    const result = await api("DELETE", "/api/v1/jobs/" + encodeURIComponent(id));
+    if (!result.ok) { flash(result.error.message, true); return; }
+    flash(`Deleted ${id}.`);
+    location.hash = "#/jobs";
+  };
+  const canOperate = mayDo("operator"), canAdmin = mayDo("admin");
+  const loadHistory = async () => {
+    const f = await api("GET", `/api/v1/firings?job_id=${encodeURIComponent(id)}&limit=20`);
+    if (!f.ok) { historyBox.replaceChildren(h("p", { class: "error", text: f.error.message })); return; }
+    historyBox.replaceChildren(table(["scheduled (UTC)", "attempt", "state", "worker", "duration", "output / error"],
+      f.data.firings.map((x) => h("tr", { "data-firing": x.id },
+        h("td", { text: fmtTime(x.scheduled_at) }), h("td", { text: x.attempt }), h("td", {}, stateBadge(x.state)),
+        h("td", { text: x.worker || "" }), h("td", { text: duration(x.started_at, x.finished_at) }),
+        h("td", {}, x.error ? h("span", { class: "error", text: x.error }) : "",
+          x.output ? h("details", {}, h("summary", { text: "output" }), h("pre", { text: x.output })) : "")))), "history"));
+  };
+  const loadNext = async () => {
+    const p = await api("POST", "/api/v1/preview", { schedule: job.schedule, count: 10 });
+    if (!p.ok) { nextBox.replaceChildren(h("p", { class: "error", text: p.error.message })); return; }
+    nextBox.replaceChildren(instantsTable(p.data.times, tz));
+  };
+  render(
+    h("h1", {}, job.id, " ", stateBadge(job.state)),
+    h("div", { class: "actions" },
+      h("button", { type: "button", id: "job-trigger", class: "primary", disabled: !canOperate, onclick: () => act("trigger"), text: "Trigger now" }),
+      job.state === "paused"
+        ? h("button", { type: "button", id: "job-resume", disabled: !canOperate, onclick: () => act("resume"), text: "Resume" })
+        : h("button", { type: "button", id: "job-pause", disabled: !canOperate, onclick: () => act("pause"), text: "Pause" }),
+      h("a", { class: "button", id: "job-edit", href: `#/jobs/${encodeURIComponent(id)}/edit`, "aria-disabled": !canAdmin, text: "Edit" }),
+      h("button", { type: "button", id: "job-delete", class: "danger", disabled: !canAdmin, onclick: remove, text: "Delete" })),
+    h("p", { class: "muted" }, `group ${job.group} · handler ${job.handler} · version ${job.version} · next `,
+      job.next_fire_at ? fmtTime(job.next_fire_at) + " UTC" : "none"),
+    h("h2", { text: "History" }), historyBox,
+    h("h2", { text: `Next instants (${tz} and UTC)` }), nextBox,
+    h("h2", { text: "Specification" }), h("pre", { id: "job-spec", text: JSON.stringify(specOf(job), null, 2) }));
+  loadHistory();
+  loadNext();
+  eventListeners.add(() => loadHistory());
+}
+
+// The rows of a preview: each instant in the job's zone and in UTC, with
+// the rows where the zone's UTC offset changed marked.
+function instantsTable(times, tz) {
+  let previous = null;
+  const rows = times.map((t) => {
+    const offset = offsetOf(t, tz);
+    const changed = previous !== null && offset !== previous;
+    previous = offset;
+    return h("tr", {}, h("td", { text: fmtTime(t, tz) + " " + offset }), h("td", { text: fmtTime(t) }),
+      h("td", {}, changed ? h("span", { class: "dst", text: "⚠ daylight-saving change: offset now " + offset }) : ""));
+  });
+  return table([`local (${tz})`, "UTC", ""], rows, "instants");
+}
+
+const READ_ONLY = ["state", "next_fire_at", "version", "created_at", "updated_at"];
+function specOf(job) {
+  const spec = {};
+  for (const [k, v] of Object.entries(job)) if (!READ_ONLY.includes(k)) spec[k] = v;
+  return spec;
+}
+
+// The job form: fields for the common settings, or the whole spec as JSON.
+// Validation errors from the server appear next to the field they name.
+function jobForm(existing) {
+  const spec = existing ? specOf(existing) : {
+    id: "", group: "default", schedule: { cron: "0 * * * * *", tz: "UTC" }, handler: "shell",
+    payload: { argv: ["echo", "hello"] }, priority: 5, timeout: "1h", overlap: "allow", misfire: "fire_once",
+  };
+  const kind = spec.schedule.cron !== undefined ? "cron" : spec.schedule.every !== undefined ? "every" : "at";
+  const fields = {};
+  const errors = {};
+  const field = (name, label, control, wide) => {
+    fields[name] = control;
+    control.id = "field-" + name.replace(/\./g, "-");
+    errors[name] = h("div", { class: "error", "data-error-for": name, id: control.id + "-error" });
+    control.setAttribute("aria-describedby", errors[name].id);
+    return h("div", { class: "field" + (wide ? " wide" : ""), "data-field": name },
+      h("label", { for: control.id, text: label }), control, errors[name]);
+  };
+  const input = (value, attrs) => h("input", Object.assign({ value: value === undefined ? "" : value }, attrs || {}));
+  const select = (value, options) => h("select", {}, options.map((o) => h("option", { value: o, text: o, selected: o === value })));
+  const scheduleValue = kind === "cron" ? spec.schedule.cron : kind === "every" ? spec.schedule.every : spec.schedule.at;
+  const general = h("div", { class: "form" },
+    field("id", "Id", input(spec.id, { readonly: existing ? true : null, required: true })),
+    field("group", "Group", input(spec.group)),
+    field("schedule.kind", "Schedule kind", select(kind, ["cron", "every", "at"])),
+    field("schedule.value", "Cron expression, interval or time", input(scheduleValue, { required: true })),
+    field("schedule.tz", "Time zone", input(spec.schedule.tz || "UTC")),
+    field("handler", "Handler", input(spec.handler)),
+    field("priority", "Priority (0–9)", input(spec.priority, { type: "number", min: 0, max: 9 })),
+    field("timeout", "Timeout", input(spec.timeout)),
+    field("retry.max_attempts", "Attempts", input((spec.retry || {}).max_attempts || 1, { type: "number", min: 1 })),
+    field("overlap", "Overlap", select(spec.overlap || "allow", ["allow", "forbid", "queue", "replace"])),
+    field("misfire", "Misfire", select(spec.misfire || "fire_once", ["fire_once", "fire_all", "skip"])),
+    field("payload", "Payload (JSON)", h("textarea", { rows: 4, text: JSON.stringify(spec.payload === undefined ? null : spec.payload, null, 2) }), true));
+  const json = h("textarea", { id: "field-json", rows: 18, "aria-label": "job as JSON", text: JSON.stringify(spec, null, 2) });
+  const jsonError = h("div", { class: "error", "data-error-for": "", id: "json-error" });
+  const jsonPane = h("div", { hidden: true }, json, jsonError);
+  const preview = h("div", { id: "schedule-preview", "aria-live": "polite" });
+  const topError = h("div", { class: "error", id: "form-error", role: "alert" });
+  let mode = "form";
+  const fromForm = () => {
+    const out = Object.assign({}, spec);
+    out.id = fields.id.value.trim();
+    out.group = fields.group.value.trim();
+    const k = fields["schedule.kind"].value, v = fields["schedule.value"].value.trim();
+    out.schedule = k === "cron" ? { cron: v, tz: fields["schedule.tz"].value.trim() || "UTC" } : k === "every" ? { every: v } : { at: v };
+    out.handler = fields.handler.value.trim();
+    out.priority = Number(fields.priority.value);
+    out.timeout = fields.timeout.value.trim();
+    out.retry = Object.assign({}, spec.retry || {}, { max_attempts: Number(fields["retry.max_attempts"].value) });
+    out.overlap = fields.overlap.value;
+    out.misfire = fields.misfire.value;
+    try { out.payload = JSON.parse(fields.payload.value || "null"); } catch (e) { throw { field: "payload", message: "is not valid JSON: " + e.message }; }
+    return out;
+  };
+  const current = () => {
+    if (mode === "json") {
+      try { return JSON.parse(json.value); } catch (e) { throw { field: "", message: "not valid JSON: " + e.message }; }
+    }
+    return fromForm();
+  };
+  const clearErrors = () => {
+    topError.textContent = ""; jsonError.textContent = "";
+    for (const [name, el] of Object.entries(errors)) { el.textContent = ""; el.parentElement.classList.remove("invalid"); }
+  };
+  // Server field paths to form fields: schedule.cron/every/at are the value field.
+  const showError = (path, message) => {
+    const name = /^schedule\.(cron|every|at)$/.test(path) ? "schedule.value" : path;
+    if (mode === "form" && errors[name]) {
+      errors[name].textContent = message;
+      errors[name].parentElement.classList.add("invalid");
+    } else if (mode === "json") {
+      jsonError.textContent += (path ? path + ": " : "") + message + " ";
+    } else {
+      topError.textContent += (path ? path + ": " : "") + message + " ";
+    }
+  };
+  let timer = null;
+  const refreshPreview = () => {
+    clearTimeout(timer);
+    timer = setTimeout(async () => {
+      let candidate;
+      try { candidate = current(); } catch (e) { return; }
+      if (!candidate || !candidate.schedule) return;
+      const p = await api("POST", "/api/v1/preview", { schedule: candidate.schedule, count: 5 });
+      const tz = candidate.schedule.tz || "UTC";
+      if (p.ok) {
+        if (errors["schedule.value"]) { errors["schedule.value"].textContent = ""; errors["schedule.value"].parentElement.classList.remove("invalid"); }
+        preview.replaceChildren(h("h2", { text: "Preview" }), instantsTable(p.data.times, tz));
+      } else {
+        preview.replaceChildren(h("h2", { text: "Preview" }), h("p", { class: "muted", text: "No preview: fix the schedule." }));
+        const details = p.error.details && p.error.details.length ? p.error.details : [p.error];
+        for (const d of details) showError((d.field || "").replace(/^schedule$/, "schedule.value"), d.message);
+      }
+    }, 250);
+  };
+  for (const name of ["schedule.kind", "schedule.value", "schedule.tz"]) fields[name].addEventListener("input", refreshPreview);
+  json.addEventListener("input", refreshPreview);
+  const formTab = h("button", { type: "button", role: "tab", "aria-selected": "true", id: "tab-form", text: "Form" });
+  const jsonTab = h("button", { type: "button", role: "tab", "aria-selected": "false", id: "tab-json", text: "JSON" });
+  const switchTo = (next) => {
+    clearErrors();
+    try {
+      if (next === "json" && mode === "form") json.value = JSON.stringify(fromForm(), null, 2);
+      if (next === "form" && mode === "json") { const parsed = JSON.parse(json.value); jobForm(Object.assign({}, existing || {}, parsed)); return; }
+    } catch (e) { topError.textContent = e.message; return; }
+    mode = next;
+    general.hidden = next !== "form";
+    jsonPane.hidden = next !== "json";
+    formTab.setAttribute("aria-selected", String(next === "form"));
+    jsonTab.setAttribute("aria-selected", String(next === "json"));
+  };
+  formTab.addEventListener("click", () => switchTo("form"));
+  jsonTab.addEventListener("click", () => switchTo("json"));
+  const save = async (e) => {
+    e.preventDefault();
+    clearErrors();
+    let body;
+    try { body = current(); } catch (err) { showError(err.field, err.message); return; }
+    if (!body.id) { showError("id", "is required"); return; }
+    const r = await api("PUT", "/api/v1/jobs/" + encodeURIComponent(body.id), body);
+    if (!r.ok) {
+      const details = r.error.details && r.error.details.length ? r.error.details : [r.error];
+      for (const d of details) showError(d.field || "", d.message);
+      flash("Not saved: " + r.error.message, true);
+      return;
+    }
+    flash(`Saved ${r.data.job.id} (version ${r.data.job.version}).`);
+    location.hash = "#/jobs/" + encodeURIComponent(r.data.job.id);
+  };
+  render(h("h1", { text: existing ? "Edit " + existing.id : "New job" }),
+    h("div", { class: "tabs", role: "tablist" }, formTab, jsonTab),
+    h("form", { id: "job-form", class: "panel", onsubmit: save, novalidate: true },
+      general, jsonPane, topError,
+      h("div", { class: "actions" }, h("button", { type: "submit", class: "primary", id: "job-save", disabled: !mayDo("admin"), text: "Save" }),
+        existing ? h("a", { class: "button", href: "#/jobs/" + encodeURIComponent(existing.id), text: "Cancel" }) : null)),
+    preview);
+  refreshPreview();
+}
+
+async function editPage(id) {
+  const r = await api("GET", "/api/v1/jobs/" + encodeURIComponent(id));
+  if (!r.ok) { render(h("p", { class: "error", text: r.error.message })); return; }
+  jobForm(r.data.job);
+}
+
+async function workersPage() {
+  const paint = async () => {
+    const r = await api("GET", "/api/v1/workers");
+    if (!r.ok) { render(h("h1", { text: "Workers" }), h("p", { class: "error", text: r.error.message })); return; }
+    const now = Date.now();
+    render(h("h1", { text: "Workers" }), table(["id", "group", "threads", "in flight", "up for", "version"],
+      r.data.workers.map((w) => h("tr", {}, h("td", { text: w.id }), h("td", { text: w.group }), h("td", { text: w.threads }),
+        h("td", { text: w.in_flight }), h("td", { text: Math.round((now - new Date(w.started_at)) / 1000) + " s" }),
+        h("td", { text: w.version }))), "workers"),
+    h("p", { class: "muted", text: "Workers that stopped heartbeating drop off this list." }));
+    eventListeners.add(() => { if (location.hash === "#/workers") paint(); });
+  };
+  paint();
+}
+
+async function alertsPage() {
+  const r = await api("GET", "/api/v1/alerts?limit=100");
+  if (!r.ok) { render(h("h1", { text: "Alerts" }), h("p", { class: "error", text: r.error.message })); return; }
+  render(h("h1", { text: "Alerts" }), table(["at (UTC)", "kind", "job", "firing", "message"],
+    r.data.alerts.map((a) => h("tr", {}, h("td", { text: fmtTime(a.at) }), h("td", {}, stateBadge(a.kind)),
+      h("td", {}, a.job_id ? h("a", { href: "#/jobs/" + encodeURIComponent(a.job_id), text: a.job_id }) : ""),
+      h("td", { text: a.firing_id || "" }), h("td", { text: a.message }))), "alerts"));
+}
+
+async function auditPage() {
+  const r = await api("GET", "/api/v1/audit?limit=100");
+  if (!r.ok) { render(h("h1", { text: "Audit trail" }), h("p", { class: "error", text: r.error.message })); return; }
+  render(h("h1", { text: "Audit trail" }), table(["at (UTC)", "who", "via", "verb", "target", "version", "outcome"],
+    r.data.entries.map((e) => h("tr", {}, h("td", { text: fmtTime(e.at) }), h("td", { text: e.actor }), h("td", { text: e.via }),
+      h("td", { text: e.verb }), h("td", { text: e.target }),
+      h("td", { text: `${e.before_version ?? "–"} → ${e.after_version ?? "–"}` }),
+      h("td", {}, e.outcome === "ok" ? stateBadge("succeeded") : h("span", { class: "error", text: e.outcome + ": " + (e.message || "") })))), "audit"));
+}
+
+// ---- Routing -----------------------------------------------------------------
+
+function route() {
+  if (!session.user) return;
+  flash("");
+  const hash = location.hash || "#/";
+  const [path, query] = hash.slice(1).split("?");
+  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  for (const link of document.querySelectorAll("#nav a")) {
+    const target = link.getAttribute("href").slice(1);
+    const current = target === "/" ? path === "/" || path === "" : path.startsWith(target);
+    if (current) link.setAttribute("aria-current", "page"); else link.removeAttribute("aria-current");
+  }
+  if (parts.length === 0) overviewPage();
+  else if (parts[0] === "jobs" && parts.length === 1) jobsPage(query || "");
+  else if (parts[0] === "jobs" && parts[2] === "edit") editPage(parts[1]);
+  else if (parts[0] === "jobs") jobPage(parts[1]);
+  else if (parts[0] === "new") jobForm(null);
+  else if (parts[0] === "workers") workersPage();
+  else if (parts[0] === "alerts") alertsPage();
+  else if (parts[0] === "audit") auditPage();
+  else render(h("h1", { text: "Not found" }), h("a", { href: "#/", text: "Overview" }));
+  document.getElementById("view").focus({ preventScroll: true });
+}
+
+window.addEventListener("hashchange", route);
+document.addEventListener("DOMContentLoaded", async () => {
+  document.getElementById("logout").addEventListener("click", logout);
+  const r = await api("GET", "/api/v1/session");
+  if (r.ok) { Object.assign(session, r.data); signedIn(); } else showLogin("");
+});

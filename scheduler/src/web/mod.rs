@@ -1,0 +1,167 @@
+//! The HTTP API and the web console, on `--http-addr`.
+//!
+//! Every `/api/v1/` route names a verb of the NATS API and builds the same
+//! JSON request from its path, query and body, then calls [`Api::serve`]:
+//! one implementation, one validation and one error object underneath both
+//! transports. This module adds only what HTTP needs on top: who is calling
+//! (`auth.rs`, `users.rs`), login sessions (`session.rs`), status codes
+//! (`routes.rs`), the OpenAPI document (`openapi.rs`), the console's live
+//! overview (`overview.rs`) and its embedded files (`console.rs`).
+
+pub mod auth;
+mod console;
+mod openapi;
+mod overview;
+mod routes;
+mod session;
+pub mod users;
+
+use crate::api::Api;
+use axum::http::{header, HeaderValue};
+use axum::Router;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::timeout::TimeoutLayer;
+use users::Users;
+
+pub use openapi::document as openapi_document;
+
+/// HTTP settings (`--http-*`).
+#[derive(Debug, Clone)]
+pub struct WebConfig {
+    pub addr: SocketAddr,
+    /// Who may log in (`--http-users`).
+    pub users: Users,
+    /// No login at all (`--http-open`): loopback addresses only.
+    pub open: bool,
+    /// How long a console login lasts.
+    pub session_ttl: Duration,
+    /// A request still unanswered after this is cut off (503).
+    pub request_timeout: Duration,
+    /// Password checks running at once.
+    pub max_verifications: usize,
+    /// How often the overview is recomputed, at most.
+    pub overview_every: Duration,
+}
+
+impl WebConfig {
+    /// Settings for `addr` with no users.
+    pub fn new(addr: SocketAddr) -> Self {
+        WebConfig {
+            addr,
+            users: Users::default(),
+            open: false,
+            session_ttl: Duration::from_secs(12 * 3600),
+            request_timeout: Duration::from_secs(30),
+            max_verifications: 2,
+            overview_every: Duration::from_secs(1),
+        }
+    }
+
+    /// Checks the settings; the message names the flag.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.open && !self.addr.ip().is_loopback() {
+            return Err(format!(
+                "--http-open is refused on {}: it serves the API without login, so only on a \
+                 loopback address (127.0.0.1, ::1)",
+                self.addr
+            ));
+        }
+        if !self.open && self.users.is_empty() {
+            return Err(
+                "--http-addr needs --http-users with at least one user (or --http-open on a \
+                 loopback address for local development)"
+                    .into(),
+            );
+        }
+        if self.session_ttl < Duration::from_secs(60) {
+            return Err("--http-session-ttl must be at least 1m".into());
+        }
+        if self.request_timeout.is_zero() || self.max_verifications == 0 {
+            return Err("the HTTP request timeout and verifications must be above zero".into());
+        }
+        Ok(())
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct Web {
+    pub api: Api,
+    pub config: Arc<WebConfig>,
+    users: Arc<Users>,
+    verified: Arc<auth::VerifiedCache>,
+    verifications: Arc<Semaphore>,
+    overview: overview::OverviewCache,
+}
+
+impl Web {
+    fn users(&self) -> &Users {
+        &self.users
+    }
+}
+
+/// Binds `config.addr` and serves until `shutdown`; returns the bound address.
+pub async fn serve(
+    config: WebConfig,
+    api: Api,
+    shutdown: CancellationToken,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let body_limit = api
+        .config
+        .limits
+        .max_payload_bytes
+        .saturating_add(64 * 1024);
+    let timeout = config.request_timeout;
+    let web = Web {
+        users: Arc::new(config.users.clone()),
+        verifications: Arc::new(Semaphore::new(config.max_verifications)),
+        verified: Arc::default(),
+        overview: overview::OverviewCache::new(config.overview_every),
+        config: Arc::new(config),
+        api,
+    };
+    let addr = web.config.addr;
+    let app = Router::new()
+        .merge(routes::router())
+        .merge(session::router())
+        .merge(overview::router())
+        .merge(openapi::router())
+        .merge(console::router())
+        .with_state(web)
+        .layer(RequestBodyLimitLayer::new(body_limit))
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            timeout,
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::X_FRAME_OPTIONS,
+            HeaderValue::from_static("DENY"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("no-store"),
+        ))
+        .layer(axum::middleware::map_response(routes::json_refusals));
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+    });
+    Ok((bound, task))
+}

@@ -1,0 +1,443 @@
+//! The `/api/v1/` routes: each builds its verb's JSON request from the path,
+//! query and body and hands it to [`Api::serve`], which the NATS API calls
+//! too. Status codes follow the error code (CONTRACT.md v1.1).
+
+use super::auth::{self, Identity, Refusal};
+use super::Web;
+use crate::api::Caller;
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chime_common::api::Verb;
+use chime_common::error::ErrorReply;
+use chime_common::{ApiError, ErrorCode};
+use chrono::Utc;
+use serde_json::{Map, Value};
+
+/// Sent by the console with every request, so a 401 does not make the
+/// browser open its own Basic login dialog.
+pub const CONSOLE_HEADER: &str = "x-chime-console";
+
+pub fn router() -> Router<Web> {
+    Router::new()
+        .route("/api/v1/jobs", get(list_jobs))
+        .route(
+            "/api/v1/jobs/{id}",
+            get(get_job).put(put_job).delete(delete_job),
+        )
+        .route("/api/v1/jobs/{id}/{action}", post(job_action))
+        .route("/api/v1/preview", post(preview))
+        .route("/api/v1/firings", get(list_firings))
+        .route("/api/v1/firings/{id}/cancel", post(cancel_firing))
+        .route("/api/v1/workers", get(list_workers))
+        .route("/api/v1/alerts", get(list_alerts))
+        .route("/api/v1/audit", get(list_audit))
+        .route("/api/v1/verbs/{verb}", post(any_verb))
+}
+
+/// The HTTP status of an API error code.
+pub fn status_of(code: ErrorCode) -> StatusCode {
+    match code {
+        ErrorCode::InvalidArgument => StatusCode::BAD_REQUEST,
+        ErrorCode::NotFound => StatusCode::NOT_FOUND,
+        ErrorCode::Conflict => StatusCode::CONFLICT,
+        ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// A failure reply: the NATS API's error object with its status.
+pub fn error_response(error: ApiError) -> Response {
+    (status_of(error.code), Json(ErrorReply { error })).into_response()
+}
+
+/// A refusal before the API: 401 and 403 carry codes of their own
+/// (`unauthenticated`, `permission_denied`), which only HTTP has.
+pub fn refusal_response(refusal: Refusal, headers: &HeaderMap) -> Response {
+    let (status, code, message) = match refusal {
+        Refusal::Unauthenticated(m) => (StatusCode::UNAUTHORIZED, "unauthenticated", m),
+        Refusal::Forbidden(m) => (StatusCode::FORBIDDEN, "permission_denied", m),
+        Refusal::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", m),
+    };
+    let body = serde_json::json!({"error": {"code": code, "message": message}});
+    let mut response = (status, Json(body)).into_response();
+    if status == StatusCode::UNAUTHORIZED && !headers.contains_key(CONSOLE_HEADER) {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"chime\", charset=\"UTF-8\""),
+        );
+    }
+    response
+}
+
+/// The body-size and timeout layers answer in plain text; API clients get
+/// the same error object as from every other refusal.
+pub async fn json_refusals(response: Response) -> Response {
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    let error = match response.status() {
+        _ if is_json => return response,
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            ApiError::invalid("", "the request body is larger than this server accepts")
+        }
+        StatusCode::SERVICE_UNAVAILABLE | StatusCode::REQUEST_TIMEOUT => {
+            ApiError::unavailable("the request took too long; retry later")
+        }
+        _ => return response,
+    };
+    let status = response.status();
+    (status, Json(ErrorReply { error })).into_response()
+}
+
+/// Who is calling and whether they may call `verb` this way.
+pub async fn authorize(
+    web: &Web,
+    method: &Method,
+    headers: &HeaderMap,
+    verb: Verb,
+) -> Result<Identity, Refusal> {
+    let identity = auth::identify(web, headers).await?;
+    if !identity.role.allows(verb.access()) {
+        return Err(Refusal::Forbidden(format!(
+            "{} may not call {verb}: role {} is too low",
+            identity.name, identity.role
+        )));
+    }
+    auth::check_forgery(method, headers, &identity)?;
+    Ok(identity)
+}
+
+/// Authorizes, then answers `verb` with `request` as [`Api::serve`] does
+/// over NATS.
+async fn call(
+    web: &Web,
+    method: &Method,
+    headers: &HeaderMap,
+    verb: &str,
+    request: Result<Value, ApiError>,
+) -> Response {
+    let known = match verb.parse::<Verb>() {
+        Ok(known) => known,
+        Err(e) => return error_response(e),
+    };
+    let identity = match authorize(web, method, headers, known).await {
+        Ok(identity) => identity,
+        Err(refusal) => return refusal_response(refusal, headers),
+    };
+    let body = match request.and_then(|v| {
+        serde_json::to_vec(&v).map_err(|e| ApiError::internal(format!("cannot encode: {e}")))
+    }) {
+        Ok(body) => body,
+        Err(e) => return error_response(e),
+    };
+    let caller = Caller {
+        name: identity.name,
+        via: "http",
+    };
+    match web.api.serve(&caller, verb, &body, Utc::now()).await {
+        Ok(reply) => Json(reply).into_response(),
+        Err(e) => error_response(e),
+    }
+}
+
+/// The JSON object of a request body (empty means `{}`).
+fn body_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ApiError::invalid(
+            "",
+            "the request body must be a JSON object",
+        )),
+        Err(e) => Err(ApiError::invalid(
+            "",
+            format!("the request is not valid JSON: {e}"),
+        )),
+    }
+}
+
+/// The body with `key` set from the path; a body naming another value is refused.
+fn with_path_field(body: &[u8], key: &str, value: &str) -> Result<Value, ApiError> {
+    let mut map = body_object(body)?;
+    match map.get(key) {
+        Some(Value::String(given)) if given != value => {
+            return Err(ApiError::invalid(
+                key,
+                format!("is {given:?} in the body but {value:?} in the path"),
+            ));
+        }
+        Some(Value::String(_)) | None => {}
+        Some(_) => return Err(ApiError::invalid(key, "expected a string")),
+    }
+    map.insert(key.to_string(), Value::String(value.to_string()));
+    Ok(Value::Object(map))
+}
+
+/// The query string as a request object: `limit` and `count` are numbers,
+/// everything else strings; a key given twice is refused.
+fn query_object(query: Option<String>) -> Result<Value, ApiError> {
+    let mut map = Map::new();
+    for (key, value) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        let value = match key.as_ref() {
+            "limit" | "count" => match value.parse::<u64>() {
+                Ok(n) => Value::from(n),
+                Err(_) => {
+                    return Err(ApiError::invalid(
+                        key.as_ref(),
+                        format!("expected a whole number, found {value:?}"),
+                    ))
+                }
+            },
+            _ => Value::String(value.into_owned()),
+        };
+        if map.insert(key.to_string(), value).is_some() {
+            return Err(ApiError::invalid(key.as_ref(), "is given more than once"));
+        }
+    }
+    Ok(Value::Object(map))
+}
+
+/// List jobs, newest first.
+#[utoipa::path(get, path = "/api/v1/jobs", tag = "jobs",
+    params(
+        ("group" = Option<String>, Query, description = "only this group"),
+        ("state" = Option<String>, Query, description = "active, paused or completed"),
+        ("selector" = Option<String>, Query, description = "label selector, `team=data,env!=dev`"),
+        ("limit" = Option<u32>, Query, description = "page size, 1 to 1000, default 100"),
+        ("after" = Option<String>, Query, description = "`next` of the previous page"),
+    ),
+    responses(
+        (status = 200, body = chime_common::api::ListJobsReply),
+        (status = 400, body = ErrorReply), (status = 401), (status = 403),
+    ))]
+async fn list_jobs(
+    State(web): State<Web>,
+    method: Method,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    call(&web, &method, &headers, "jobs.list", query_object(query)).await
+}
+
+/// One job.
+#[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs",
+    params(("id" = String, Path)),
+    responses((status = 200, body = chime_common::api::JobReply),
+        (status = 404, body = ErrorReply), (status = 401), (status = 403)))]
+async fn get_job(
+    State(web): State<Web>,
+    method: Method,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let request = with_path_field(b"", "id", &id);
+    call(&web, &method, &headers, "jobs.get", request).await
+}
+
+/// Creates or replaces a job (admin). The body is a JobSpec; its `id`, if
+/// given, must be the path's.
+#[utoipa::path(put, path = "/api/v1/jobs/{id}", tag = "jobs",
+    params(("id" = String, Path)),
+    request_body = chime_common::JobSpec,
+    responses((status = 200, body = chime_common::api::JobReply),
+        (status = 400, body = ErrorReply), (status = 409, body = ErrorReply),
+        (status = 401), (status = 403)))]
+async fn put_job(
+    State(web): State<Web>,
+    method: Method,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let request = with_path_field(&body, "id", &id);
+    call(&web, &method, &headers, "jobs.put", request).await
+}
+
+/// Deletes a job (admin); the reply is its last state.
+#[utoipa::path(delete, path = "/api/v1/jobs/{id}", tag = "jobs",
+    params(("id" = String, Path)),
+    responses((status = 200, body = chime_common::api::JobReply),
+        (status = 404, body = ErrorReply), (status = 401), (status = 403)))]
+async fn delete_job(
+    State(web): State<Web>,
+    method: Method,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let request = with_path_field(b"", "id", &id);
+    call(&web, &method, &headers, "jobs.delete", request).await
+}
+
+/// `pause`, `resume`, `trigger` or `backfill` one job (operator); the body
+/// holds the verb's other fields (`payload` of trigger, `until` of pause,
+/// `from`/`to` of backfill).
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/{action}", tag = "jobs",
+    params(("id" = String, Path),
+        ("action" = String, Path, description = "pause, resume, trigger or backfill")),
+    request_body(content = Object, description = "the verb's fields besides id"),
+    responses((status = 200, description = "`{\"job\"}`, `{\"firing_id\"}` or `{\"firing_ids\"}`"),
+        (status = 400, body = ErrorReply), (status = 404, body = ErrorReply),
+        (status = 401), (status = 403)))]
+async fn job_action(
+    State(web): State<Web>,
+    method: Method,
+    headers: HeaderMap,
+    Path((id, action)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let verb = match action.as_str() {
+        "pause" | "resume" | "trigger" | "backfill" => format!("jobs.{action}"),
+        other => {
+            return error_response(ApiError::not_found(format!(
+                "no job action {other:?}; actions are pause, resume, trigger, backfill"
+            )))
+        }
+    };
+    let request = with_path_field(&body, "id", &id);
+    call(&web, &method, &headers, &verb, request).await
+}
+
+/// The next instants of a schedule.
+#[utoipa::path(post, path = "/api/v1/preview", tag = "jobs",
+    request_body = chime_common::api::PreviewRequest,
+    responses((status = 200, body = chime_common::api::PreviewReply),
+        (status = 400, body = ErrorReply), (status = 401)))]
+async fn preview(
+    State(web): State<Web>,
+    method: Method,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let request = body_object(&body).map(Value::Object);
+    call(&web, &method, &headers, "jobs.preview", request).await
+}
+
+/// Firing history, newest first.
+#[utoipa::path(get, path = "/api/v1/firings", tag = "firings",
+    params(
+        ("job_id" = Option<String>, Query), ("state" = Option<String>, Query),
+        ("limit" = Option<u32>, Query), ("after" = Option<String>, Query),
+    ),
+    responses((status = 200, body = chime_common::api::ListFiringsReply),
+        (status = 400, body = ErrorReply), (status = 401)))]
+async fn list_firings(
+    State(web): State<Web>,
+    method: Method,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    call(&web, &method, &headers, "firings.list", query_object(query)).await
+}
+
+/// Cancels a firing (operator).
+#[utoipa::path(post, path = "/api/v1/firings/{id}/cancel", tag = "firings",
+    params(("id" = String, Path)),
+    responses((status = 200, description = "`{\"firing\": Firing}`"),
+        (status = 404, body = ErrorReply), (status = 401), (status = 403)))]
+async fn cancel_firing(
+    State(web): State<Web>,
+    method: Method,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let request = with_path_field(&body, "id", &id);
+    call(&web, &method, &headers, "firings.cancel", request).await
+}
+
+/// Live workers.
+#[utoipa::path(get, path = "/api/v1/workers", tag = "workers",
+    params(("group" = Option<String>, Query)),
+    responses((status = 200, body = chime_common::api::ListWorkersReply), (status = 401)))]
+async fn list_workers(
+    State(web): State<Web>,
+    method: Method,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    call(&web, &method, &headers, "workers.list", query_object(query)).await
+}
+
+/// Recent alerts, newest first.
+#[utoipa::path(get, path = "/api/v1/alerts", tag = "alerts",
+    params(("kind" = Option<String>, Query), ("job_id" = Option<String>, Query),
+        ("limit" = Option<u32>, Query)),
+    responses((status = 200, body = chime_common::api::ListAlertsReply),
+        (status = 400, body = ErrorReply), (status = 401)))]
+async fn list_alerts(
+    State(web): State<Web>,
+    method: Method,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    call(&web, &method, &headers, "alerts.list", query_object(query)).await
+}
+
+/// The audit trail of mutating requests, newest first.
+#[utoipa::path(get, path = "/api/v1/audit", tag = "audit",
+    params(("target" = Option<String>, Query, description = "only this job or firing"),
+        ("limit" = Option<u32>, Query), ("after" = Option<String>, Query)),
+    responses((status = 200, body = chime_common::api::ListAuditReply),
+        (status = 400, body = ErrorReply), (status = 401)))]
+async fn list_audit(
+    State(web): State<Web>,
+    method: Method,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    call(&web, &method, &headers, "audit.list", query_object(query)).await
+}
+
+/// Any verb of the NATS API by its name, with the NATS request body:
+/// verbs without a route of their own (and scripts that speak the NATS
+/// API's shapes) use this.
+#[utoipa::path(post, path = "/api/v1/verbs/{verb}", tag = "verbs",
+    params(("verb" = String, Path, description = "a NATS API verb, such as `jobs.put`")),
+    request_body(content = Object, description = "the verb's NATS request"),
+    responses((status = 200, description = "the verb's NATS reply"),
+        (status = 400, body = ErrorReply), (status = 404, body = ErrorReply),
+        (status = 401), (status = 403)))]
+async fn any_verb(
+    State(web): State<Web>,
+    method: Method,
+    headers: HeaderMap,
+    Path(verb): Path<String>,
+    body: Bytes,
+) -> Response {
+    let request = body_object(&body).map(Value::Object);
+    call(&web, &method, &headers, &verb, request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_fields_must_agree_with_the_body() {
+        let v = with_path_field(br#"{"handler": "x"}"#, "id", "a").unwrap();
+        assert_eq!(v, serde_json::json!({"handler": "x", "id": "a"}));
+        let e = with_path_field(br#"{"id": "b"}"#, "id", "a").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("id"));
+        let e = with_path_field(b"[1]", "id", "a").unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        assert!(with_path_field(b"  ", "id", "a").is_ok());
+    }
+
+    #[test]
+    fn queries_become_requests() {
+        let v = query_object(Some("group=g&limit=5".into())).unwrap();
+        assert_eq!(v, serde_json::json!({"group": "g", "limit": 5}));
+        let e = query_object(Some("limit=ten".into())).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("limit"));
+        let e = query_object(Some("group=a&group=b".into())).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("group"));
+        assert_eq!(query_object(None).unwrap(), serde_json::json!({}));
+    }
+}

@@ -1,0 +1,715 @@
+//! The HTTP API (`--http-addr`) against a real replica, real NATS and both
+//! stores: every route answers as its NATS verb does, each role is refused
+//! what it may not do (401/403), bad input is refused with the NATS API's
+//! error object, sessions and CSRF hold, mutating requests are audited, and
+//! the OpenAPI document lists every route and validates.
+
+use chime_common::api::Verb;
+use chime_scheduler::web::users::{hash_password, Users};
+use chime_scheduler::web::WebConfig;
+use chime_scheduler::{Replica, SchedulerConfig};
+use chime_tests::{backend_tests, free_port, init_tracing, NatsServer, TestDatabase};
+use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+
+const PASSWORD: &str = "correct horse battery staple";
+
+/// A replica serving HTTP with one user per role (`viewer`, `operator`,
+/// `admin`, all with [`PASSWORD`]).
+struct Server {
+    base: String,
+    http: reqwest::Client,
+    nats: NatsServer,
+    replica: Replica,
+}
+
+fn users() -> Users {
+    let hash = hash_password(PASSWORD).expect("hash");
+    Users::parse(&format!(
+        "viewer:viewer:{hash}\noperator:operator:{hash}\nadmin:admin:{hash}\n"
+    ))
+    .expect("users")
+}
+
+async fn start(db: &TestDatabase, open: bool) -> Server {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let mut web = WebConfig::new(addr);
+    web.open = open;
+    if !open {
+        web.users = users();
+    }
+    let mut config = SchedulerConfig::new(nats.url(), db.url());
+    config.web = Some(web);
+    let replica = Replica::start(config).await.expect("replica starts");
+    let bound = replica.http_addr.expect("serves HTTP");
+    Server {
+        base: format!("http://{bound}"),
+        http: reqwest::Client::new(),
+        nats,
+        replica,
+    }
+}
+
+/// A reply: status, headers and the JSON body (`null` when empty).
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Value,
+}
+
+impl Server {
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        user: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Answer {
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(user) = user {
+            request = request.basic_auth(user, Some(PASSWORD));
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body.to_vec());
+        }
+        let response = request.send().await.expect("the server answers");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await.expect("a body");
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {bytes:?}"))
+        };
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    async fn call(&self, method: Method, path: &str, user: &str, body: Option<Value>) -> Answer {
+        let bytes = body.map(|b| serde_json::to_vec(&b).unwrap());
+        self.send(method, path, Some(user), &[], bytes.as_deref())
+            .await
+    }
+
+    /// The NATS API's reply to `verb` with `body`.
+    async fn nats_call(&self, verb: &str, body: &Value) -> Value {
+        let client = async_nats::connect(self.nats.url()).await.unwrap();
+        let reply = client
+            .request(
+                format!("chime.api.v1.{verb}"),
+                serde_json::to_vec(body).unwrap().into(),
+            )
+            .await
+            .expect("a NATS reply");
+        serde_json::from_slice(&reply.payload).unwrap()
+    }
+}
+
+fn spec(id: &str) -> Value {
+    json!({
+        "id": id,
+        "group": "reports",
+        "schedule": {"cron": "0 30 2 * * *", "tz": "Europe/Berlin"},
+        "handler": "shell",
+        "payload": {"argv": ["/bin/true"]}
+    })
+}
+
+fn error_code(answer: &Answer) -> &str {
+    answer.body["error"]["code"].as_str().unwrap_or("")
+}
+
+backend_tests! {
+    /// Each route gives the same JSON as its NATS verb.
+    async fn every_route_answers_as_its_nats_verb(db: TestDatabase) {
+        let server = start(&db, false).await;
+        let put = server
+            .call(Method::PUT, "/api/v1/jobs/nightly", "admin", Some(spec("nightly")))
+            .await;
+        assert_eq!(put.status, StatusCode::OK, "{}", put.body);
+        assert_eq!(put.body["job"]["version"], 1);
+
+        let pairs: Vec<(Method, &str, Option<Value>, &str, Value)> = vec![
+            (Method::GET, "/api/v1/jobs/nightly", None, "jobs.get", json!({"id": "nightly"})),
+            (Method::GET, "/api/v1/jobs?group=reports&limit=5", None, "jobs.list",
+                json!({"group": "reports", "limit": 5})),
+            (Method::POST, "/api/v1/preview",
+                Some(json!({"schedule": {"every": "30s"}, "from": "2026-01-01T00:00:00Z", "count": 3})),
+                "jobs.preview",
+                json!({"schedule": {"every": "30s"}, "from": "2026-01-01T00:00:00Z", "count": 3})),
+            (Method::GET, "/api/v1/firings?job_id=nightly", None, "firings.list",
+                json!({"job_id": "nightly"})),
+            (Method::GET, "/api/v1/workers", None, "workers.list", json!({})),
+            (Method::GET, "/api/v1/alerts?limit=10", None, "alerts.list", json!({"limit": 10})),
+            (Method::GET, "/api/v1/jobs/absent", None, "jobs.get", json!({"id": "absent"})),
+            (Method::POST, "/api/v1/verbs/jobs.get", Some(json!({"id": "nightly"})), "jobs.get",
+                json!({"id": "nightly"})),
+        ];
+        for (method, path, body, verb, nats_body) in pairs {
+            let http = server.call(method, path, "admin", body).await;
+            let nats = server.nats_call(verb, &nats_body).await;
+            assert_eq!(http.body, nats, "{path} and {verb} differ");
+        }
+
+        // Changes: pause, resume, trigger over HTTP; each is what NATS shows after.
+        let paused = server
+            .call(Method::POST, "/api/v1/jobs/nightly/pause", "operator", None)
+            .await;
+        assert_eq!(paused.status, StatusCode::OK, "{}", paused.body);
+        assert_eq!(paused.body["job"]["state"], "paused");
+        let resumed = server
+            .call(Method::POST, "/api/v1/jobs/nightly/resume", "operator", None)
+            .await;
+        assert_eq!(resumed.body["job"]["state"], "active");
+        let triggered = server
+            .call(Method::POST, "/api/v1/jobs/nightly/trigger", "operator",
+                Some(json!({"payload": {"argv": ["/bin/echo", "now"]}})))
+            .await;
+        assert_eq!(triggered.status, StatusCode::OK, "{}", triggered.body);
+        let firing_id = triggered.body["firing_id"].as_str().expect("a firing id").to_string();
+        let listed = server.nats_call("firings.list", &json!({"job_id": "nightly"})).await;
+        assert!(
+            listed["firings"].as_array().unwrap().iter().any(|f| f["id"] == firing_id.as_str()),
+            "{listed}"
+        );
+        let deleted = server
+            .call(Method::DELETE, "/api/v1/jobs/nightly", "admin", None)
+            .await;
+        assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.body);
+        let gone = server.nats_call("jobs.get", &json!({"id": "nightly"})).await;
+        assert_eq!(gone["error"]["code"], "not_found");
+        server.replica.shutdown().await;
+    }
+
+    /// Mutating requests over HTTP and NATS land in the audit trail with
+    /// who, what and the version before and after; refused ones too.
+    async fn changes_are_audited(db: TestDatabase) {
+        let server = start(&db, false).await;
+        server.call(Method::PUT, "/api/v1/jobs/a", "admin", Some(spec("a"))).await;
+        server.call(Method::PUT, "/api/v1/jobs/a", "admin", Some(spec("a"))).await;
+        server.call(Method::POST, "/api/v1/jobs/a/pause", "operator", None).await;
+        let mut bad = spec("a");
+        bad["schedule"] = json!({"cron": "not cron"});
+        let refused = server.call(Method::PUT, "/api/v1/jobs/a", "admin", Some(bad)).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+        server.nats_call("jobs.resume", &json!({"id": "a"})).await;
+        server.call(Method::GET, "/api/v1/jobs/a", "viewer", None).await;
+
+        let audit = server.call(Method::GET, "/api/v1/audit?target=a", "viewer", None).await;
+        assert_eq!(audit.status, StatusCode::OK, "{}", audit.body);
+        let rows: Vec<(String, String, String, Value, Value, String)> = audit.body["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (
+                e["actor"].as_str().unwrap().to_string(),
+                e["via"].as_str().unwrap().to_string(),
+                e["verb"].as_str().unwrap().to_string(),
+                e["before_version"].clone(),
+                e["after_version"].clone(),
+                e["outcome"].as_str().unwrap().to_string(),
+            ))
+            .collect();
+        let expected = vec![
+            ("nats", "nats", "jobs.resume", json!(3), json!(4), "ok"),
+            ("admin", "http", "jobs.put", json!(3), json!(3), "invalid_argument"),
+            ("operator", "http", "jobs.pause", json!(2), json!(3), "ok"),
+            ("admin", "http", "jobs.put", json!(1), json!(2), "ok"),
+            ("admin", "http", "jobs.put", Value::Null, json!(1), "ok"),
+        ];
+        let expected: Vec<_> = expected
+            .into_iter()
+            .map(|(a, v, verb, b, af, o)| (a.to_string(), v.to_string(), verb.to_string(), b, af, o.to_string()))
+            .collect();
+        assert_eq!(rows, expected, "{}", audit.body);
+        server.replica.shutdown().await;
+    }
+
+    /// Console sessions: login sets an HttpOnly cookie, a mutating request
+    /// needs the session's CSRF token and this server's origin, logout ends
+    /// the session.
+    async fn sessions_need_csrf_and_end_at_logout(db: TestDatabase) {
+        let server = start(&db, false).await;
+        let login_body = serde_json::to_vec(&json!({"user": "admin", "password": PASSWORD})).unwrap();
+        let login = server
+            .send(Method::POST, "/api/v1/session", None, &[], Some(&login_body))
+            .await;
+        assert_eq!(login.status, StatusCode::OK, "{}", login.body);
+        let cookie = login.headers["set-cookie"].to_str().unwrap().to_string();
+        assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+        let pair = cookie.split(';').next().unwrap().to_string();
+        let csrf = login.body["csrf"].as_str().unwrap().to_string();
+        assert_eq!(login.body["role"], "admin");
+
+        let me = server.send(Method::GET, "/api/v1/session", None, &[("cookie", &pair)], None).await;
+        assert_eq!(me.body["user"], "admin");
+        assert_eq!(me.body["csrf"], csrf.as_str());
+
+        let body = serde_json::to_vec(&spec("s")).unwrap();
+        let no_token = server
+            .send(Method::PUT, "/api/v1/jobs/s", None, &[("cookie", &pair)], Some(&body))
+            .await;
+        assert_eq!(no_token.status, StatusCode::FORBIDDEN, "{}", no_token.body);
+        let wrong = server
+            .send(Method::PUT, "/api/v1/jobs/s", None,
+                &[("cookie", &pair), ("x-chime-csrf", "guess")], Some(&body))
+            .await;
+        assert_eq!(wrong.status, StatusCode::FORBIDDEN);
+        let host = server.base.trim_start_matches("http://").to_string();
+        let foreign = server
+            .send(Method::PUT, "/api/v1/jobs/s", None,
+                &[("cookie", &pair), ("x-chime-csrf", &csrf), ("origin", "https://evil.example")],
+                Some(&body))
+            .await;
+        assert_eq!(foreign.status, StatusCode::FORBIDDEN);
+        let same_origin = format!("http://{host}");
+        let ok = server
+            .send(Method::PUT, "/api/v1/jobs/s", None,
+                &[("cookie", &pair), ("x-chime-csrf", &csrf), ("origin", &same_origin)],
+                Some(&body))
+            .await;
+        assert_eq!(ok.status, StatusCode::OK, "{}", ok.body);
+        assert!(db_has_job(&server, "s").await);
+
+        let out = server
+            .send(Method::DELETE, "/api/v1/session", None, &[("cookie", &pair), ("x-chime-csrf", &csrf)], None)
+            .await;
+        assert_eq!(out.status, StatusCode::NO_CONTENT);
+        let after = server.send(Method::GET, "/api/v1/jobs", None, &[("cookie", &pair)], None).await;
+        assert_eq!(after.status, StatusCode::UNAUTHORIZED);
+        server.replica.shutdown().await;
+    }
+}
+
+async fn db_has_job(server: &Server, id: &str) -> bool {
+    server.nats_call("jobs.get", &json!({"id": id})).await["job"]["id"] == id
+}
+
+/// Without credentials: 401 (with a Basic challenge unless the console
+/// asked); with a role too low: 403; nothing changes either way.
+#[tokio::test]
+async fn each_role_is_refused_what_it_may_not_do() {
+    let db = TestDatabase::create(chime_tests::DatabaseKind::Sqlite).await;
+    let server = start(&db, false).await;
+    server
+        .call(Method::PUT, "/api/v1/jobs/j", "admin", Some(spec("j")))
+        .await;
+
+    let anonymous = server
+        .send(Method::GET, "/api/v1/jobs", None, &[], None)
+        .await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(error_code(&anonymous), "unauthenticated");
+    assert!(anonymous.headers["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .starts_with("Basic"));
+    let console = server
+        .send(
+            Method::GET,
+            "/api/v1/jobs",
+            None,
+            &[("x-chime-console", "1")],
+            None,
+        )
+        .await;
+    assert_eq!(console.status, StatusCode::UNAUTHORIZED);
+    assert!(!console.headers.contains_key("www-authenticate"));
+    let mut wrong = HeaderValue::from_static("Basic YWRtaW46bm9wZQ==");
+    wrong.set_sensitive(true);
+    let bad_password = server
+        .send(
+            Method::GET,
+            "/api/v1/jobs",
+            None,
+            &[("authorization", wrong.to_str().unwrap())],
+            None,
+        )
+        .await;
+    assert_eq!(bad_password.status, StatusCode::UNAUTHORIZED);
+    let unknown = server
+        .send(
+            Method::GET,
+            "/api/v1/jobs",
+            None,
+            &[("authorization", "Basic bm9ib2R5Onh4")],
+            None,
+        )
+        .await;
+    assert_eq!(unknown.status, StatusCode::UNAUTHORIZED);
+    let not_basic = server
+        .send(
+            Method::GET,
+            "/api/v1/jobs",
+            None,
+            &[("authorization", "Bearer x")],
+            None,
+        )
+        .await;
+    assert_eq!(not_basic.status, StatusCode::UNAUTHORIZED);
+
+    // (route, method, body, the lowest role allowed)
+    let routes: Vec<(Method, &str, Option<Value>, &str)> = vec![
+        (Method::GET, "/api/v1/jobs", None, "viewer"),
+        (Method::GET, "/api/v1/jobs/j", None, "viewer"),
+        (Method::GET, "/api/v1/firings", None, "viewer"),
+        (Method::GET, "/api/v1/workers", None, "viewer"),
+        (Method::GET, "/api/v1/alerts", None, "viewer"),
+        (Method::GET, "/api/v1/audit", None, "viewer"),
+        (Method::GET, "/api/v1/overview", None, "viewer"),
+        (
+            Method::POST,
+            "/api/v1/preview",
+            Some(json!({"schedule": {"every": "1m"}})),
+            "viewer",
+        ),
+        (Method::POST, "/api/v1/jobs/j/pause", None, "operator"),
+        (Method::POST, "/api/v1/jobs/j/resume", None, "operator"),
+        (Method::POST, "/api/v1/jobs/j/trigger", None, "operator"),
+        (
+            Method::POST,
+            "/api/v1/verbs/jobs.pause",
+            Some(json!({"id": "j"})),
+            "operator",
+        ),
+        (Method::PUT, "/api/v1/jobs/j", Some(spec("j")), "admin"),
+        (
+            Method::POST,
+            "/api/v1/verbs/jobs.put",
+            Some(spec("j")),
+            "admin",
+        ),
+        (Method::DELETE, "/api/v1/jobs/j", None, "admin"),
+    ];
+    let order = ["viewer", "operator", "admin"];
+    for (method, path, body, lowest) in routes {
+        let needed = order.iter().position(|r| *r == lowest).unwrap();
+        for (rank, role) in order.iter().enumerate() {
+            let before = server.nats_call("jobs.get", &json!({"id": "j"})).await;
+            let answer = server.call(method.clone(), path, role, body.clone()).await;
+            if rank < needed {
+                assert_eq!(
+                    answer.status,
+                    StatusCode::FORBIDDEN,
+                    "{role} {method} {path}"
+                );
+                assert_eq!(error_code(&answer), "permission_denied");
+                let after = server.nats_call("jobs.get", &json!({"id": "j"})).await;
+                assert_eq!(before, after, "{role} {method} {path} changed the job");
+            } else {
+                assert!(
+                    answer.status.is_success(),
+                    "{role} {method} {path}: {}",
+                    answer.body
+                );
+            }
+        }
+    }
+    server.replica.shutdown().await;
+}
+
+/// Bad input gets the NATS API's error object and status 400 (or 404 for
+/// an unknown verb), changes nothing and never breaks the server.
+#[tokio::test]
+async fn bad_input_is_refused_with_the_api_error() {
+    let db = TestDatabase::create(chime_tests::DatabaseKind::Sqlite).await;
+    let server = start(&db, false).await;
+    let cases: Vec<(Method, &str, &[u8], StatusCode, &str)> = vec![
+        (
+            Method::PUT,
+            "/api/v1/jobs/x",
+            b"{not json",
+            StatusCode::BAD_REQUEST,
+            "",
+        ),
+        (
+            Method::PUT,
+            "/api/v1/jobs/x",
+            b"[1, 2]",
+            StatusCode::BAD_REQUEST,
+            "",
+        ),
+        (
+            Method::PUT,
+            "/api/v1/jobs/x",
+            br#"{"id": "y", "schedule": {"every": "1m"}, "handler": "h"}"#,
+            StatusCode::BAD_REQUEST,
+            "id",
+        ),
+        (
+            Method::PUT,
+            "/api/v1/jobs/x",
+            br#"{"schedule": {"cron": "61 * * * *"}, "handler": "h"}"#,
+            StatusCode::BAD_REQUEST,
+            "schedule.cron",
+        ),
+        (
+            Method::PUT,
+            "/api/v1/jobs/bad%20id",
+            br#"{"schedule": {"every": "1m"}, "handler": "h"}"#,
+            StatusCode::BAD_REQUEST,
+            "id",
+        ),
+        (
+            Method::GET,
+            "/api/v1/jobs?limit=ten",
+            b"",
+            StatusCode::BAD_REQUEST,
+            "limit",
+        ),
+        (
+            Method::GET,
+            "/api/v1/jobs?limit=0",
+            b"",
+            StatusCode::BAD_REQUEST,
+            "limit",
+        ),
+        (
+            Method::GET,
+            "/api/v1/jobs?colour=red",
+            b"",
+            StatusCode::BAD_REQUEST,
+            "colour",
+        ),
+        (
+            Method::GET,
+            "/api/v1/jobs?state=asleep",
+            b"",
+            StatusCode::BAD_REQUEST,
+            "state",
+        ),
+        (
+            Method::GET,
+            "/api/v1/firings?after=nonsense",
+            b"",
+            StatusCode::BAD_REQUEST,
+            "after",
+        ),
+        (
+            Method::POST,
+            "/api/v1/preview",
+            br#"{"schedule": {"every": "0s"}}"#,
+            StatusCode::BAD_REQUEST,
+            "schedule.every",
+        ),
+        (
+            Method::POST,
+            "/api/v1/jobs/x/trigger",
+            b"{",
+            StatusCode::BAD_REQUEST,
+            "",
+        ),
+        (
+            Method::POST,
+            "/api/v1/verbs/jobs.frobnicate",
+            b"{}",
+            StatusCode::NOT_FOUND,
+            "",
+        ),
+        (
+            Method::POST,
+            "/api/v1/jobs/x/explode",
+            b"{}",
+            StatusCode::NOT_FOUND,
+            "",
+        ),
+        (
+            Method::GET,
+            "/api/v1/jobs/nothing-here",
+            b"",
+            StatusCode::NOT_FOUND,
+            "",
+        ),
+    ];
+    for (method, path, body, status, field) in cases {
+        let answer = server
+            .send(method.clone(), path, Some("admin"), &[], Some(body))
+            .await;
+        assert_eq!(answer.status, status, "{method} {path}: {}", answer.body);
+        let error = &answer.body["error"];
+        let code = if status == StatusCode::NOT_FOUND {
+            "not_found"
+        } else {
+            "invalid_argument"
+        };
+        assert_eq!(error["code"], code, "{method} {path}: {}", answer.body);
+        assert!(!error["message"].as_str().unwrap_or("").is_empty());
+        if !field.is_empty() {
+            assert_eq!(error["field"], field, "{method} {path}: {}", answer.body);
+        }
+    }
+    let oversized = vec![b' '; 200 * 1024];
+    let answer = server
+        .send(
+            Method::PUT,
+            "/api/v1/jobs/x",
+            Some("admin"),
+            &[],
+            Some(&oversized),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(error_code(&answer), "invalid_argument", "{}", answer.body);
+    let jobs = server
+        .call(Method::GET, "/api/v1/jobs", "admin", None)
+        .await;
+    assert_eq!(jobs.body["jobs"], json!([]), "nothing was created");
+    server.replica.shutdown().await;
+}
+
+/// `--http-open` serves without login, and only on loopback.
+#[tokio::test]
+async fn open_mode_needs_no_login_and_only_on_loopback() {
+    let db = TestDatabase::create(chime_tests::DatabaseKind::Sqlite).await;
+    let server = start(&db, true).await;
+    let jobs = server
+        .send(Method::GET, "/api/v1/jobs", None, &[], None)
+        .await;
+    assert_eq!(jobs.status, StatusCode::OK);
+    let me = server
+        .send(Method::GET, "/api/v1/session", None, &[], None)
+        .await;
+    assert_eq!(me.body["open"], true);
+    server.replica.shutdown().await;
+
+    let mut public = WebConfig::new("0.0.0.0:8080".parse().unwrap());
+    public.open = true;
+    assert!(public.validate().unwrap_err().contains("loopback"));
+    let nobody = WebConfig::new("127.0.0.1:8080".parse().unwrap());
+    assert!(nobody.validate().unwrap_err().contains("--http-users"));
+}
+
+/// The live overview arrives as server-sent events.
+#[tokio::test]
+async fn the_overview_streams_as_server_sent_events() {
+    let db = TestDatabase::create(chime_tests::DatabaseKind::Sqlite).await;
+    let server = start(&db, false).await;
+    let mut response = server
+        .http
+        .get(format!("{}/api/v1/events", server.base))
+        .basic_auth("viewer", Some(PASSWORD))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let mut text = String::new();
+    while !text.contains("\n\n") {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), response.chunk())
+            .await
+            .expect("an event within 10 s")
+            .unwrap()
+            .expect("the stream stays open");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.starts_with("event: overview\n"), "{text}");
+    let data = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .expect("a data line");
+    let overview: Value = serde_json::from_str(data).unwrap();
+    assert_eq!(overview["workers_up"], 0);
+    assert!(overview["started_per_second"].is_number());
+    server.replica.shutdown().await;
+}
+
+/// The OpenAPI document is generated, lists every route the server has
+/// and every verb (through its own route or `/api/v1/verbs/{verb}`), and
+/// passes an independent validator (openapi-spec-validator, installed by
+/// README's test command).
+#[tokio::test]
+async fn the_openapi_document_lists_every_route_and_validates() {
+    let db = TestDatabase::create(chime_tests::DatabaseKind::Sqlite).await;
+    let server = start(&db, false).await;
+    let answer = server
+        .send(Method::GET, "/api/openapi.json", None, &[], None)
+        .await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let doc = answer.body;
+    let paths = doc["paths"].as_object().expect("paths");
+    for (path, methods) in [
+        ("/api/v1/jobs", &["get"][..]),
+        ("/api/v1/jobs/{id}", &["get", "put", "delete"][..]),
+        ("/api/v1/jobs/{id}/{action}", &["post"][..]),
+        ("/api/v1/preview", &["post"][..]),
+        ("/api/v1/firings", &["get"][..]),
+        ("/api/v1/firings/{id}/cancel", &["post"][..]),
+        ("/api/v1/workers", &["get"][..]),
+        ("/api/v1/alerts", &["get"][..]),
+        ("/api/v1/audit", &["get"][..]),
+        ("/api/v1/verbs/{verb}", &["post"][..]),
+        ("/api/v1/session", &["get", "post", "delete"][..]),
+        ("/api/v1/overview", &["get"][..]),
+        ("/api/v1/events", &["get"][..]),
+    ] {
+        for method in methods {
+            assert!(
+                paths.get(path).and_then(|p| p.get(*method)).is_some(),
+                "{method} {path} missing"
+            );
+        }
+    }
+    let schemas = doc["components"]["schemas"].as_object().expect("schemas");
+    for schema in [
+        "JobSpec",
+        "Job",
+        "Firing",
+        "ApiError",
+        "ListJobsReply",
+        "AuditEntry",
+    ] {
+        assert!(schemas.contains_key(schema), "schema {schema} missing");
+    }
+    // Every verb is reachable: its own route or the generic one.
+    for verb in Verb::ALL {
+        let probe = server
+            .call(
+                Method::POST,
+                &format!("/api/v1/verbs/{verb}"),
+                "admin",
+                Some(json!({})),
+            )
+            .await;
+        assert!(
+            probe.status != StatusCode::NOT_FOUND
+                || !probe.body["error"]["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("no API verb"),
+            "{verb} has no HTTP route"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("openapi.json");
+    std::fs::write(&file, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    let output = std::process::Command::new("python3")
+        .args(["-m", "openapi_spec_validator"])
+        .arg(&file)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        output.status.success(),
+        "openapi-spec-validator refused the document (missing? run ./deploy/local/test.sh, \
+         which installs it): {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    server.replica.shutdown().await;
+}
