@@ -8,7 +8,7 @@ const session = { user: null, role: null, csrf: "", open: false };
 const ROLES = ["viewer", "operator", "admin"];
 let events = null;
 const eventListeners = new Set();
-const history = { started: [], lateness: [] };
+const trend = { started: [], lateness: [] };
 
 // ---- Small DOM and API helpers -------------------------------------------
 
@@ -119,9 +119,9 @@ function startEvents() {
   events.addEventListener("overview", (e) => {
     let overview;
     try { overview = JSON.parse(e.data); } catch (err) { return; }
-    history.started.push(overview.started_per_second);
-    history.lateness.push(overview.lateness_p99_ms || 0);
-    for (const series of Object.values(history)) if (series.length > 60) series.shift();
+    trend.started.push(overview.started_per_second);
+    trend.lateness.push(overview.lateness_p99_ms || 0);
+    for (const series of Object.values(trend)) if (series.length > 60) series.shift();
     for (const listener of eventListeners) listener(overview);
   });
 }
@@ -195,8 +195,8 @@ function overviewPage() {
       card("dead letters", o.dead_letters, "card-dead"),
       card("workers up", o.workers_up, "card-workers"));
     charts.replaceChildren(
-      h("div", { class: "panel" }, h("div", { class: "muted", text: "firings started / s" }), spark(history.started, "firings started per second, last two minutes")),
-      h("div", { class: "panel" }, h("div", { class: "muted", text: "start lateness p99 (ms)" }), spark(history.lateness, "start lateness p99, last two minutes")));
+      h("div", { class: "panel" }, h("div", { class: "muted", text: "firings started / s" }), spark(trend.started, "firings started per second, last two minutes")),
+      h("div", { class: "panel" }, h("div", { class: "muted", text: "start lateness p99 (ms)" }), spark(trend.lateness, "start lateness p99, last two minutes")));
     alerts.replaceChildren(table(["at", "kind", "job", "message"], o.alerts.map((a) =>
       h("tr", {}, h("td", { text: fmtTime(a.at) }), h("td", {}, stateBadge(a.kind)),
         h("td", {}, a.job_id ? h("a", { href: "#/jobs/" + encodeURIComponent(a.job_id), text: a.job_id }) : ""),
@@ -298,7 +298,7 @@ async function jobPage(id) {
         h("td", { text: fmtTime(x.scheduled_at) }), h("td", { text: x.attempt }), h("td", {}, stateBadge(x.state)),
         h("td", { text: x.worker || "" }), h("td", { text: duration(x.started_at, x.finished_at) }),
         h("td", {}, x.error ? h("span", { class: "error", text: x.error }) : "",
-          x.output ? h("details", {}, h("summary", { text: "output" }), h("pre", { text: x.output })) : "")))), "history"));
+          x.output ? h("details", {}, h("summary", { text: "output" }), h("pre", { text: x.output })) : ""))), "history"));
   };
   const loadNext = async () => {
     const p = await api("POST", "/api/v1/preview", { schedule: job.schedule, count: 10 });

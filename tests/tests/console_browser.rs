@@ -1,0 +1,386 @@
+//! The web console in a real browser: headless Chromium driven through
+//! ChromeDriver (Debian's `chromium` and `chromium-driver`, installed by
+//! README's test command) over the real `chime-scheduler` and `chime-worker`
+//! binaries, NATS and SQLite. It logs in, creates a job with a bad cron and
+//! sees the error at the field, fixes it and sees the preview, triggers it
+//! and watches the firing succeed without a reload, pauses it, sees the
+//! worker, checks the labels and the phone width, and logs out.
+//!
+//! Each page is photographed into a temporary folder, or into
+//! `docs/console/` with `CHIME_UPDATE_SCREENSHOTS=1` (docs/console.md shows
+//! those pictures).
+
+use chime_tests::{
+    free_port, init_tracing, start_worker, Binary, ChimeProcess, NatsServer, SqliteDatabase,
+};
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const PASSWORD: &str = "console test password";
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A ChromeDriver process, killed on drop.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn program(name: &str, path: &str) -> PathBuf {
+    let path = PathBuf::from(path);
+    assert!(
+        path.exists(),
+        "{name} is not installed at {}: run ./deploy/local/test.sh (README's test command), \
+         which installs Debian's chromium and chromium-driver",
+        path.display()
+    );
+    path
+}
+
+async fn start_driver() -> Driver {
+    let port = free_port();
+    let child = Command::new(program("chromedriver", "/usr/bin/chromedriver"))
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
+    let url = format!("http://127.0.0.1:{port}");
+    chime_tests::eventually(WAIT, "chromedriver listens", || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+    })
+    .await;
+    Driver { child, url }
+}
+
+async fn browser(driver: &Driver) -> Client {
+    // The driver speaks plain HTTP, but fantoccini's client is built with
+    // TLS support, which needs a provider chosen.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let chromium = program("chromium", "/usr/bin/chromium");
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": chromium,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--disable-dev-shm-usage", "--window-size=1280,900", "--lang=en-GB"]
+        }),
+    );
+    ClientBuilder::rustls()
+        .expect("TLS roots")
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .expect("a browser session")
+}
+
+/// Waits until the JavaScript expression `condition` is true in the page.
+async fn until(client: &Client, condition: &str, what: &str) {
+    let script = format!("return Boolean({condition});");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Ok(Value::Bool(true)) = client.execute(&script, vec![]).await {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let text = client
+                .execute("return document.body.innerText;", vec![])
+                .await
+                .unwrap_or(Value::Null);
+            panic!("timed out waiting for {what}; the page says: {text}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn text_of(client: &Client, css: &str) -> String {
+    client
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .text()
+        .await
+        .unwrap_or_default()
+}
+
+async fn type_into(client: &Client, css: &str, text: &str) {
+    let field = client.find(Locator::Css(css)).await.expect(css);
+    field.clear().await.expect("clear");
+    field.send_keys(text).await.expect("type");
+}
+
+async fn click(client: &Client, css: &str) {
+    client
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("click {css}: {e}"));
+}
+
+/// Where the pictures go.
+fn screenshot_dir() -> PathBuf {
+    if std::env::var("CHIME_UPDATE_SCREENSHOTS").as_deref() == Ok("1") {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/console")
+    } else {
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots")
+    }
+}
+
+async fn photograph(client: &Client, name: &str) {
+    let dir = screenshot_dir();
+    std::fs::create_dir_all(&dir).expect("screenshot folder");
+    let png = client.screenshot().await.expect("a screenshot");
+    std::fs::write(dir.join(format!("{name}.png")), png).expect("write screenshot");
+}
+
+/// Every input, select and textarea on the page has a label.
+async fn all_controls_labelled(client: &Client) {
+    let unlabelled = client
+        .execute(
+            "return [...document.querySelectorAll('input, select, textarea')]
+               .filter(e => !e.closest('[hidden]'))
+               .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label'))
+               .map(e => e.outerHTML);",
+            vec![],
+        )
+        .await
+        .expect("a script result");
+    assert_eq!(unlabelled, json!([]), "controls without a label");
+}
+
+async fn start_scheduler(
+    nats: &NatsServer,
+    db: &SqliteDatabase,
+    users: &Path,
+    port: u16,
+) -> ChimeProcess {
+    let mut command = Binary::Scheduler.command();
+    command
+        .args(["--nats-url", &nats.url(), "--database-url", &db.url()])
+        .args(["--metrics-addr", "127.0.0.1:0", "--replica-id", "console"])
+        .args(["--http-addr", &format!("127.0.0.1:{port}")])
+        .arg("--http-users")
+        .arg(users);
+    let mut process = ChimeProcess::spawn(command);
+    process
+        .wait_for_log_line("chime-scheduler ready", Duration::from_secs(30))
+        .await;
+    process
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_drives_the_console_in_a_real_browser() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    let hash = chime_scheduler::web::users::hash_password(PASSWORD).unwrap();
+    std::fs::write(&users, format!("ada:admin:{hash}\n")).unwrap();
+    let port = free_port();
+    let _scheduler = start_scheduler(&nats, &db, &users, port).await;
+    let _worker = start_worker(&nats.url(), "default", 2, "console-worker").await;
+    let base = format!("http://127.0.0.1:{port}");
+    let driver = start_driver().await;
+    let client = browser(&driver).await;
+
+    // Nothing is visible without login.
+    client.goto(&format!("{base}/#/jobs")).await.unwrap();
+    until(
+        &client,
+        "document.querySelector('#login-user')",
+        "the login form",
+    )
+    .await;
+    assert!(client.find(Locator::Css("#jobs")).await.is_err());
+    photograph(&client, "login").await;
+    // By keyboard alone: the user field has focus, Tab reaches the
+    // password, Enter submits.
+    client
+        .active_element()
+        .await
+        .expect("a focused element")
+        .send_keys("ada\u{E004}wrong\u{E007}")
+        .await
+        .expect("typing");
+    until(
+        &client,
+        "document.querySelector('#login-error').textContent.includes('wrong')",
+        "a refused login",
+    )
+    .await;
+    type_into(&client, "#login-password", &format!("{PASSWORD}\u{E007}")).await;
+    until(
+        &client,
+        "document.querySelector('#jobs')",
+        "the jobs page after login",
+    )
+    .await;
+
+    // Create a job with a bad cron: the error appears at the field.
+    client.goto(&format!("{base}/#/new")).await.unwrap();
+    until(
+        &client,
+        "document.querySelector('#job-form')",
+        "the job form",
+    )
+    .await;
+    all_controls_labelled(&client).await;
+    type_into(&client, "#field-id", "hello").await;
+    type_into(&client, "#field-schedule-value", "0 61 * * * *").await;
+    type_into(&client, "#field-schedule-tz", "America/New_York").await;
+    click(&client, "#job-save").await;
+    let cron_error = "document.querySelector('[data-error-for=\"schedule.value\"]').textContent";
+    until(
+        &client,
+        &format!("{cron_error}.length > 0"),
+        "the cron error at its field",
+    )
+    .await;
+    let message = text_of(&client, "[data-error-for=\"schedule.value\"]").await;
+    assert!(
+        message.contains("61"),
+        "the error names the bad value: {message}"
+    );
+    photograph(&client, "job-form-error").await;
+
+    // Fix it: the preview shows the next instants, then save.
+    type_into(&client, "#field-schedule-value", "0 30 2 * * *").await;
+    until(
+        &client,
+        "document.querySelectorAll('#schedule-preview #instants tbody tr').length === 5",
+        "the preview",
+    )
+    .await;
+    until(
+        &client,
+        &format!("{cron_error} === ''"),
+        "the cron error cleared",
+    )
+    .await;
+    let preview = text_of(&client, "#schedule-preview").await;
+    assert!(
+        preview.contains("02:30:00"),
+        "local times in the job's zone: {preview}"
+    );
+    photograph(&client, "job-form-preview").await;
+    click(&client, "#job-save").await;
+    until(
+        &client,
+        "document.querySelector('#job-trigger')",
+        "the job page",
+    )
+    .await;
+
+    // Trigger: the firing succeeds on the page, without a reload.
+    client
+        .execute("window.noReload = true;", vec![])
+        .await
+        .unwrap();
+    click(&client, "#job-trigger").await;
+    until(&client,
+        "[...document.querySelectorAll('#history tbody .state')].some(s => s.textContent === 'succeeded')",
+        "the triggered firing to succeed").await;
+    let still = client
+        .execute("return window.noReload === true;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(still, json!(true), "the page reloaded");
+    let history = text_of(&client, "#history").await;
+    assert!(
+        history.contains("console-worker"),
+        "the worker is shown: {history}"
+    );
+    photograph(&client, "job").await;
+
+    // Pause it.
+    click(&client, "#job-pause").await;
+    until(
+        &client,
+        "document.querySelector('#job-resume')",
+        "the paused job",
+    )
+    .await;
+    let api = reqwest::Client::new()
+        .get(format!("{base}/api/v1/jobs/hello"))
+        .basic_auth("ada", Some(PASSWORD))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let job: Value = serde_json::from_str(&api).unwrap();
+    assert_eq!(job["job"]["state"], "paused", "{api}");
+
+    // The other pages.
+    client.goto(&format!("{base}/#/workers")).await.unwrap();
+    until(&client, "document.querySelector('#workers') && document.querySelector('#workers').textContent.includes('console-worker')", "the worker").await;
+    photograph(&client, "workers").await;
+    client.goto(&format!("{base}/#/jobs")).await.unwrap();
+    until(&client, "document.querySelector('#jobs') && document.querySelector('#jobs').textContent.includes('hello')", "the jobs list").await;
+    all_controls_labelled(&client).await;
+    photograph(&client, "jobs").await;
+    client.goto(&format!("{base}/#/audit")).await.unwrap();
+    until(&client, "document.querySelector('#audit') && document.querySelector('#audit').textContent.includes('jobs.pause')", "the audit trail").await;
+    photograph(&client, "audit").await;
+    client.goto(&format!("{base}/#/")).await.unwrap();
+    until(&client, "document.querySelector('#card-workers') && document.querySelector('#card-workers').textContent.startsWith('1')", "the overview").await;
+    photograph(&client, "overview").await;
+
+    // A phone: nothing wider than the screen.
+    client.set_window_size(390, 844).await.unwrap();
+    client.goto(&format!("{base}/#/jobs/hello")).await.unwrap();
+    until(
+        &client,
+        "document.querySelector('#history')",
+        "the job page on a phone",
+    )
+    .await;
+    let fits = client
+        .execute(
+            "return document.documentElement.scrollWidth <= window.innerWidth + 1;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        fits,
+        json!(true),
+        "the job page scrolls sideways on a phone"
+    );
+    photograph(&client, "job-phone").await;
+    client.set_window_size(1280, 900).await.unwrap();
+
+    // Log out: the session ends on the server too.
+    click(&client, "#logout").await;
+    until(
+        &client,
+        "document.querySelector('#login-user')",
+        "the login form after logout",
+    )
+    .await;
+    let after = client
+        .execute(
+            "return fetch('/api/v1/jobs', {headers: {'x-chime-console': '1'}}).then(r => r.status);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(after, json!(401));
+    client.close().await.unwrap();
+}
