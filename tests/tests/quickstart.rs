@@ -1,6 +1,7 @@
 //! The newcomer's first command: `./deploy/local/run.sh` starts NATS, a
-//! scheduler on SQLite, a worker and example jobs, shows them firing, and
-//! leaves nothing running when it stops.
+//! scheduler on SQLite with the web console, a worker and example jobs,
+//! prints the console's address, which shows them firing, and leaves
+//! nothing running when it stops.
 
 use chime_tests::{free_port, Binary};
 use std::path::Path;
@@ -15,15 +16,46 @@ async fn the_quickstart_shows_jobs_firing_and_cleans_up() {
         .expect("bin dir")
         .to_path_buf();
     let port = free_port();
+    let http_port = free_port();
     let run = tokio::process::Command::new("bash")
         .arg(&script)
-        .env("CHIME_RUN_FOR", "10")
+        .env("CHIME_RUN_FOR", "15")
         .env("CHIME_BIN_DIR", &bin_dir)
         .env("CHIME_LOCAL_NATS_PORT", port.to_string())
+        .env("CHIME_LOCAL_HTTP_PORT", http_port.to_string())
         .env("CHIME_NATS_SERVER", chime_tests::nats_server_binary())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(120), run)
+        .spawn()
+        .expect("bash runs");
+
+    // While it runs, the console answers without login and its API shows
+    // the example jobs' firings succeeding.
+    let console = format!("http://127.0.0.1:{http_port}");
+    let http = reqwest::Client::new();
+    chime_tests::eventually(
+        Duration::from_secs(60),
+        "the console shows firings",
+        || async {
+            let page = match http.get(format!("{console}/")).send().await {
+                Ok(page) => page.text().await.unwrap_or_default(),
+                Err(_) => return false,
+            };
+            let firings = match http
+                .get(format!("{console}/api/v1/firings?state=succeeded"))
+                .send()
+                .await
+            {
+                Ok(reply) => reply.text().await.unwrap_or_default(),
+                Err(_) => return false,
+            };
+            page.contains("<title>Chime</title>") && firings.contains("\"job_id\":\"heartbeat\"")
+        },
+    )
+    .await;
+
+    let output = tokio::time::timeout(Duration::from_secs(120), run.wait_with_output())
         .await
         .expect("the quickstart stops by itself")
         .expect("bash runs");
@@ -41,6 +73,10 @@ async fn the_quickstart_shows_jobs_firing_and_cleans_up() {
     assert!(succeeded("heartbeat"), "the every-2s job fired:\n{stdout}");
     assert!(succeeded("once"), "the one-shot job fired:\n{stdout}");
     assert!(stdout.contains("stopped; nothing left running"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("the console: {console}/")),
+        "the console's address is printed:\n{stdout}"
+    );
     assert!(
         std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
         "NATS on port {port} is gone after the script"
