@@ -28,12 +28,13 @@ pub enum Verb {
     JobsTrigger,
     JobsPreview,
     FiringsList,
+    FiringsCancel,
     WorkersList,
 }
 
 impl Verb {
     /// Every verb, in the contract's order.
-    pub const ALL: [Verb; 10] = [
+    pub const ALL: [Verb; 11] = [
         Verb::JobsPut,
         Verb::JobsGet,
         Verb::JobsList,
@@ -43,6 +44,7 @@ impl Verb {
         Verb::JobsTrigger,
         Verb::JobsPreview,
         Verb::FiringsList,
+        Verb::FiringsCancel,
         Verb::WorkersList,
     ];
 
@@ -58,6 +60,7 @@ impl Verb {
             Verb::JobsTrigger => "jobs.trigger",
             Verb::JobsPreview => "jobs.preview",
             Verb::FiringsList => "firings.list",
+            Verb::FiringsCancel => "firings.cancel",
             Verb::WorkersList => "workers.list",
         }
     }
@@ -132,11 +135,26 @@ pub struct ListJobsRequest {
     pub group: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<JobState>,
+    /// A label selector (`crate::labels`): only the jobs it matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
     /// The `next` cursor of the previous page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
+}
+
+/// A request's `selector`, parsed; refused naming `field`.
+pub fn requested_selector(
+    text: Option<&str>,
+    field: &str,
+) -> Result<Option<crate::labels::Selector>, ApiError> {
+    text.map(|t| {
+        t.parse()
+            .map_err(|e| ApiError::invalid(field, format!("is not a label selector: {e}")))
+    })
+    .transpose()
 }
 
 /// `jobs.list` reply. `next` is `null` on the last page (the server has
@@ -206,6 +224,13 @@ pub struct ListFiringsReply {
     pub next: Option<String>,
 }
 
+/// `firings.cancel` reply: the firing afterwards (`cancelled`, or
+/// `executing` until its worker reports the cancel).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FiringReply {
+    pub firing: Firing,
+}
+
 /// `workers.list` request.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -231,6 +256,7 @@ pub enum Reply {
     Trigger(TriggerReply),
     Preview(PreviewReply),
     Firings(ListFiringsReply),
+    Firing(Box<FiringReply>),
     Workers(ListWorkersReply),
 }
 
@@ -258,7 +284,7 @@ mod tests {
             unknown.message,
             "no API verb \"jobs.frobnicate\"; verbs are jobs.put, jobs.get, jobs.list, \
              jobs.delete, jobs.pause, jobs.resume, jobs.trigger, jobs.preview, \
-             firings.list, workers.list"
+             firings.list, firings.cancel, workers.list"
         );
     }
 

@@ -5,19 +5,19 @@
 //! changes nothing. Failures reply `{"error": {"code", "message", "field"?}}`.
 
 use crate::metrics::Metrics;
-use crate::store::{FiringFilter, JobFilter, Store};
+use crate::store::{FiringFilter, JobFilter, Store, CANCELLED_BY_OPERATOR};
 use async_nats::jetstream::kv;
 use chime_common::api::{
-    requested_page, IdRequest, ListFiringsReply, ListFiringsRequest, ListJobsReply,
-    ListJobsRequest, ListWorkersReply, ListWorkersRequest, PreviewReply, PreviewRequest, Reply,
-    TriggerReply, TriggerRequest, Verb,
+    requested_page, requested_selector, FiringReply, IdRequest, ListFiringsReply,
+    ListFiringsRequest, ListJobsReply, ListJobsRequest, ListWorkersReply, ListWorkersRequest,
+    PreviewReply, PreviewRequest, Reply, TriggerReply, TriggerRequest, Verb,
 };
 use chime_common::duration::format_time;
 use chime_common::error::ErrorReply;
-use chime_common::job::{check_name, MAX_ID_LEN};
+use chime_common::job::{check_name, if_version, IF_VERSION_FIELD, MAX_ID_LEN};
 use chime_common::protocol::{CancelRequest, WorkerInfo};
 use chime_common::schedule::{Schedule, ScheduleSpec};
-use chime_common::{ApiError, JobSpec, Limits, Subjects};
+use chime_common::{ApiError, ErrorCode, FiringId, JobSpec, Limits, Subjects};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
@@ -105,7 +105,8 @@ fn check_id(id: &str) -> Result<(), ApiError> {
 /// exercise exactly the parsing and validation the API applies.
 #[derive(Debug, Clone)]
 pub enum ApiRequest {
-    PutJob(Box<JobSpec>),
+    /// `jobs.put`, with its `if_version`.
+    PutJob(Box<JobSpec>, Option<i64>),
     GetJob(String),
     ListJobs(JobFilter),
     DeleteJob(String),
@@ -115,6 +116,8 @@ pub enum ApiRequest {
     /// `jobs.preview` needs no store: its answer, the instants as written.
     Preview(Vec<String>),
     ListFirings(FiringFilter),
+    /// `firings.cancel`.
+    CancelFiring(FiringId),
     ListWorkers(ListWorkersRequest),
 }
 
@@ -134,14 +137,23 @@ impl ApiRequest {
             Ok(req.id)
         };
         Ok(match verb.parse::<Verb>()? {
-            Verb::JobsPut => ApiRequest::PutJob(Box::new(
-                JobSpec::from_json(&parse_value(body)?, &config.limits)
-                    .map_err(ApiError::from_field_errors)?,
-            )),
+            Verb::JobsPut => {
+                let body = parse_value(body)?;
+                let spec = JobSpec::from_json(&body, &config.limits);
+                match (spec, if_version(&body)) {
+                    (Ok(spec), Ok(expected)) => ApiRequest::PutJob(Box::new(spec), expected),
+                    (spec, expected) => {
+                        let mut errors = spec.err().unwrap_or_default();
+                        errors.extend(expected.err());
+                        return Err(ApiError::from_field_errors(errors));
+                    }
+                }
+            }
             Verb::JobsGet => ApiRequest::GetJob(id_request()?),
             Verb::JobsList => {
                 let req: ListJobsRequest = parse_request(body)?;
                 ApiRequest::ListJobs(JobFilter {
+                    selector: requested_selector(req.selector.as_deref(), "selector")?,
                     group: req.group,
                     state: req.state,
                     limit: requested_page(req.limit)?,
@@ -204,6 +216,17 @@ impl ApiRequest {
                     after: req.after,
                 })
             }
+            Verb::FiringsCancel => {
+                let req: IdRequest = parse_request(body)?;
+                let id: FiringId = req
+                    .id
+                    .parse()
+                    .map_err(|e: String| ApiError::invalid("id", e))?;
+                check_name(&id.job_id, MAX_ID_LEN).map_err(|e| {
+                    ApiError::invalid("id", format!("names no job id that can exist: {e}"))
+                })?;
+                ApiRequest::CancelFiring(id)
+            }
             Verb::WorkersList => ApiRequest::ListWorkers(parse_request(body)?),
         })
     }
@@ -218,8 +241,18 @@ impl Api {
         now: DateTime<Utc>,
     ) -> Result<Reply, ApiError> {
         match ApiRequest::parse(verb, body, &self.config, now)? {
-            ApiRequest::PutJob(spec) => {
-                let job = self.store.put_job(&spec, now).await?;
+            ApiRequest::PutJob(spec, expected) => {
+                let job = self
+                    .store
+                    .put_job_if(&spec, expected, now)
+                    .await
+                    .map_err(|e| match ApiError::from(e) {
+                        e if e.code == ErrorCode::Conflict && expected.is_some() => ApiError {
+                            field: Some(IF_VERSION_FIELD.to_string()),
+                            ..e
+                        },
+                        e => e,
+                    })?;
                 Ok(Reply::job(job))
             }
             ApiRequest::GetJob(id) => {
@@ -274,6 +307,24 @@ impl Api {
                     firings: page.items,
                     next: page.next,
                 }))
+            }
+            ApiRequest::CancelFiring(id) => {
+                let outcome = self
+                    .store
+                    .cancel_firing(&id, now)
+                    .await?
+                    .ok_or_else(|| ApiError::not_found(format!("no firing with id {id}")))?;
+                if let Some(running) = &outcome.running {
+                    self.cancel(
+                        &running.worker_id,
+                        &running.firing_id,
+                        CANCELLED_BY_OPERATOR,
+                    )
+                    .await;
+                }
+                Ok(Reply::Firing(Box::new(FiringReply {
+                    firing: outcome.firing,
+                })))
             }
             ApiRequest::ListWorkers(req) => {
                 let workers = self.workers(req.group.as_deref()).await?;

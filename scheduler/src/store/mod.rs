@@ -18,7 +18,7 @@
 //! transition). Each transition is one file: `stage.rs`, `publish.rs`,
 //! `start.rs`, `skip.rs` (skipped or failed without starting), `queue.rs`
 //! (overlap `queue` and its release), `finish.rs`, `retry.rs`, `requeue.rs`
-//! (lost). `locks.rs` reads and locks what they decide on; `waiting.rs` and
+//! (lost), `cancel.rs` (an operator's cancel). `locks.rs` reads and locks what they decide on; `waiting.rs` and
 //! `executing.rs` keep the two small tables that say which firings wait and
 //! which run. Jobs are `jobs.rs`, `dependencies.rs` (`on_success`) and
 //! `plan.rs` (misfire planning).
@@ -62,6 +62,7 @@
 //! out; `start`, `finish` and `requeue` treat an unreadable firing as unknown
 //! and an unreadable job as deleted (logged).
 
+mod cancel;
 mod clock;
 mod dependencies;
 mod dialect;
@@ -77,6 +78,7 @@ mod queue;
 mod requeue;
 mod retry;
 mod rows;
+mod selection;
 mod skip;
 mod stage;
 mod start;
@@ -84,6 +86,7 @@ mod states;
 mod types;
 mod waiting;
 
+pub use cancel::{CancelOutcome, CANCELLED_BY_OPERATOR};
 pub use dialect::Backend;
 pub use error::StoreError;
 pub use retry::RetryDelay;
