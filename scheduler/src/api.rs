@@ -453,4 +453,57 @@ mod tests {
         assert_eq!(e.code, chime_common::ErrorCode::InvalidArgument);
         assert!(parse_request::<ListJobsRequest>(b"").is_ok());
     }
+
+    fn refused(verb: &str, body: &str) -> ApiError {
+        match ApiRequest::parse(verb, body.as_bytes(), &ApiConfig::default(), Utc::now()) {
+            Err(e) => e,
+            Ok(accepted) => panic!("{verb} {body}: accepted as {accepted:?}"),
+        }
+    }
+
+    #[test]
+    fn operations_requests_are_checked_naming_the_field() {
+        let e = refused("jobs.list", r#"{"selector": "team=data,,x"}"#);
+        assert_eq!(e.field.as_deref(), Some("selector"));
+        assert_eq!(
+            refused("jobs.list", r#"{"selector": ""}"#).field.as_deref(),
+            Some("selector")
+        );
+        let e = refused(
+            "jobs.put",
+            r#"{"id": "a", "schedule": {"every": "1m"}, "handler": "h", "if_version": -1}"#,
+        );
+        assert_eq!(e.field.as_deref(), Some("if_version"));
+        let e = refused(
+            "jobs.put",
+            r#"{"id": "a", "handler": "h", "if_version": "x"}"#,
+        );
+        let fields: Vec<&str> = e.details.iter().map(|d| d.field.as_str()).collect();
+        assert!(
+            fields.contains(&"schedule") && fields.contains(&"if_version"),
+            "{fields:?}"
+        );
+        for bad in [
+            r#"{"id": "nope"}"#,
+            r#"{"id": "a b@1#1"}"#,
+            r#"{"id": 5}"#,
+            r#"{}"#,
+        ] {
+            assert_eq!(
+                refused("firings.cancel", bad).field.as_deref(),
+                Some("id"),
+                "{bad}"
+            );
+        }
+        let ok = ApiRequest::parse(
+            "firings.cancel",
+            br#"{"id": "nightly@1700000000000#2"}"#,
+            &ApiConfig::default(),
+            Utc::now(),
+        );
+        assert!(
+            matches!(ok, Ok(ApiRequest::CancelFiring(ref id)) if id.attempt == 2),
+            "{ok:?}"
+        );
+    }
 }
