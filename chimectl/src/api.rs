@@ -7,7 +7,7 @@
 use crate::table::{print_firings, print_jobs, print_workers, printable};
 use crate::Failure;
 use anyhow::Context as _;
-use chime_common::api::{JobReply, ListWorkersReply, TriggerReply};
+use chime_common::api::{FiringReply, JobReply, ListWorkersReply, TriggerReply};
 use chime_common::client::{Client, ListFiringsRequest, ListJobsRequest};
 use chime_common::{ApiError, ErrorCode, FiringState, JobState};
 use clap::{Args, Subcommand};
@@ -39,6 +39,8 @@ pub enum ApiCommand {
     },
     /// Show firings (attempts with times, worker, outcome and error), newest first.
     History(HistoryArgs),
+    /// Cancel a firing: a running one on its worker, a waiting one before it starts.
+    Cancel { firing_id: String },
     /// List live workers.
     Workers {
         #[arg(long)]
@@ -54,6 +56,9 @@ pub struct ListArgs {
     /// active, paused or completed.
     #[arg(long)]
     state: Option<String>,
+    /// Only jobs whose labels match this selector (`team=data,env!=dev,critical`).
+    #[arg(short = 'l', long)]
+    selector: Option<String>,
     #[arg(long, default_value_t = 100)]
     limit: u32,
     /// The `next` cursor printed by the previous page.
@@ -79,7 +84,8 @@ fn usage(e: impl std::fmt::Display) -> Failure {
     Failure::Usage(e.to_string())
 }
 
-fn api_failure(e: ApiError) -> Failure {
+/// An API error as a failure: the user's input for `invalid_argument`.
+pub(crate) fn api_failure(e: ApiError) -> Failure {
     let field = e
         .field
         .as_deref()
@@ -146,6 +152,7 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
             let request = ListJobsRequest {
                 group: args.group.clone(),
                 state,
+                selector: args.selector.clone(),
                 limit: Some(args.limit),
                 after: args.after.clone(),
             };
@@ -165,6 +172,10 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
                 after: args.after.clone(),
             };
             to_json(&client.list_firings(&request).await.map_err(api_failure)?)?
+        }
+        ApiCommand::Cancel { firing_id } => {
+            let firing = client.cancel_firing(firing_id).await.map_err(api_failure)?;
+            to_json(&FiringReply { firing })?
         }
         ApiCommand::Workers { group } => {
             let workers = client
@@ -196,6 +207,7 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
                 .unwrap_or(&[]),
             reply.get("next"),
         ),
+        ApiCommand::Cancel { .. } => print_firings(std::slice::from_ref(&reply["firing"]), None),
         ApiCommand::Workers { .. } => print_workers(
             reply["workers"]
                 .as_array()

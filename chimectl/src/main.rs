@@ -5,6 +5,7 @@
 //! stderr that names the flag at fault.
 
 mod api;
+mod code;
 mod preview;
 mod table;
 
@@ -45,6 +46,8 @@ enum Command {
     Preview(preview::PreviewArgs),
     #[command(flatten)]
     Api(api::ApiCommand),
+    #[command(flatten)]
+    Code(code::CodeCommand),
 }
 
 fn timeout(s: &str) -> Result<std::time::Duration, String> {
@@ -92,17 +95,28 @@ async fn main() -> ExitCode {
             Ok(client) => api::run(command, &client, cli.json).await,
             Err(e) => Err(e),
         },
+        Command::Code(command) => match client(&cli).await {
+            Ok(client) => code::run(command, &client, cli.json).await,
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(message)) => {
-            eprintln!("chimectl: {}", table::printable(&message));
+            print_error(&message);
             ExitCode::from(USAGE)
         }
         Err(Failure::Other(e)) => {
-            eprintln!("chimectl: {}", table::printable(&format!("{e:#}")));
+            print_error(&format!("{e:#}"));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// An error on stderr, each of its lines (one per problem) made printable.
+fn print_error(message: &str) {
+    for line in message.lines() {
+        eprintln!("chimectl: {}", table::printable(line));
     }
 }
 

@@ -28,6 +28,7 @@ pub enum Verb {
     JobsTrigger,
     JobsPreview,
     FiringsList,
+    FiringsCancel,
     WorkersList,
     /// Recent alerts from the alert stream (extension).
     AlertsList,
@@ -50,7 +51,7 @@ pub enum Access {
 
 impl Verb {
     /// Every verb, in the contract's order.
-    pub const ALL: [Verb; 12] = [
+    pub const ALL: [Verb; 13] = [
         Verb::JobsPut,
         Verb::JobsGet,
         Verb::JobsList,
@@ -60,6 +61,7 @@ impl Verb {
         Verb::JobsTrigger,
         Verb::JobsPreview,
         Verb::FiringsList,
+        Verb::FiringsCancel,
         Verb::WorkersList,
         Verb::AlertsList,
         Verb::AuditList,
@@ -75,7 +77,9 @@ impl Verb {
             | Verb::WorkersList
             | Verb::AlertsList
             | Verb::AuditList => Access::Read,
-            Verb::JobsPause | Verb::JobsResume | Verb::JobsTrigger => Access::Operate,
+            Verb::JobsPause | Verb::JobsResume | Verb::JobsTrigger | Verb::FiringsCancel => {
+                Access::Operate
+            }
             Verb::JobsPut | Verb::JobsDelete => Access::Administer,
         }
     }
@@ -92,6 +96,7 @@ impl Verb {
             Verb::JobsTrigger => "jobs.trigger",
             Verb::JobsPreview => "jobs.preview",
             Verb::FiringsList => "firings.list",
+            Verb::FiringsCancel => "firings.cancel",
             Verb::WorkersList => "workers.list",
             Verb::AlertsList => "alerts.list",
             Verb::AuditList => "audit.list",
@@ -168,11 +173,26 @@ pub struct ListJobsRequest {
     pub group: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<JobState>,
+    /// A label selector (`crate::labels`): only the jobs it matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
     /// The `next` cursor of the previous page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
+}
+
+/// A request's `selector`, parsed; refused naming `field`.
+pub fn requested_selector(
+    text: Option<&str>,
+    field: &str,
+) -> Result<Option<crate::labels::Selector>, ApiError> {
+    text.map(|t| {
+        t.parse()
+            .map_err(|e| ApiError::invalid(field, format!("is not a label selector: {e}")))
+    })
+    .transpose()
 }
 
 /// `jobs.list` reply. `next` is `null` on the last page (the server has
@@ -240,6 +260,13 @@ pub struct ListFiringsReply {
     pub firings: Vec<Firing>,
     #[serde(default)]
     pub next: Option<String>,
+}
+
+/// `firings.cancel` reply: the firing afterwards (`cancelled`, or
+/// `executing` until its worker reports the cancel).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct FiringReply {
+    pub firing: Firing,
 }
 
 /// `workers.list` request.
@@ -331,6 +358,7 @@ pub enum Reply {
     Trigger(TriggerReply),
     Preview(PreviewReply),
     Firings(ListFiringsReply),
+    Firing(Box<FiringReply>),
     Workers(ListWorkersReply),
     Alerts(ListAlertsReply),
     Audit(ListAuditReply),
@@ -360,7 +388,7 @@ mod tests {
             unknown.message,
             "no API verb \"jobs.frobnicate\"; verbs are jobs.put, jobs.get, jobs.list, \
              jobs.delete, jobs.pause, jobs.resume, jobs.trigger, jobs.preview, \
-             firings.list, workers.list, alerts.list, audit.list"
+             firings.list, firings.cancel, workers.list, alerts.list, audit.list"
         );
     }
 

@@ -5,10 +5,11 @@
 //! code, message and field.
 
 use crate::api::{
-    IdRequest, JobReply, ListWorkersReply, ListWorkersRequest, PreviewReply, PreviewRequest,
-    TriggerReply, TriggerRequest,
+    FiringReply, IdRequest, JobReply, ListWorkersReply, ListWorkersRequest, PreviewReply,
+    PreviewRequest, TriggerReply, TriggerRequest,
 };
 use crate::error::{ApiError, ErrorReply};
+use crate::firing::Firing;
 use crate::job::Job;
 use crate::protocol::WorkerInfo;
 use crate::schedule::ScheduleSpec;
@@ -168,6 +169,15 @@ impl Client {
         request: &ListFiringsRequest,
     ) -> Result<ListFiringsReply, ApiError> {
         self.call(Verb::FiringsList, request).await
+    }
+
+    /// `firings.cancel`: the firing afterwards (`cancelled`, or `executing`
+    /// until its worker reports the cancel).
+    pub async fn cancel_firing(&self, id: &str) -> Result<Firing, ApiError> {
+        Ok(self
+            .call::<FiringReply>(Verb::FiringsCancel, &IdRequest { id: id.into() })
+            .await?
+            .firing)
     }
 
     /// `workers.list`.

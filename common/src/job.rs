@@ -6,6 +6,7 @@
 use crate::bounds::{check_at_most, MAX_MISFIRE_THRESHOLD, MAX_RETRY_DELAY, MAX_TIMEOUT};
 use crate::duration::{format_duration, json_kind, parse_duration, rfc3339_ms, rfc3339_ms_opt};
 use crate::error::FieldError;
+use crate::labels::{labels_from_json, Labels};
 use crate::schedule::ScheduleSpec;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -139,6 +140,9 @@ pub struct JobSpec {
     /// With `alert_after_failures`: also pause the job when the alert fires.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pause_after_alert: bool,
+    /// Labels that selectors choose jobs by (`crate::labels`); absent means none.
+    #[serde(default, skip_serializing_if = "Labels::is_empty")]
+    pub labels: Labels,
 }
 
 impl<'de> Deserialize<'de> for JobSpec {
@@ -160,6 +164,24 @@ const READ_ONLY_FIELDS: [&str; 5] = [
     "created_at",
     "updated_at",
 ];
+
+/// A put's condition (CONTRACT.md v1.1): not part of the spec, accepted in
+/// the put body and read by [`if_version`].
+pub const IF_VERSION_FIELD: &str = "if_version";
+
+/// The `if_version` of a put body: `None` when absent; 0 means "only if the
+/// job does not exist", N "only if the stored job has version N".
+pub fn if_version(body: &Value) -> Result<Option<i64>, FieldError> {
+    match body.get(IF_VERSION_FIELD).filter(|v| !v.is_null()) {
+        None => Ok(None),
+        Some(v) => v.as_i64().filter(|n| *n >= 0).map(Some).ok_or_else(|| {
+            FieldError::new(
+                IF_VERSION_FIELD,
+                format!("must be an integer from 0 (the job must not exist) up, found {v}"),
+            )
+        }),
+    }
+}
 
 /// The longest id and handler name.
 pub const MAX_ID_LEN: usize = 128;
@@ -400,6 +422,8 @@ impl JobSpec {
             "on_success",
             "alert_after_failures",
             "pause_after_alert",
+            "labels",
+            IF_VERSION_FIELD,
         ];
         known.extend(READ_ONLY_FIELDS);
         w.unknown_fields(&known);
@@ -527,6 +551,17 @@ impl JobSpec {
             }
         };
 
+        let labels = match obj.get("labels").filter(|v| !v.is_null()) {
+            None => Some(Labels::new()),
+            Some(v) => match labels_from_json(v, "labels") {
+                Ok(labels) => Some(labels),
+                Err(mut e) => {
+                    errors.append(&mut e);
+                    None
+                }
+            },
+        };
+
         let schedule = match obj.get("schedule").filter(|v| !v.is_null()) {
             None => {
                 errors.push(FieldError::new("schedule", "is required"));
@@ -556,6 +591,7 @@ impl JobSpec {
             on_success,
             alert_after_failures,
             pause_after_alert,
+            labels,
         ) {
             (
                 Some(id),
@@ -572,6 +608,7 @@ impl JobSpec {
                 Some(on_success),
                 Some(alert_after_failures),
                 Some(pause_after_alert),
+                Some(labels),
             ) if errors.is_empty() => Ok(JobSpec {
                 id,
                 group,
@@ -588,6 +625,7 @@ impl JobSpec {
                 on_success,
                 alert_after_failures,
                 pause_after_alert,
+                labels,
             }),
             _ => Err(errors),
         }
@@ -792,6 +830,39 @@ mod tests {
         let errors = JobSpec::from_json(&v, &Limits::default()).unwrap_err();
         assert!(errors.iter().all(|e| e.field.starts_with("on_success[")));
         assert!(errors[0].message.contains("itself"), "{}", errors[0]);
+    }
+
+    #[test]
+    fn labels_are_kept_and_checked_with_their_paths() {
+        let mut v = minimal();
+        v["labels"] = json!({"team": "data", "env": ""});
+        let spec = JobSpec::from_json(&v, &Limits::default()).unwrap();
+        assert_eq!(spec.labels.get("team").map(String::as_str), Some("data"));
+        assert_eq!(spec.to_json()["labels"], json!({"env": "", "team": "data"}));
+        assert!(minimal_spec().to_json().get("labels").is_none());
+        v["labels"] = json!({"Team": "x", "ok": 1});
+        let errors = JobSpec::from_json(&v, &Limits::default()).unwrap_err();
+        let mut f = fields(&errors);
+        f.sort();
+        assert_eq!(f, vec!["labels.Team", "labels.ok"]);
+    }
+
+    #[test]
+    fn if_version_is_read_beside_the_spec_and_never_kept() {
+        let mut v = minimal();
+        assert_eq!(if_version(&v), Ok(None));
+        v["if_version"] = json!(3);
+        assert_eq!(if_version(&v), Ok(Some(3)));
+        let spec = JobSpec::from_json(&v, &Limits::default()).unwrap();
+        assert!(spec.to_json().get("if_version").is_none());
+        for bad in [json!(-1), json!("3"), json!(1.5)] {
+            v["if_version"] = bad;
+            assert_eq!(if_version(&v).unwrap_err().field, "if_version");
+        }
+    }
+
+    fn minimal_spec() -> JobSpec {
+        JobSpec::from_json(&minimal(), &Limits::default()).unwrap()
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod error;
 pub mod firing;
 pub mod headers;
 pub mod job;
+pub mod labels;
 pub mod protocol;
 pub mod schedule;
 pub mod secret;

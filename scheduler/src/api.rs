@@ -5,20 +5,22 @@
 //! changes nothing. Failures reply `{"error": {"code", "message", "field"?}}`.
 
 use crate::metrics::Metrics;
-use crate::store::{AuditFilter, AuditRecord, FiringFilter, JobFilter, Store};
+use crate::store::{
+    AuditFilter, AuditRecord, FiringFilter, JobFilter, Store, CANCELLED_BY_OPERATOR,
+};
 use async_nats::jetstream::kv;
 use chime_common::api::{
-    requested_page, Access, IdRequest, ListAlertsReply, ListAlertsRequest, ListAuditReply,
-    ListAuditRequest, ListFiringsReply, ListFiringsRequest, ListJobsReply, ListJobsRequest,
-    ListWorkersReply, ListWorkersRequest, PreviewReply, PreviewRequest, Reply, TriggerReply,
-    TriggerRequest, Verb,
+    requested_page, requested_selector, Access, FiringReply, IdRequest, ListAlertsReply,
+    ListAlertsRequest, ListAuditReply, ListAuditRequest, ListFiringsReply, ListFiringsRequest,
+    ListJobsReply, ListJobsRequest, ListWorkersReply, ListWorkersRequest, PreviewReply,
+    PreviewRequest, Reply, TriggerReply, TriggerRequest, Verb,
 };
 use chime_common::duration::format_time;
 use chime_common::error::ErrorReply;
-use chime_common::job::{check_name, MAX_ID_LEN};
+use chime_common::job::{check_name, if_version, IF_VERSION_FIELD, MAX_ID_LEN};
 use chime_common::protocol::{Alert, CancelRequest, WorkerInfo};
 use chime_common::schedule::{Schedule, ScheduleSpec};
-use chime_common::{ApiError, JobSpec, Limits, Subjects};
+use chime_common::{ApiError, ErrorCode, FiringId, JobSpec, Limits, Subjects};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
@@ -131,7 +133,8 @@ fn check_id(id: &str) -> Result<(), ApiError> {
 /// exercise exactly the parsing and validation the API applies.
 #[derive(Debug, Clone)]
 pub enum ApiRequest {
-    PutJob(Box<JobSpec>),
+    /// `jobs.put`, with its `if_version`.
+    PutJob(Box<JobSpec>, Option<i64>),
     GetJob(String),
     ListJobs(JobFilter),
     DeleteJob(String),
@@ -141,6 +144,8 @@ pub enum ApiRequest {
     /// `jobs.preview` needs no store: its answer, the instants as written.
     Preview(Vec<String>),
     ListFirings(FiringFilter),
+    /// `firings.cancel`.
+    CancelFiring(FiringId),
     ListWorkers(ListWorkersRequest),
     ListAlerts(ListAlertsRequest),
     ListAudit(AuditFilter),
@@ -162,14 +167,23 @@ impl ApiRequest {
             Ok(req.id)
         };
         Ok(match verb.parse::<Verb>()? {
-            Verb::JobsPut => ApiRequest::PutJob(Box::new(
-                JobSpec::from_json(&parse_value(body)?, &config.limits)
-                    .map_err(ApiError::from_field_errors)?,
-            )),
+            Verb::JobsPut => {
+                let body = parse_value(body)?;
+                let spec = JobSpec::from_json(&body, &config.limits);
+                match (spec, if_version(&body)) {
+                    (Ok(spec), Ok(expected)) => ApiRequest::PutJob(Box::new(spec), expected),
+                    (spec, expected) => {
+                        let mut errors = spec.err().unwrap_or_default();
+                        errors.extend(expected.err());
+                        return Err(ApiError::from_field_errors(errors));
+                    }
+                }
+            }
             Verb::JobsGet => ApiRequest::GetJob(id_request()?),
             Verb::JobsList => {
                 let req: ListJobsRequest = parse_request(body)?;
                 ApiRequest::ListJobs(JobFilter {
+                    selector: requested_selector(req.selector.as_deref(), "selector")?,
                     group: req.group,
                     state: req.state,
                     limit: requested_page(req.limit)?,
@@ -232,6 +246,17 @@ impl ApiRequest {
                     after: req.after,
                 })
             }
+            Verb::FiringsCancel => {
+                let req: IdRequest = parse_request(body)?;
+                let id: FiringId = req
+                    .id
+                    .parse()
+                    .map_err(|e: String| ApiError::invalid("id", e))?;
+                check_name(&id.job_id, MAX_ID_LEN).map_err(|e| {
+                    ApiError::invalid("id", format!("names no job id that can exist: {e}"))
+                })?;
+                ApiRequest::CancelFiring(id)
+            }
             Verb::WorkersList => ApiRequest::ListWorkers(parse_request(body)?),
             Verb::AlertsList => {
                 let mut req: ListAlertsRequest = parse_request(body)?;
@@ -252,7 +277,8 @@ impl ApiRequest {
     /// The job a mutating request names, for the audit trail; `None` for reads.
     pub fn target(&self) -> Option<&str> {
         match self {
-            ApiRequest::PutJob(spec) => Some(&spec.id),
+            ApiRequest::PutJob(spec, _) => Some(&spec.id),
+            ApiRequest::CancelFiring(id) => Some(&id.job_id),
             ApiRequest::DeleteJob(id) | ApiRequest::SetPaused(id, _) => Some(id),
             ApiRequest::Trigger(req) => Some(&req.id),
             ApiRequest::GetJob(_)
@@ -377,8 +403,18 @@ impl Api {
 
     async fn execute(&self, request: ApiRequest, now: DateTime<Utc>) -> Result<Reply, ApiError> {
         match request {
-            ApiRequest::PutJob(spec) => {
-                let job = self.store.put_job(&spec, now).await?;
+            ApiRequest::PutJob(spec, expected) => {
+                let job = self
+                    .store
+                    .put_job_if(&spec, expected, now)
+                    .await
+                    .map_err(|e| match ApiError::from(e) {
+                        e if e.code == ErrorCode::Conflict && expected.is_some() => ApiError {
+                            field: Some(IF_VERSION_FIELD.to_string()),
+                            ..e
+                        },
+                        e => e,
+                    })?;
                 Ok(Reply::job(job))
             }
             ApiRequest::GetJob(id) => {
@@ -433,6 +469,24 @@ impl Api {
                     firings: page.items,
                     next: page.next,
                 }))
+            }
+            ApiRequest::CancelFiring(id) => {
+                let outcome = self
+                    .store
+                    .cancel_firing(&id, now)
+                    .await?
+                    .ok_or_else(|| ApiError::not_found(format!("no firing with id {id}")))?;
+                if let Some(running) = &outcome.running {
+                    self.cancel(
+                        &running.worker_id,
+                        &running.firing_id,
+                        CANCELLED_BY_OPERATOR,
+                    )
+                    .await;
+                }
+                Ok(Reply::Firing(Box::new(FiringReply {
+                    firing: outcome.firing,
+                })))
             }
             ApiRequest::ListWorkers(req) => {
                 let workers = self.workers(req.group.as_deref()).await?;
@@ -601,5 +655,58 @@ mod tests {
         let e = parse_request::<IdRequest>(b"{not json").unwrap_err();
         assert_eq!(e.code, chime_common::ErrorCode::InvalidArgument);
         assert!(parse_request::<ListJobsRequest>(b"").is_ok());
+    }
+
+    fn refused(verb: &str, body: &str) -> ApiError {
+        match ApiRequest::parse(verb, body.as_bytes(), &ApiConfig::default(), Utc::now()) {
+            Err(e) => e,
+            Ok(accepted) => panic!("{verb} {body}: accepted as {accepted:?}"),
+        }
+    }
+
+    #[test]
+    fn operations_requests_are_checked_naming_the_field() {
+        let e = refused("jobs.list", r#"{"selector": "team=data,,x"}"#);
+        assert_eq!(e.field.as_deref(), Some("selector"));
+        assert_eq!(
+            refused("jobs.list", r#"{"selector": ""}"#).field.as_deref(),
+            Some("selector")
+        );
+        let e = refused(
+            "jobs.put",
+            r#"{"id": "a", "schedule": {"every": "1m"}, "handler": "h", "if_version": -1}"#,
+        );
+        assert_eq!(e.field.as_deref(), Some("if_version"));
+        let e = refused(
+            "jobs.put",
+            r#"{"id": "a", "handler": "h", "if_version": "x"}"#,
+        );
+        let fields: Vec<&str> = e.details.iter().map(|d| d.field.as_str()).collect();
+        assert!(
+            fields.contains(&"schedule") && fields.contains(&"if_version"),
+            "{fields:?}"
+        );
+        for bad in [
+            r#"{"id": "nope"}"#,
+            r#"{"id": "a b@1#1"}"#,
+            r#"{"id": 5}"#,
+            r#"{}"#,
+        ] {
+            assert_eq!(
+                refused("firings.cancel", bad).field.as_deref(),
+                Some("id"),
+                "{bad}"
+            );
+        }
+        let ok = ApiRequest::parse(
+            "firings.cancel",
+            br#"{"id": "nightly@1700000000000#2"}"#,
+            &ApiConfig::default(),
+            Utc::now(),
+        );
+        assert!(
+            matches!(ok, Ok(ApiRequest::CancelFiring(ref id)) if id.attempt == 2),
+            "{ok:?}"
+        );
     }
 }

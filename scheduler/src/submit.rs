@@ -84,11 +84,18 @@ impl Submit {
                 ))
             }
         };
-        let spec = match JobSpec::from_json(&value, &self.config.limits) {
-            Ok(spec) => spec,
-            Err(errors) => return Applied::Rejected(ApiError::from_field_errors(errors)),
+        let (spec, expected) = match (
+            JobSpec::from_json(&value, &self.config.limits),
+            chime_common::job::if_version(&value),
+        ) {
+            (Ok(spec), Ok(expected)) => (spec, expected),
+            (spec, expected) => {
+                let mut errors = spec.err().unwrap_or_default();
+                errors.extend(expected.err());
+                return Applied::Rejected(ApiError::from_field_errors(errors));
+            }
         };
-        match self.store.put_job(&spec, Utc::now()).await {
+        match self.store.put_job_if(&spec, expected, Utc::now()).await {
             Ok(_) => Applied::Stored,
             Err(e) if e.is_retryable() => Applied::Retry(e),
             Err(e @ (StoreError::Invalid(_) | StoreError::Conflict(_))) => {

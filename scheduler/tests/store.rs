@@ -254,6 +254,9 @@ macro_rules! both_backends {
     };
 }
 
+#[path = "store/operations.rs"]
+mod operations;
+
 both_backends!(
     a_start_must_ask_for_what_was_staged,
     migrations_are_idempotent,

@@ -260,7 +260,7 @@ pub fn api_request(data: &[u8]) {
             matches!(e.code, ErrorCode::InvalidArgument | ErrorCode::NotFound),
             "{verb}: refused as {e:?}"
         ),
-        Ok(ApiRequest::PutJob(spec)) => accepted_spec_round_trips(&spec),
+        Ok(ApiRequest::PutJob(spec, _)) => accepted_spec_round_trips(&spec),
         Ok(ApiRequest::Preview(times)) => {
             assert!(
                 times.len() <= config.max_preview as usize,
@@ -307,6 +307,13 @@ pub fn api_request(data: &[u8]) {
         }
         Ok(ApiRequest::ListAlerts(ListAlertsRequest { limit: None, .. })) => {
             panic!("{verb}: the alert page size was not settled")
+        }
+        Ok(ApiRequest::CancelFiring(id)) => {
+            assert_eq!(
+                check_name(&id.job_id, MAX_ID_LEN).err(),
+                None::<String>,
+                "{verb}: accepted firing id {id}"
+            );
         }
         Ok(ApiRequest::ListWorkers(_)) => {}
     }

@@ -2,7 +2,8 @@
 //! real NATS and both stores.
 
 use chime_common::api::{
-    JobReply, ListFiringsReply, ListJobsReply, ListWorkersReply, PreviewReply, TriggerReply,
+    FiringReply, JobReply, ListAlertsReply, ListAuditReply, ListFiringsReply, ListJobsReply,
+    ListWorkersReply, PreviewReply, TriggerReply,
 };
 use chime_common::client::{Client, ListFiringsRequest, ListJobsRequest, Verb};
 use chime_common::error::ErrorReply;
@@ -238,6 +239,7 @@ backend_tests! {
         full["on_success"] = json!(["paused"]);
         full["alert_after_failures"] = json!(3);
         full["pause_after_alert"] = json!(true);
+        full["labels"] = json!({"team": "data", "k8s.io/tier": ""});
         for id in ["plain", "paused"] {
             raw_reply(&connection, subjects.api(Verb::JobsPut), &spec(id)).await;
         }
@@ -296,10 +298,26 @@ backend_tests! {
                     assert_eq!(raw["firings"].as_array().map(Vec::len), Some(1), "{raw}");
                     assert!(raw.get("next").is_some_and(Value::is_null), "{raw}");
                 }
+                Verb::FiringsCancel => {
+                    let list = raw_reply(&connection, subjects.api(Verb::FiringsList), &json!({"job_id": "full"})).await;
+                    let id = list["firings"][0]["id"].clone();
+                    let raw = raw_reply(&connection, subject, &json!({"id": id})).await;
+                    reads_back::<FiringReply>(verb, &raw);
+                    assert_eq!(raw["firing"]["state"], "cancelled", "{raw}");
+                }
                 Verb::WorkersList => {
                     let raw = raw_reply(&connection, subject, &json!({})).await;
                     reads_back::<ListWorkersReply>(verb, &raw);
                     assert_eq!(raw["workers"][0]["id"], "w1", "{raw}");
+                }
+                Verb::AlertsList => {
+                    let raw = raw_reply(&connection, subject, &json!({"limit": 5})).await;
+                    reads_back::<ListAlertsReply>(verb, &raw);
+                }
+                Verb::AuditList => {
+                    let raw = raw_reply(&connection, subject, &json!({"target": "full"})).await;
+                    reads_back::<ListAuditReply>(verb, &raw);
+                    assert_eq!(raw["entries"][0]["verb"], "firings.cancel", "{raw}");
                 }
             }
         }

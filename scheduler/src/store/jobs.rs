@@ -2,6 +2,7 @@
 
 use super::locks::Tx;
 use super::rows::{self, JOB_COLUMNS, JOB_TABLES};
+use super::selection::selector_condition;
 use super::stage::NewFiring;
 use super::states::{sources_sql, Transition};
 use super::types::{Deleted, JobFilter, Page};
@@ -10,6 +11,7 @@ use super::{at_ms, ms, page_limit, truncate, RowExt, Store, StoreError};
 use chime_common::schedule::Schedule;
 use chime_common::{FiringId, FiringState, Job, JobSpec, JobState};
 use chrono::{DateTime, Utc};
+use sqlx::any::AnyRow;
 use sqlx::{Any, Transaction};
 
 /// The schedule's first instant strictly after millisecond `t`, in milliseconds.
@@ -79,6 +81,27 @@ pub(crate) const UPSERT_SCHEDULE: &str =
      ON CONFLICT (job_id) DO UPDATE SET part = excluded.part, state = excluded.state, \
          next_fire_at = excluded.next_fire_at";
 
+/// [`UPSERT_JOB`]'s insert for a put with `if_version: 0`: no row comes
+/// back when the job exists.
+const INSERT_JOB_IF_ABSENT: &str = "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, \
+         consecutive_failures, created_at, updated_at, overlap) \
+     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5) \
+     ON CONFLICT (id) DO NOTHING \
+     RETURNING version, created_at";
+
+/// [`UPSERT_JOB`]'s replace for a put with `if_version: $6`: no row comes
+/// back unless the stored job has that version.
+const UPDATE_JOB_IF_VERSION: &str = "UPDATE jobs SET group_name = $2, spec = $3, overlap = $5, \
+         anchor_ms = $4, version = version + 1, updated_at = $4 \
+     WHERE id = $1 AND version = $6 \
+     RETURNING version, created_at";
+
+/// [`UPSERT_SCHEDULE`] as a statement of its own (parameters from `$1`).
+const UPSERT_SCHEDULE_ALONE: &str = "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
+     VALUES ($1, $2, $3, $4) \
+     ON CONFLICT (job_id) DO UPDATE SET part = excluded.part, state = excluded.state, \
+         next_fire_at = excluded.next_fire_at";
+
 /// The parameters of a put's two upserts.
 pub(crate) struct Put<'a> {
     spec: &'a JobSpec,
@@ -101,6 +124,18 @@ impl<'a> Put<'a> {
             .bind(self.text)
             .bind(self.now_ms)
             .bind(self.spec.overlap.as_str())
+    }
+
+    /// Binds [`UPSERT_SCHEDULE_ALONE`]'s parameters.
+    fn bind_schedule<'q>(&self, query: AnyQuery<'q>) -> AnyQuery<'q>
+    where
+        'a: 'q,
+    {
+        query
+            .bind(self.spec.id.as_str())
+            .bind(self.partition)
+            .bind(self.state)
+            .bind(self.next)
     }
 
     /// Binds [`UPSERT_JOB`]'s and [`UPSERT_SCHEDULE`]'s parameters.
@@ -127,6 +162,20 @@ impl Store {
     /// first strictly after `now`. It is `paused` if the spec says so,
     /// `completed` if the schedule has no further instant, else `active`.
     pub async fn put_job(&self, spec: &JobSpec, now: DateTime<Utc>) -> Result<Job, StoreError> {
+        self.put_job_if(spec, None, now).await
+    }
+
+    /// [`Store::put_job`] on a condition (the put's `if_version`): with
+    /// `Some(0)` only if the job does not exist, with `Some(n)` only if the
+    /// stored job has version `n`; else [`StoreError::Conflict`] and
+    /// nothing changes. The condition is checked by the statement that
+    /// writes, so of two puts made against the same version one wins.
+    pub async fn put_job_if(
+        &self,
+        spec: &JobSpec,
+        if_version: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> Result<Job, StoreError> {
         let now = truncate(now);
         let now_ms = ms(now);
         let schedule = Schedule::compile(&spec.schedule, now).map_err(StoreError::Invalid)?;
@@ -149,7 +198,18 @@ impl Store {
             state: state.as_str(),
             next,
         };
-        let row = self.retrying(|| self.upsert_job(&put)).await?;
+        let row = match if_version {
+            None => self.retrying(|| self.upsert_job(&put)).await?,
+            Some(expected) => {
+                let written = self
+                    .retrying(|| self.put_job_on_condition(&put, expected))
+                    .await?;
+                match written {
+                    Some(row) => row,
+                    None => return Err(self.version_conflict(&spec.id, expected).await),
+                }
+            }
+        };
         let created_ms = row.int(&spec.id, "created_at")?;
         Ok(Job {
             spec: spec.clone(),
@@ -159,6 +219,51 @@ impl Store {
             created_at: super::instant(&spec.id, "created_at", created_ms)?,
             updated_at: now,
         })
+    }
+
+    /// Both halves of a put, if the stored job has version `expected` (0:
+    /// if there is none); `None`, and nothing written, if not.
+    async fn put_job_on_condition(
+        &self,
+        put: &Put<'_>,
+        expected: i64,
+    ) -> Result<Option<AnyRow>, StoreError> {
+        let mut tx = self.begin().await?;
+        let row = if expected == 0 {
+            put.bind_job(sqlx::query(INSERT_JOB_IF_ABSENT))
+                .fetch_optional(&mut *tx)
+                .await?
+        } else {
+            put.bind_job(sqlx::query(UPDATE_JOB_IF_VERSION))
+                .bind(expected)
+                .fetch_optional(&mut *tx)
+                .await?
+        };
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        put.bind_schedule(sqlx::query(UPSERT_SCHEDULE_ALONE))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Some(row))
+    }
+
+    /// The conflict of a put whose `if_version` is not the stored version.
+    async fn version_conflict(&self, id: &str, expected: i64) -> StoreError {
+        let stored: Result<Option<i64>, _> =
+            sqlx::query_scalar("SELECT version FROM jobs WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&self.read)
+                .await;
+        let found = match stored {
+            Ok(Some(version)) => format!("job {id:?} is at version {version}"),
+            Ok(None) => format!("job {id:?} does not exist"),
+            Err(e) => return e.into(),
+        };
+        StoreError::Conflict(format!(
+            "if_version: {found}, not {expected}; it changed since it was read (get it again)"
+        ))
     }
 
     /// The job, if it exists.
@@ -172,7 +277,8 @@ impl Store {
         row.as_ref().map(rows::job).transpose()
     }
 
-    /// One page of jobs, newest first (`created_at`, then id, descending).
+    /// One page of jobs, newest first (`created_at`, then id, descending),
+    /// of those the filter's group, state and selector choose.
     pub async fn list_jobs(&self, filter: &JobFilter) -> Result<Page<Job>, StoreError> {
         let limit = page_limit(filter.limit);
         let after = filter.after.as_deref().map(parse_job_cursor).transpose()?;
@@ -191,7 +297,15 @@ impl Store {
         if after.is_some() {
             conditions.push(format!("(j.created_at, j.id) < ({}, {})", param(), param()));
         }
-        let limit_param = param();
+        let selection = filter
+            .selector
+            .as_ref()
+            .map(|s| selector_condition(self.backend, s, n + 1));
+        if let Some(selection) = &selection {
+            conditions.push(selection.sql.clone());
+            n += selection.binds.len();
+        }
+        let limit_param = format!("${}", n + 1);
         let where_clause = if conditions.is_empty() {
             String::new()
         } else {
@@ -210,6 +324,9 @@ impl Store {
         }
         if let Some((created, id)) = &after {
             query = query.bind(*created).bind(id.as_str());
+        }
+        for value in selection.iter().flat_map(|s| &s.binds) {
+            query = query.bind(value.as_str());
         }
         let rows = query
             .bind(i64::from(limit) + 1)

@@ -18,7 +18,7 @@
 //! transition). Each transition is one file: `stage.rs`, `publish.rs`,
 //! `start.rs`, `skip.rs` (skipped or failed without starting), `queue.rs`
 //! (overlap `queue` and its release), `finish.rs`, `retry.rs`, `requeue.rs`
-//! (lost). `locks.rs` reads and locks what they decide on; `waiting.rs` and
+//! (lost), `cancel.rs` (an operator's cancel). `locks.rs` reads and locks what they decide on; `waiting.rs` and
 //! `executing.rs` keep the two small tables that say which firings wait and
 //! which run. Jobs are `jobs.rs`, `dependencies.rs` (`on_success`) and
 //! `plan.rs` (misfire planning).
@@ -63,6 +63,7 @@
 //! and an unreadable job as deleted (logged).
 
 mod audit;
+mod cancel;
 mod clock;
 mod dependencies;
 mod dialect;
@@ -78,6 +79,7 @@ mod queue;
 mod requeue;
 mod retry;
 mod rows;
+mod selection;
 mod sessions;
 mod skip;
 mod stage;
@@ -87,6 +89,7 @@ mod types;
 mod waiting;
 
 pub use audit::{AuditFilter, AuditRecord};
+pub use cancel::{CancelOutcome, CANCELLED_BY_OPERATOR};
 pub use dialect::Backend;
 pub use error::StoreError;
 pub use history::Activity;

@@ -13,7 +13,7 @@
 //! | finish     | `executing`             | `succeeded`, `failed`, `cancelled` | `Store::finish` (`finish.rs`)            |
 //! | retry      | `failed`, `lost`        | next attempt `staged`              | `Store::retry` (`retry.rs`)              |
 //! | requeue    | `executing`             | `lost` (worker gone, deadline)     | `Store::requeue` (`requeue.rs`)          |
-//! | cancel     | `staged`, `published`   | `cancelled` (job deleted)          | `Store::delete_job` (`jobs.rs`)          |
+//! | cancel     | `staged`, `published`   | `cancelled` (job deleted, operator) | `Store::delete_job` (`jobs.rs`), `Store::cancel_firing` (`cancel.rs`) |
 //!
 //! `succeeded`, `failed`, `lost`, `skipped` and `cancelled` are final: no
 //! transition leaves them. A retry does not change the failed or lost

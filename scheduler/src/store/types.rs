@@ -1,6 +1,7 @@
 //! What the store's operations take and return.
 
 use chime_common::api::DEFAULT_PAGE;
+use chime_common::labels::Selector;
 use chime_common::protocol::{Alert, StartRefusal, StartReply};
 use chime_common::{FiringId, FiringState, Job, JobState, Limits};
 use chrono::{DateTime, Utc};
@@ -43,6 +44,8 @@ impl Default for StoreOptions {
 pub struct JobFilter {
     pub group: Option<String>,
     pub state: Option<JobState>,
+    /// Only jobs whose labels it matches.
+    pub selector: Option<Selector>,
     /// Page size, 1 to 1000 (0 means the default, 100).
     pub limit: u32,
     /// The `next` cursor of the previous page.
@@ -54,6 +57,7 @@ impl Default for JobFilter {
         JobFilter {
             group: None,
             state: None,
+            selector: None,
             limit: DEFAULT_PAGE,
             after: None,
         }

@@ -115,6 +115,18 @@ impl Backend {
         }
     }
 
+    /// The value of the label whose key is bound as `$param`, read from the
+    /// spec JSON of `jobs` alias `j`; NULL when the job has no such label.
+    pub(crate) fn label_value(self, param: usize) -> String {
+        match self {
+            Backend::Postgres => format!("(j.spec::jsonb -> 'labels' ->> ${param})"),
+            // A quoted path step: keys may hold `.` and `/`, never `"`.
+            Backend::Sqlite => {
+                format!("json_extract(j.spec, '$.labels.' || json_quote(${param}))")
+            }
+        }
+    }
+
     /// Whether the backend has the one-statement fast paths of start and
     /// finish (data-modifying `WITH`, which SQLite lacks).
     pub(crate) fn has_fast_paths(self) -> bool {
