@@ -5,11 +5,13 @@
 //! and `chimectl` all speak through these types, so a verb's name or a
 //! reply's shape is written once.
 
+pub use crate::calendars::{CalendarReply, ListCalendarsReply};
 use crate::duration::rfc3339_ms_opt;
 use crate::error::ApiError;
 use crate::firing::{Firing, FiringState};
 use crate::job::{Job, JobState};
 use crate::protocol::WorkerInfo;
+use crate::schedule::DstMark;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -29,11 +31,15 @@ pub enum Verb {
     JobsPreview,
     FiringsList,
     WorkersList,
+    CalendarsPut,
+    CalendarsGet,
+    CalendarsDelete,
+    CalendarsList,
 }
 
 impl Verb {
     /// Every verb, in the contract's order.
-    pub const ALL: [Verb; 10] = [
+    pub const ALL: [Verb; 14] = [
         Verb::JobsPut,
         Verb::JobsGet,
         Verb::JobsList,
@@ -44,6 +50,10 @@ impl Verb {
         Verb::JobsPreview,
         Verb::FiringsList,
         Verb::WorkersList,
+        Verb::CalendarsPut,
+        Verb::CalendarsGet,
+        Verb::CalendarsDelete,
+        Verb::CalendarsList,
     ];
 
     /// The wire name, also the `verb` metric label.
@@ -59,6 +69,10 @@ impl Verb {
             Verb::JobsPreview => "jobs.preview",
             Verb::FiringsList => "firings.list",
             Verb::WorkersList => "workers.list",
+            Verb::CalendarsPut => "calendars.put",
+            Verb::CalendarsGet => "calendars.get",
+            Verb::CalendarsDelete => "calendars.delete",
+            Verb::CalendarsList => "calendars.list",
         }
     }
 }
@@ -164,8 +178,10 @@ pub struct TriggerReply {
     pub firing_id: String,
 }
 
-/// `jobs.preview` request.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// `jobs.preview` request. `dst`, `jitter` and `exclude` are the job fields
+/// of the same names, checked as `jobs.put` checks them; `id` is needed for
+/// `H` and `jitter`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct PreviewRequest {
     pub schedule: Value,
     #[serde(
@@ -176,12 +192,53 @@ pub struct PreviewRequest {
     pub from: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude: Option<Value>,
 }
 
-/// `jobs.preview` reply: RFC 3339 instants.
+/// `jobs.preview` reply: RFC 3339 instants and, parallel to them, what
+/// happened to each (`null`: nothing).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PreviewReply {
     pub times: Vec<String>,
+    /// Absent from servers before v1.1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub marks: Vec<Option<PreviewMark>>,
+}
+
+/// Why a previewed instant is not simply its local time, once, fired.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreviewMark {
+    /// Moved out of a spring-forward gap, or one of two firings of a
+    /// repeated local time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<DstMark>,
+    /// The calendar whose date excludes it: the instant is recorded
+    /// `skipped`, not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub excluded: Option<String>,
+}
+
+impl PreviewMark {
+    /// The mark of an instant, `None` when there is nothing to say.
+    pub fn of(dst: Option<DstMark>, excluded: Option<String>) -> Option<PreviewMark> {
+        (dst.is_some() || excluded.is_some()).then_some(PreviewMark { dst, excluded })
+    }
+
+    /// A few words for a terminal: `shifted`, `repeated`, `excluded by ID`.
+    pub fn describe(&self) -> String {
+        let mut words: Vec<String> = self.dst.iter().map(|m| m.as_str().to_string()).collect();
+        if let Some(id) = &self.excluded {
+            words.push(format!("excluded by {id}"));
+        }
+        words.join(", ")
+    }
 }
 
 /// `firings.list` request.
@@ -205,6 +262,11 @@ pub struct ListFiringsReply {
     #[serde(default)]
     pub next: Option<String>,
 }
+
+/// `calendars.list` request: no fields.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListCalendarsRequest {}
 
 /// `workers.list` request.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -232,6 +294,8 @@ pub enum Reply {
     Preview(PreviewReply),
     Firings(ListFiringsReply),
     Workers(ListWorkersReply),
+    Calendar(CalendarReply),
+    Calendars(ListCalendarsReply),
 }
 
 impl Reply {
@@ -258,7 +322,8 @@ mod tests {
             unknown.message,
             "no API verb \"jobs.frobnicate\"; verbs are jobs.put, jobs.get, jobs.list, \
              jobs.delete, jobs.pause, jobs.resume, jobs.trigger, jobs.preview, \
-             firings.list, workers.list"
+             firings.list, workers.list, calendars.put, calendars.get, calendars.delete, \
+             calendars.list"
         );
     }
 

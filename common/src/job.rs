@@ -6,7 +6,8 @@
 use crate::bounds::{check_at_most, MAX_MISFIRE_THRESHOLD, MAX_RETRY_DELAY, MAX_TIMEOUT};
 use crate::duration::{format_duration, json_kind, parse_duration, rfc3339_ms, rfc3339_ms_opt};
 use crate::error::FieldError;
-use crate::schedule::ScheduleSpec;
+use crate::schedule::{Schedule, ScheduleSpec};
+use crate::time_rules::TimeRules;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -131,6 +132,9 @@ pub struct JobSpec {
     /// With `alert_after_failures`: also pause the job when the alert fires.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pause_after_alert: bool,
+    /// `dst`, `jitter`, `exclude`, `max_lateness`.
+    #[serde(flatten)]
+    pub time: TimeRules,
 }
 
 impl<'de> Deserialize<'de> for JobSpec {
@@ -394,6 +398,7 @@ impl JobSpec {
             "pause_after_alert",
         ];
         known.extend(READ_ONLY_FIELDS);
+        known.extend(TimeRules::FIELDS);
         w.unknown_fields(&known);
 
         let id = w.name("id", MAX_ID_LEN, None);
@@ -533,6 +538,18 @@ impl JobSpec {
             },
         };
 
+        let time = TimeRules::from_json(obj)
+            .map_err(|mut e| errors.append(&mut e))
+            .ok();
+        // What needs the id and the schedule together: H and jitter draw
+        // from the id, jitter is bounded by the period, dst needs cron.
+        if let (Some(id), Some(schedule), Some(time)) = (&id, &schedule, &time) {
+            let options = time.schedule_options(Some(id));
+            if let Err(e) = Schedule::compile_with(schedule, DateTime::UNIX_EPOCH, &options) {
+                errors.push(e);
+            }
+        }
+
         match (
             id,
             group,
@@ -548,6 +565,7 @@ impl JobSpec {
             on_success,
             alert_after_failures,
             pause_after_alert,
+            time,
         ) {
             (
                 Some(id),
@@ -564,6 +582,7 @@ impl JobSpec {
                 Some(on_success),
                 Some(alert_after_failures),
                 Some(pause_after_alert),
+                Some(time),
             ) if errors.is_empty() => Ok(JobSpec {
                 id,
                 group,
@@ -580,6 +599,7 @@ impl JobSpec {
                 on_success,
                 alert_after_failures,
                 pause_after_alert,
+                time,
             }),
             _ => Err(errors),
         }
