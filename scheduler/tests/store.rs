@@ -218,6 +218,14 @@ use fixture::TestDb;
 #[path = "store/schema.rs"]
 mod schema;
 
+#[path = "store/time_rules.rs"]
+mod time_rules;
+use time_rules::{
+    calendars_round_trip_and_guard_their_jobs,
+    excluded_local_dates_are_skipped_naming_the_calendar,
+    jittered_and_hashed_jobs_stage_the_instants_computed_anywhere,
+};
+
 /// Runs each named test body (`async fn name(db: TestDb)`) on both backends,
 /// PostgreSQL with and without its fast paths, then checks the `waiting`
 /// table against the firings it indexes.
@@ -302,6 +310,9 @@ both_backends!(
     prune_history_keeps_the_newest_per_job,
     counts_by_state_reports_live_firings,
     list_firings_pages_newest_first,
+    calendars_round_trip_and_guard_their_jobs,
+    excluded_local_dates_are_skipped_naming_the_calendar,
+    jittered_and_hashed_jobs_stage_the_instants_computed_anywhere,
 );
 
 // ---------------------------------------------------------------------------
