@@ -73,7 +73,8 @@ impl Preview {
         })
     }
 
-    /// The reply, with `calendars` (those of `exclude` that exist) applied.
+    /// The reply, with `calendars` (those of `exclude` that exist) applied;
+    /// `marks` only when some instant has one.
     pub fn reply(&self, calendars: &[Calendar]) -> PreviewReply {
         let (times, marks) = self
             .instants
@@ -83,6 +84,13 @@ impl Preview {
                 (format_time(*t), PreviewMark::of(*dst, excluded))
             })
             .unzip();
+        let marks: Vec<Option<PreviewMark>> = marks;
+        // Nothing to mark: the reply is v1's `{"times"}`.
+        let marks = if marks.iter().all(Option::is_none) {
+            Vec::new()
+        } else {
+            marks
+        };
         PreviewReply { times, marks }
     }
 }
