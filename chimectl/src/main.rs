@@ -42,7 +42,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Print the next firing times of a schedule (offline, needs no server).
+    /// Print the next firing times of a schedule (offline unless --exclude asks the server).
     Preview(preview::PreviewArgs),
     #[command(flatten)]
     Api(api::ApiCommand),
@@ -90,7 +90,11 @@ async fn main() -> ExitCode {
         Err(e) => return clap_error(e),
     };
     let result = match &cli.command {
-        Command::Preview(args) => preview::run(args, cli.json),
+        Command::Preview(args) if args.needs_server() => match client(&cli).await {
+            Ok(client) => preview::run(args, Some(&client), cli.json).await,
+            Err(e) => Err(e),
+        },
+        Command::Preview(args) => preview::run(args, None, cli.json).await,
         Command::Api(command) => match client(&cli).await {
             Ok(client) => api::run(command, &client, cli.json).await,
             Err(e) => Err(e),

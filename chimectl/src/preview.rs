@@ -6,8 +6,10 @@
 
 use crate::Failure;
 use anyhow::Context;
-use chime_common::duration::{format_time, parse_time_str};
-use chime_common::schedule::{Schedule, ScheduleSpec};
+use chime_common::api::{PreviewReply, PreviewRequest};
+use chime_common::client::Client;
+use chime_common::duration::parse_time_str;
+use chime_common::preview::Preview;
 use chrono::{DateTime, Utc};
 use clap::Args;
 use serde_json::{json, Map, Value};
@@ -34,32 +36,103 @@ pub struct PreviewArgs {
     /// How many instants to show.
     #[arg(short = 'n', value_name = "N", default_value_t = 10)]
     n: usize,
+
+    /// The job's id: what H in the cron expression and --jitter draw from.
+    #[arg(long, value_name = "ID")]
+    id: Option<String>,
+
+    /// A local time inside a spring-forward gap: shift (fire at the gap's end) or skip.
+    #[arg(long, value_name = "shift|skip")]
+    dst_gap: Option<String>,
+
+    /// A local time repeated at fall-back: first (fire once) or both.
+    #[arg(long, value_name = "first|both")]
+    dst_repeat: Option<String>,
+
+    /// Move each instant later by a fixed amount below D, drawn from --id and the instant.
+    #[arg(long, value_name = "D")]
+    jitter: Option<String>,
+
+    /// Mark the instants a calendar excludes (asks the server, which keeps the calendars).
+    #[arg(long, value_name = "CALENDAR")]
+    exclude: Vec<String>,
 }
 
-/// Prints the next `n` instants, one per line, or `{"times": [...]}` with `--json`.
-pub fn run(args: &PreviewArgs, json_output: bool) -> Result<(), Failure> {
-    let from = match &args.from {
-        Some(text) => parse_time_str(text).map_err(|e| usage("--from", &e))?,
-        None => Utc::now(),
+impl PreviewArgs {
+    /// Whether the preview needs the server: only calendars live there.
+    pub fn needs_server(&self) -> bool {
+        !self.exclude.is_empty()
+    }
+}
+
+/// Prints the next `n` instants, one per line with its marks, or the
+/// `jobs.preview` reply with `--json`. With `client`, the server answers.
+pub async fn run(
+    args: &PreviewArgs,
+    client: Option<&Client>,
+    json_output: bool,
+) -> Result<(), Failure> {
+    let now = Utc::now();
+    let request = request(args, now)?;
+    let reply = match client {
+        Some(client) => client.preview(&request).await.map_err(|e| match e.field {
+            Some(field) => Failure::Usage(format!("invalid {}: {}", flag(&field), e.message)),
+            None => Failure::Other(anyhow::anyhow!("{}", e.message)),
+        })?,
+        None => local(&request, now)?,
     };
-    let times = preview(args, from)?;
     let mut out = std::io::stdout().lock();
     if json_output {
-        writeln!(out, "{}", json!({ "times": times })).context("writing to stdout")?;
+        writeln!(out, "{}", json!(reply)).context("writing to stdout")?;
     } else {
-        for t in &times {
-            writeln!(out, "{t}").context("writing to stdout")?;
+        for line in lines(&reply) {
+            writeln!(out, "{line}").context("writing to stdout")?;
         }
     }
     out.flush().context("writing to stdout")?;
     Ok(())
 }
 
-/// The formatted instants, or the usage error naming the flag at fault.
-fn preview(args: &PreviewArgs, from: DateTime<Utc>) -> Result<Vec<String>, Failure> {
+/// One line per instant, its marks in parentheses.
+fn lines(reply: &PreviewReply) -> Vec<String> {
+    reply
+        .times
+        .iter()
+        .enumerate()
+        .map(|(i, t)| match reply.marks.get(i).cloned().flatten() {
+            Some(mark) => format!("{t}  ({})", mark.describe()),
+            None => t.clone(),
+        })
+        .collect()
+}
+
+/// The preview computed here, as the server would (without calendars).
+fn local(request: &PreviewRequest, now: DateTime<Utc>) -> Result<PreviewReply, Failure> {
+    let max = request.count.unwrap_or(1);
+    let preview = Preview::compute(request, now, max).map_err(|e| {
+        let field = e.field.clone().unwrap_or_default();
+        // The API's message starts with its field; the CLI names the flag instead.
+        let message = e
+            .message
+            .strip_prefix(&format!("{field}: "))
+            .unwrap_or(&e.message)
+            .to_string();
+        Failure::Usage(format!("invalid {}: {message}", flag(&field)))
+    })?;
+    Ok(preview.reply(&[]))
+}
+
+/// The `jobs.preview` request the flags describe, or the usage error naming
+/// the flag at fault.
+fn request(args: &PreviewArgs, now: DateTime<Utc>) -> Result<PreviewRequest, Failure> {
     if args.n == 0 {
         return Err(usage("-n", "must be at least 1"));
     }
+    let count = u32::try_from(args.n).map_err(|_| usage("-n", "is too large"))?;
+    let from = match &args.from {
+        Some(text) => parse_time_str(text).map_err(|e| usage("--from", &e))?,
+        None => now,
+    };
     let mut schedule = Map::new();
     match (&args.cron, &args.every) {
         (Some(cron), None) => {
@@ -72,12 +145,7 @@ fn preview(args: &PreviewArgs, from: DateTime<Utc>) -> Result<Vec<String>, Failu
             if args.tz.is_some() {
                 return Err(usage("--tz", "only applies to --cron"));
             }
-            // A bare number is milliseconds, as in the JSON contract.
-            let value = match every.trim().parse::<u64>() {
-                Ok(ms) => Value::from(ms),
-                Err(_) => Value::String(every.clone()),
-            };
-            schedule.insert("every".into(), value);
+            schedule.insert("every".into(), duration(every));
         }
         (Some(_), Some(_)) => {
             return Err(usage("--cron", "give either --cron or --every, not both"));
@@ -88,34 +156,49 @@ fn preview(args: &PreviewArgs, from: DateTime<Utc>) -> Result<Vec<String>, Failu
             ));
         }
     }
-    let spec = ScheduleSpec::from_json(&Value::Object(schedule), "schedule").map_err(|errors| {
-        let message = errors
-            .iter()
-            .map(|e| format!("invalid {}: {}", flag(&e.field), e.message))
-            .collect::<Vec<_>>()
-            .join("; ");
-        Failure::Usage(message)
-    })?;
-    // `--every` without a start fires one period after the job is put: here, --from.
-    let compiled = Schedule::compile(&spec, from)
-        .map_err(|e| Failure::Usage(format!("invalid {}: {}", flag(&e.field), e.message)))?;
-    Ok(compiled
-        .iter_after(from)
-        .take(args.n)
-        .map(format_time)
-        .collect())
+    let mut dst = Map::new();
+    if let Some(gap) = &args.dst_gap {
+        dst.insert("gap".into(), Value::String(gap.clone()));
+    }
+    if let Some(repeat) = &args.dst_repeat {
+        dst.insert("repeat".into(), Value::String(repeat.clone()));
+    }
+    Ok(PreviewRequest {
+        schedule: Value::Object(schedule),
+        from: Some(from),
+        count: Some(count),
+        id: args.id.clone(),
+        dst: (!dst.is_empty()).then_some(Value::Object(dst)),
+        jitter: args.jitter.as_deref().map(duration),
+        exclude: (!args.exclude.is_empty()).then(|| json!(args.exclude)),
+    })
+}
+
+/// A DURATION flag: a bare number is milliseconds, as in the JSON contract.
+fn duration(text: &str) -> Value {
+    match text.trim().parse::<u64>() {
+        Ok(ms) => Value::from(ms),
+        Err(_) => Value::String(text.to_string()),
+    }
 }
 
 fn usage(flag: &str, message: &str) -> Failure {
     Failure::Usage(format!("invalid {flag}: {message}"))
 }
 
-/// The command-line flag behind a schedule field.
+/// The command-line flag behind a request field.
 fn flag(field: &str) -> &str {
     match field {
         "schedule.cron" => "--cron",
         "schedule.tz" => "--tz",
         "schedule.every" => "--every",
+        "dst.gap" => "--dst-gap",
+        "dst.repeat" => "--dst-repeat",
+        "jitter" => "--jitter",
+        "id" => "--id",
+        "from" => "--from",
+        "count" => "-n",
+        f if f.starts_with("exclude") => "--exclude",
         other => other,
     }
 }
@@ -131,7 +214,17 @@ mod tests {
             every: every.map(str::to_string),
             from: None,
             n,
+            id: None,
+            dst_gap: None,
+            dst_repeat: None,
+            jitter: None,
+            exclude: Vec::new(),
         }
+    }
+
+    /// The lines `chimectl preview` prints, computed offline at `now`.
+    fn preview(args: &PreviewArgs, now: DateTime<Utc>) -> Result<Vec<String>, Failure> {
+        Ok(lines(&local(&request(args, now)?, now)?))
     }
 
     fn from() -> DateTime<Utc> {
@@ -156,10 +249,49 @@ mod tests {
             got,
             [
                 "2026-03-28T01:30:00.000Z",
-                "2026-03-29T01:00:00.000Z",
+                "2026-03-29T01:00:00.000Z  (shifted)",
                 "2026-03-30T00:30:00.000Z"
             ]
         );
+    }
+
+    #[test]
+    fn dst_flags_choose_the_policy_and_marks_show_it() {
+        let mut a = args(Some("30 2 * * *"), Some("Europe/Berlin"), None, 3);
+        a.dst_gap = Some("skip".into());
+        a.dst_repeat = Some("both".into());
+        let autumn = parse_time_str("2026-10-24T12:00:00Z").unwrap();
+        assert_eq!(
+            preview(&a, autumn).unwrap(),
+            [
+                "2026-10-25T00:30:00.000Z  (repeated)",
+                "2026-10-25T01:30:00.000Z  (repeated)",
+                "2026-10-26T01:30:00.000Z"
+            ]
+        );
+        assert_eq!(
+            preview(&a, from()).unwrap()[1],
+            "2026-03-30T00:30:00.000Z",
+            "skip: no firing on the 29th"
+        );
+        a.dst_gap = Some("later".into());
+        assert!(usage_message(preview(&a, from())).starts_with("invalid --dst-gap:"));
+    }
+
+    #[test]
+    fn h_and_jitter_need_an_id() {
+        let mut a = args(Some("H H * * *"), None, None, 2);
+        assert!(usage_message(preview(&a, from())).starts_with("invalid --id:"));
+        a.id = Some("nightly".into());
+        let got = preview(&a, from()).unwrap();
+        assert_eq!(got, preview(&a, from()).unwrap(), "the same every time");
+        let mut j = args(None, None, Some("1h"), 2);
+        j.jitter = Some("10m".into());
+        assert!(usage_message(preview(&j, from())).starts_with("invalid --id:"));
+        j.id = Some("nightly".into());
+        assert!(preview(&j, from()).is_ok());
+        j.jitter = Some("2h".into());
+        assert!(usage_message(preview(&j, from())).starts_with("invalid --jitter:"));
     }
 
     #[test]

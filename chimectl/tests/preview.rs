@@ -47,7 +47,7 @@ fn berlin_spring_forward_example_from_the_contract() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         stdout(&o),
-        "2026-03-28T01:30:00.000Z\n2026-03-29T01:00:00.000Z\n2026-03-30T00:30:00.000Z\n"
+        "2026-03-28T01:30:00.000Z\n2026-03-29T01:00:00.000Z  (shifted)\n2026-03-30T00:30:00.000Z\n"
     );
 }
 

@@ -5,11 +5,13 @@
 //! and `chimectl` all speak through these types, so a verb's name or a
 //! reply's shape is written once.
 
+pub use crate::calendars::{CalendarReply, ListCalendarsReply};
 use crate::duration::{rfc3339_ms, rfc3339_ms_opt};
 use crate::error::ApiError;
 use crate::firing::{Firing, FiringState};
 use crate::job::{Job, JobState};
 use crate::protocol::{Alert, AlertKind, WorkerInfo};
+use crate::schedule::DstMark;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -30,6 +32,10 @@ pub enum Verb {
     FiringsList,
     FiringsCancel,
     WorkersList,
+    CalendarsPut,
+    CalendarsGet,
+    CalendarsDelete,
+    CalendarsList,
     /// Recent alerts from the alert stream (extension).
     AlertsList,
     /// The audit trail of mutating requests (extension).
@@ -51,7 +57,7 @@ pub enum Access {
 
 impl Verb {
     /// Every verb, in the contract's order.
-    pub const ALL: [Verb; 13] = [
+    pub const ALL: [Verb; 17] = [
         Verb::JobsPut,
         Verb::JobsGet,
         Verb::JobsList,
@@ -65,6 +71,10 @@ impl Verb {
         Verb::WorkersList,
         Verb::AlertsList,
         Verb::AuditList,
+        Verb::CalendarsPut,
+        Verb::CalendarsGet,
+        Verb::CalendarsDelete,
+        Verb::CalendarsList,
     ];
 
     /// What calling this verb does.
@@ -76,11 +86,15 @@ impl Verb {
             | Verb::FiringsList
             | Verb::WorkersList
             | Verb::AlertsList
-            | Verb::AuditList => Access::Read,
+            | Verb::AuditList
+            | Verb::CalendarsGet
+            | Verb::CalendarsList => Access::Read,
             Verb::JobsPause | Verb::JobsResume | Verb::JobsTrigger | Verb::FiringsCancel => {
                 Access::Operate
             }
-            Verb::JobsPut | Verb::JobsDelete => Access::Administer,
+            Verb::JobsPut | Verb::JobsDelete | Verb::CalendarsPut | Verb::CalendarsDelete => {
+                Access::Administer
+            }
         }
     }
 
@@ -100,6 +114,10 @@ impl Verb {
             Verb::WorkersList => "workers.list",
             Verb::AlertsList => "alerts.list",
             Verb::AuditList => "audit.list",
+            Verb::CalendarsPut => "calendars.put",
+            Verb::CalendarsGet => "calendars.get",
+            Verb::CalendarsDelete => "calendars.delete",
+            Verb::CalendarsList => "calendars.list",
         }
     }
 }
@@ -220,8 +238,10 @@ pub struct TriggerReply {
     pub firing_id: String,
 }
 
-/// `jobs.preview` request.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+/// `jobs.preview` request. `dst`, `jitter` and `exclude` are the job fields
+/// of the same names, checked as `jobs.put` checks them; `id` is needed for
+/// `H` and `jitter`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PreviewRequest {
     pub schedule: Value,
     #[serde(
@@ -232,12 +252,53 @@ pub struct PreviewRequest {
     pub from: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude: Option<Value>,
 }
 
-/// `jobs.preview` reply: RFC 3339 instants.
+/// `jobs.preview` reply: RFC 3339 instants and, parallel to them, what
+/// happened to each (`null`: nothing).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PreviewReply {
     pub times: Vec<String>,
+    /// Absent from servers before v1.1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub marks: Vec<Option<PreviewMark>>,
+}
+
+/// Why a previewed instant is not simply its local time, once, fired.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PreviewMark {
+    /// Moved out of a spring-forward gap, or one of two firings of a
+    /// repeated local time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<DstMark>,
+    /// The calendar whose date excludes it: the instant is recorded
+    /// `skipped`, not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub excluded: Option<String>,
+}
+
+impl PreviewMark {
+    /// The mark of an instant, `None` when there is nothing to say.
+    pub fn of(dst: Option<DstMark>, excluded: Option<String>) -> Option<PreviewMark> {
+        (dst.is_some() || excluded.is_some()).then_some(PreviewMark { dst, excluded })
+    }
+
+    /// A few words for a terminal: `shifted`, `repeated`, `excluded by ID`.
+    pub fn describe(&self) -> String {
+        let mut words: Vec<String> = self.dst.iter().map(|m| m.as_str().to_string()).collect();
+        if let Some(id) = &self.excluded {
+            words.push(format!("excluded by {id}"));
+        }
+        words.join(", ")
+    }
 }
 
 /// `firings.list` request.
@@ -268,6 +329,10 @@ pub struct ListFiringsReply {
 pub struct FiringReply {
     pub firing: Firing,
 }
+/// `calendars.list` request: no fields.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListCalendarsRequest {}
 
 /// `workers.list` request.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
@@ -362,6 +427,8 @@ pub enum Reply {
     Workers(ListWorkersReply),
     Alerts(ListAlertsReply),
     Audit(ListAuditReply),
+    Calendar(CalendarReply),
+    Calendars(ListCalendarsReply),
 }
 
 impl Reply {
@@ -388,7 +455,8 @@ mod tests {
             unknown.message,
             "no API verb \"jobs.frobnicate\"; verbs are jobs.put, jobs.get, jobs.list, \
              jobs.delete, jobs.pause, jobs.resume, jobs.trigger, jobs.preview, \
-             firings.list, firings.cancel, workers.list, alerts.list, audit.list"
+             firings.list, firings.cancel, workers.list, alerts.list, audit.list, \
+             calendars.put, calendars.get, calendars.delete, calendars.list"
         );
     }
 

@@ -12,9 +12,7 @@ use crate::error::{ApiError, ErrorReply};
 use crate::firing::Firing;
 use crate::job::Job;
 use crate::protocol::WorkerInfo;
-use crate::schedule::ScheduleSpec;
 use crate::subjects::Subjects;
-use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -143,24 +141,9 @@ impl Client {
             .firing_id)
     }
 
-    /// `jobs.preview`.
-    pub async fn preview(
-        &self,
-        schedule: &ScheduleSpec,
-        from: Option<DateTime<Utc>>,
-        count: Option<u32>,
-    ) -> Result<Vec<String>, ApiError> {
-        let schedule =
-            serde_json::to_value(schedule).map_err(|e| ApiError::internal(e.to_string()))?;
-        let request = PreviewRequest {
-            schedule,
-            from,
-            count,
-        };
-        Ok(self
-            .call::<PreviewReply>(Verb::JobsPreview, &request)
-            .await?
-            .times)
+    /// `jobs.preview`: the instants and their marks.
+    pub async fn preview(&self, request: &PreviewRequest) -> Result<PreviewReply, ApiError> {
+        self.call(Verb::JobsPreview, request).await
     }
 
     /// `firings.list`.

@@ -122,6 +122,25 @@ pub mod duration_serde {
     }
 }
 
+/// Serde helpers: optional durations, written as [`duration_serde`] does.
+pub mod duration_opt {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&format_duration(*d)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Option::<Value>::deserialize(d)?
+            .filter(|v| !v.is_null())
+            .map(|v| parse_duration(&v).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

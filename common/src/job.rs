@@ -7,7 +7,8 @@ use crate::bounds::{check_at_most, MAX_MISFIRE_THRESHOLD, MAX_RETRY_DELAY, MAX_T
 use crate::duration::{format_duration, json_kind, parse_duration, rfc3339_ms, rfc3339_ms_opt};
 use crate::error::FieldError;
 use crate::labels::{labels_from_json, Labels};
-use crate::schedule::ScheduleSpec;
+use crate::schedule::{Schedule, ScheduleSpec};
+use crate::time_rules::TimeRules;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -143,6 +144,9 @@ pub struct JobSpec {
     /// Labels that selectors choose jobs by (`crate::labels`); absent means none.
     #[serde(default, skip_serializing_if = "Labels::is_empty")]
     pub labels: Labels,
+    /// `dst`, `jitter`, `exclude`, `max_lateness`.
+    #[serde(flatten)]
+    pub time: TimeRules,
 }
 
 impl<'de> Deserialize<'de> for JobSpec {
@@ -426,6 +430,7 @@ impl JobSpec {
             IF_VERSION_FIELD,
         ];
         known.extend(READ_ONLY_FIELDS);
+        known.extend(TimeRules::FIELDS);
         w.unknown_fields(&known);
 
         let id = w.name("id", MAX_ID_LEN, None);
@@ -576,6 +581,18 @@ impl JobSpec {
             },
         };
 
+        let time = TimeRules::from_json(obj)
+            .map_err(|mut e| errors.append(&mut e))
+            .ok();
+        // What needs the id and the schedule together: H and jitter draw
+        // from the id, jitter is bounded by the period, dst needs cron.
+        if let (Some(id), Some(schedule), Some(time)) = (&id, &schedule, &time) {
+            let options = time.schedule_options(Some(id));
+            if let Err(e) = Schedule::compile_with(schedule, DateTime::UNIX_EPOCH, &options) {
+                errors.push(e);
+            }
+        }
+
         match (
             id,
             group,
@@ -592,6 +609,7 @@ impl JobSpec {
             alert_after_failures,
             pause_after_alert,
             labels,
+            time,
         ) {
             (
                 Some(id),
@@ -609,6 +627,7 @@ impl JobSpec {
                 Some(alert_after_failures),
                 Some(pause_after_alert),
                 Some(labels),
+                Some(time),
             ) if errors.is_empty() => Ok(JobSpec {
                 id,
                 group,
@@ -626,6 +645,7 @@ impl JobSpec {
                 alert_after_failures,
                 pause_after_alert,
                 labels,
+                time,
             }),
             _ => Err(errors),
         }

@@ -1,7 +1,8 @@
 //! Chime's public contract as Rust types.
 //!
 //! Everything a scheduler, a worker and a client must agree on lives here:
-//! job specifications and their validation ([`job`]) within the accepted
+//! job specifications and their validation ([`job`], with the time fields
+//! in [`time_rules`]) within the accepted
 //! ranges ([`bounds`]), schedules ([`schedule`]),
 //! firing identities and states ([`firing`]), subject, stream and header names
 //! ([`subjects`], [`headers`]), the worker protocol messages ([`protocol`]),
@@ -12,6 +13,7 @@
 
 pub mod api;
 pub mod bounds;
+pub mod calendars;
 pub mod client;
 pub mod connection;
 pub mod duration;
@@ -20,6 +22,7 @@ pub mod firing;
 pub mod headers;
 pub mod job;
 pub mod labels;
+pub mod preview;
 pub mod protocol;
 pub mod schedule;
 pub mod secret;
@@ -28,6 +31,7 @@ pub mod signal;
 pub mod subjects;
 pub mod supervisor;
 pub mod text;
+pub mod time_rules;
 pub mod topology;
 
 pub use error::{ApiError, ErrorCode, FieldError};

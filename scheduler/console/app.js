@@ -301,9 +301,9 @@ async function jobPage(id) {
           x.output ? h("details", {}, h("summary", { text: "output" }), h("pre", { text: x.output })) : ""))), "history"));
   };
   const loadNext = async () => {
-    const p = await api("POST", "/api/v1/preview", { schedule: job.schedule, count: 10 });
+    const p = await api("POST", "/api/v1/preview", previewRequest(job, 10));
     if (!p.ok) { nextBox.replaceChildren(h("p", { class: "error", text: p.error.message })); return; }
-    nextBox.replaceChildren(instantsTable(p.data.times, tz));
+    nextBox.replaceChildren(instantsTable(p.data.times, tz, p.data.marks));
   };
   render(
     h("h1", {}, job.id, " ", stateBadge(job.state)),
@@ -325,17 +325,31 @@ async function jobPage(id) {
 }
 
 // The rows of a preview: each instant in the job's zone and in UTC, with
-// the rows where the zone's UTC offset changed marked.
-function instantsTable(times, tz) {
+// what the server marked (moved out of a daylight-saving gap, repeated at
+// fall-back, excluded by a calendar) and the rows where the zone's offset
+// changed.
+function instantsTable(times, tz, marks) {
   let previous = null;
-  const rows = times.map((t) => {
+  const rows = times.map((t, i) => {
     const offset = offsetOf(t, tz);
     const changed = previous !== null && offset !== previous;
     previous = offset;
+    const mark = (marks || [])[i] || {};
+    const notes = [];
+    if (mark.dst === "shifted") notes.push("moved out of a daylight-saving gap");
+    if (mark.dst === "repeated") notes.push("repeated local time (fall-back)");
+    if (mark.excluded) notes.push(`skipped: calendar ${mark.excluded}`);
+    if (changed) notes.push("daylight-saving change: offset now " + offset);
     return h("tr", {}, h("td", { text: fmtTime(t, tz) + " " + offset }), h("td", { text: fmtTime(t) }),
-      h("td", {}, changed ? h("span", { class: "dst", text: "⚠ daylight-saving change: offset now " + offset }) : ""));
+      h("td", {}, notes.length ? h("span", { class: "dst", text: "⚠ " + notes.join("; ") }) : ""));
   });
   return table([`local (${tz})`, "UTC", ""], rows, "instants");
+}
+
+// A preview request for a spec: its schedule with the fields that change
+// its instants (H and jitter need the id).
+function previewRequest(spec, count) {
+  return { schedule: spec.schedule, count, id: spec.id || undefined, dst: spec.dst, jitter: spec.jitter, exclude: spec.exclude };
 }
 
 const READ_ONLY = ["state", "next_fire_at", "version", "created_at", "updated_at"];
@@ -429,11 +443,11 @@ function jobForm(existing) {
       let candidate;
       try { candidate = current(); } catch (e) { return; }
       if (!candidate || !candidate.schedule) return;
-      const p = await api("POST", "/api/v1/preview", { schedule: candidate.schedule, count: 5 });
+      const p = await api("POST", "/api/v1/preview", previewRequest(candidate, 5));
       const tz = candidate.schedule.tz || "UTC";
       if (p.ok) {
         if (errors["schedule.value"]) { errors["schedule.value"].textContent = ""; errors["schedule.value"].parentElement.classList.remove("invalid"); }
-        preview.replaceChildren(h("h2", { text: "Preview" }), instantsTable(p.data.times, tz));
+        preview.replaceChildren(h("h2", { text: "Preview" }), instantsTable(p.data.times, tz, p.data.marks));
       } else {
         preview.replaceChildren(h("h2", { text: "Preview" }), h("p", { class: "muted", text: "No preview: fix the schedule." }));
         const details = p.error.details && p.error.details.length ? p.error.details : [p.error];

@@ -10,16 +10,17 @@ use crate::store::{
 };
 use async_nats::jetstream::kv;
 use chime_common::api::{
-    requested_page, requested_selector, Access, FiringReply, IdRequest, ListAlertsReply,
-    ListAlertsRequest, ListAuditReply, ListAuditRequest, ListFiringsReply, ListFiringsRequest,
-    ListJobsReply, ListJobsRequest, ListWorkersReply, ListWorkersRequest, PreviewReply,
-    PreviewRequest, Reply, TriggerReply, TriggerRequest, Verb,
+    requested_page, requested_selector, Access, CalendarReply, FiringReply, IdRequest,
+    ListAlertsReply, ListAlertsRequest, ListAuditReply, ListAuditRequest, ListCalendarsReply,
+    ListCalendarsRequest, ListFiringsReply, ListFiringsRequest, ListJobsReply, ListJobsRequest,
+    ListWorkersReply, ListWorkersRequest, PreviewRequest, Reply, TriggerReply, TriggerRequest,
+    Verb,
 };
-use chime_common::duration::format_time;
+use chime_common::calendars::Calendar;
 use chime_common::error::ErrorReply;
 use chime_common::job::{check_name, if_version, IF_VERSION_FIELD, MAX_ID_LEN};
+use chime_common::preview::Preview;
 use chime_common::protocol::{Alert, CancelRequest, WorkerInfo};
-use chime_common::schedule::{Schedule, ScheduleSpec};
 use chime_common::{ApiError, ErrorCode, FiringId, JobSpec, Limits, Subjects};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
@@ -141,14 +142,18 @@ pub enum ApiRequest {
     /// `jobs.pause` (true) or `jobs.resume` (false).
     SetPaused(String, bool),
     Trigger(TriggerRequest),
-    /// `jobs.preview` needs no store: its answer, the instants as written.
-    Preview(Vec<String>),
+    /// `jobs.preview`: the instants, computed; only `exclude` needs the store.
+    Preview(Preview),
     ListFirings(FiringFilter),
     /// `firings.cancel`.
     CancelFiring(FiringId),
     ListWorkers(ListWorkersRequest),
     ListAlerts(ListAlertsRequest),
     ListAudit(AuditFilter),
+    PutCalendar(Calendar),
+    GetCalendar(String),
+    DeleteCalendar(String),
+    ListCalendars,
 }
 
 impl ApiRequest {
@@ -214,28 +219,7 @@ impl ApiRequest {
             }
             Verb::JobsPreview => {
                 let req: PreviewRequest = parse_request(body)?;
-                let count = req.count.unwrap_or(10);
-                if count == 0 || count > config.max_preview {
-                    return Err(ApiError::invalid(
-                        "count",
-                        format!("must be from 1 to {}", config.max_preview),
-                    ));
-                }
-                let spec = ScheduleSpec::from_json(&req.schedule, "schedule")
-                    .map_err(ApiError::from_field_errors)?;
-                let from = req.from.unwrap_or(now);
-                if let Some(e) = chime_common::bounds::check_time(from) {
-                    return Err(ApiError::invalid("from", e));
-                }
-                let schedule = Schedule::compile(&spec, from)
-                    .map_err(|e| ApiError::from_field_errors(vec![e]))?;
-                ApiRequest::Preview(
-                    schedule
-                        .iter_after(from)
-                        .take(count as usize)
-                        .map(format_time)
-                        .collect(),
-                )
+                ApiRequest::Preview(Preview::compute(&req, now, config.max_preview)?)
             }
             Verb::FiringsList => {
                 let req: ListFiringsRequest = parse_request(body)?;
@@ -271,6 +255,15 @@ impl ApiRequest {
                     after: req.after,
                 })
             }
+            Verb::CalendarsPut => ApiRequest::PutCalendar(
+                Calendar::from_json(&parse_value(body)?).map_err(ApiError::from_field_errors)?,
+            ),
+            Verb::CalendarsGet => ApiRequest::GetCalendar(id_request()?),
+            Verb::CalendarsDelete => ApiRequest::DeleteCalendar(id_request()?),
+            Verb::CalendarsList => {
+                let _: ListCalendarsRequest = parse_request(body)?;
+                ApiRequest::ListCalendars
+            }
         })
     }
 
@@ -281,6 +274,9 @@ impl ApiRequest {
             ApiRequest::CancelFiring(id) => Some(&id.job_id),
             ApiRequest::DeleteJob(id) | ApiRequest::SetPaused(id, _) => Some(id),
             ApiRequest::Trigger(req) => Some(&req.id),
+            ApiRequest::PutCalendar(calendar) => Some(&calendar.id),
+            ApiRequest::DeleteCalendar(id) => Some(id),
+            ApiRequest::GetCalendar(_) | ApiRequest::ListCalendars => None,
             ApiRequest::GetJob(_)
             | ApiRequest::ListJobs(_)
             | ApiRequest::Preview(_)
@@ -462,7 +458,21 @@ impl Api {
                     firing_id: id.to_string(),
                 }))
             }
-            ApiRequest::Preview(times) => Ok(Reply::Preview(PreviewReply { times })),
+            ApiRequest::Preview(preview) => {
+                let calendars = self.store.calendars(&preview.exclude).await?;
+                if let Some((i, id)) = preview
+                    .exclude
+                    .iter()
+                    .enumerate()
+                    .find(|(_, id)| !calendars.iter().any(|c| &c.id == *id))
+                {
+                    return Err(ApiError::invalid(
+                        format!("exclude[{i}]"),
+                        format!("no calendar {id:?}"),
+                    ));
+                }
+                Ok(Reply::Preview(preview.reply(&calendars)))
+            }
             ApiRequest::ListFirings(filter) => {
                 let page = self.store.list_firings(&filter).await?;
                 Ok(Reply::Firings(ListFiringsReply {
@@ -502,6 +512,26 @@ impl Api {
                     next: page.next,
                 }))
             }
+            ApiRequest::PutCalendar(calendar) => Ok(Reply::Calendar(CalendarReply {
+                calendar: self.store.put_calendar(&calendar, now).await?,
+            })),
+            ApiRequest::GetCalendar(id) => Ok(Reply::Calendar(CalendarReply {
+                calendar: self
+                    .store
+                    .get_calendar(&id)
+                    .await?
+                    .ok_or_else(|| no_calendar(&id))?,
+            })),
+            ApiRequest::DeleteCalendar(id) => Ok(Reply::Calendar(CalendarReply {
+                calendar: self
+                    .store
+                    .delete_calendar(&id)
+                    .await?
+                    .ok_or_else(|| no_calendar(&id))?,
+            })),
+            ApiRequest::ListCalendars => Ok(Reply::Calendars(ListCalendarsReply {
+                calendars: self.store.list_calendars().await?,
+            })),
         }
     }
 
@@ -638,6 +668,10 @@ impl Api {
 
 fn not_found(id: &str) -> ApiError {
     ApiError::not_found(format!("no job with id {id:?}"))
+}
+
+fn no_calendar(id: &str) -> ApiError {
+    ApiError::not_found(format!("no calendar with id {id:?}"))
 }
 
 #[cfg(test)]

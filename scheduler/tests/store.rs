@@ -221,6 +221,13 @@ mod schema;
 #[path = "store/console.rs"]
 mod console;
 use console::{audit_pages_newest_first, sessions_expire_and_end};
+#[path = "store/time_rules.rs"]
+mod time_rules;
+use time_rules::{
+    calendars_round_trip_and_guard_their_jobs,
+    excluded_local_dates_are_skipped_naming_the_calendar,
+    jittered_and_hashed_jobs_stage_the_instants_computed_anywhere,
+};
 
 /// Runs each named test body (`async fn name(db: TestDb)`) on both backends,
 /// PostgreSQL with and without its fast paths, then checks the `waiting`
@@ -311,6 +318,9 @@ both_backends!(
     list_firings_pages_newest_first,
     sessions_expire_and_end,
     audit_pages_newest_first,
+    calendars_round_trip_and_guard_their_jobs,
+    excluded_local_dates_are_skipped_naming_the_calendar,
+    jittered_and_hashed_jobs_stage_the_instants_computed_anywhere,
 );
 
 // ---------------------------------------------------------------------------

@@ -261,21 +261,20 @@ pub fn api_request(data: &[u8]) {
             "{verb}: refused as {e:?}"
         ),
         Ok(ApiRequest::PutJob(spec, _)) => accepted_spec_round_trips(&spec),
-        Ok(ApiRequest::Preview(times)) => {
+        Ok(ApiRequest::Preview(preview)) => {
+            let times: Vec<DateTime<Utc>> = preview.instants.iter().map(|(t, _)| *t).collect();
             assert!(
                 times.len() <= config.max_preview as usize,
                 "{verb}: {} instants",
                 times.len()
             );
-            let parsed: Vec<DateTime<Utc>> = times
-                .iter()
-                .map(|t| {
-                    chime_common::duration::parse_time_str(t)
-                        .unwrap_or_else(|e| panic!("{verb}: the preview wrote {t:?}: {e}"))
-                })
-                .collect();
+            for t in &times {
+                let written = chime_common::duration::format_time(*t);
+                chime_common::duration::parse_time_str(&written)
+                    .unwrap_or_else(|e| panic!("{verb}: the preview wrote {written:?}: {e}"));
+            }
             assert!(
-                parsed.windows(2).all(|w| w[0] < w[1]),
+                times.windows(2).all(|w| w[0] < w[1]),
                 "{verb}: the preview is not increasing: {times:?}"
             );
         }
@@ -316,5 +315,23 @@ pub fn api_request(data: &[u8]) {
             );
         }
         Ok(ApiRequest::ListWorkers(_)) => {}
+        Ok(ApiRequest::PutCalendar(calendar)) => {
+            let again = chime_common::calendars::Calendar::from_json(
+                &serde_json::to_value(&calendar).expect("a calendar encodes"),
+            );
+            assert_eq!(
+                again.as_ref(),
+                Ok(&calendar),
+                "{verb}: the calendar does not round-trip"
+            );
+        }
+        Ok(ApiRequest::GetCalendar(id) | ApiRequest::DeleteCalendar(id)) => {
+            assert_eq!(
+                check_name(&id, MAX_ID_LEN),
+                Ok(()),
+                "{verb}: accepted id {id:?}"
+            );
+        }
+        Ok(ApiRequest::ListCalendars) => {}
     }
 }

@@ -2,8 +2,8 @@
 //! real NATS and both stores.
 
 use chime_common::api::{
-    FiringReply, JobReply, ListAlertsReply, ListAuditReply, ListFiringsReply, ListJobsReply,
-    ListWorkersReply, PreviewReply, TriggerReply,
+    CalendarReply, FiringReply, JobReply, ListAlertsReply, ListAuditReply, ListCalendarsReply,
+    ListFiringsReply, ListJobsReply, ListWorkersReply, PreviewReply, TriggerReply,
 };
 use chime_common::client::{Client, ListFiringsRequest, ListJobsRequest, Verb};
 use chime_common::error::ErrorReply;
@@ -318,6 +318,19 @@ backend_tests! {
                     let raw = raw_reply(&connection, subject, &json!({"target": "full"})).await;
                     reads_back::<ListAuditReply>(verb, &raw);
                     assert_eq!(raw["entries"][0]["verb"], "firings.cancel", "{raw}");
+                }
+                Verb::CalendarsPut => {
+                    let raw = raw_reply(&connection, subject, &json!({"id": "holidays", "dates": ["2030-12-25"]})).await;
+                    reads_back::<CalendarReply>(verb, &raw);
+                }
+                Verb::CalendarsGet | Verb::CalendarsDelete => {
+                    raw_reply(&connection, subjects.api(Verb::CalendarsPut), &json!({"id": "spare", "dates": []})).await;
+                    let raw = raw_reply(&connection, subject, &json!({"id": "spare"})).await;
+                    reads_back::<CalendarReply>(verb, &raw);
+                }
+                Verb::CalendarsList => {
+                    let raw = raw_reply(&connection, subject, &json!({})).await;
+                    reads_back::<ListCalendarsReply>(verb, &raw);
                 }
             }
         }

@@ -71,6 +71,7 @@
 
 use super::calendar::SEARCH_YEARS;
 use super::masks::{CronExpr, DayCombine, Days, Years, FIRST_YEAR, LAST_YEAR};
+use super::seed::Seed;
 use chrono::{NaiveDate, NaiveDateTime};
 
 /// Which rules the fields follow.
@@ -93,7 +94,18 @@ struct Field {
     wraps: bool,
     /// Appended to out-of-range messages.
     hint: &'static str,
+    /// The number `H` draws from in this field; `None` without a job id.
+    hash: Option<u64>,
+    /// What a bare `H` picks from: the whole range, except days of the month
+    /// (1-28, as Jenkins, so every month has it) and 5-field weekdays (0-6:
+    /// Sunday once).
+    hash_range: (u32, u32),
 }
+
+/// The message of an `H` without a job id to draw from; `Schedule::compile_with`
+/// turns it into an error naming `id`.
+pub(crate) const H_NEEDS_ID: &str =
+    "H picks a value from the job's id, and there is none: give the job's \"id\"";
 
 const MONTH_NAMES: &[&str] = &[
     "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
@@ -110,21 +122,26 @@ const MACROS: &[(&str, &str)] = &[
     ("@hourly", "0 * * * *"),
 ];
 
-fn fields(dialect: Dialect) -> [Field; 7] {
+fn fields(dialect: Dialect, seed: Option<Seed>) -> [Field; 7] {
     let quartz = dialect == Dialect::Quartz;
-    let plain = |name, min, max| Field {
+    let plain = |name: &'static str, min, max| Field {
         name,
         min,
         max,
         names: &[],
         wraps: quartz,
         hint: "",
+        hash: seed.map(|s| s.draw(name.as_bytes())),
+        hash_range: (min, max),
     };
     [
         plain("second", 0, 59),
         plain("minute", 0, 59),
         plain("hour", 0, 23),
-        plain("day-of-month", 1, 31),
+        Field {
+            hash_range: (1, 28),
+            ..plain("day-of-month", 1, 31)
+        },
         Field {
             names: MONTH_NAMES,
             ..plain("month", 1, 12)
@@ -140,11 +157,13 @@ fn fields(dialect: Dialect) -> [Field; 7] {
             Field {
                 names: DAY_NAMES,
                 hint: " (0 and 7 are SUN)",
+                hash_range: (0, 6),
                 ..plain("day-of-week", 0, 7)
             }
         },
         Field {
             wraps: false,
+            hash: None,
             ..plain("year", FIRST_YEAR as u32, LAST_YEAR as u32)
         },
     ]
@@ -167,9 +186,16 @@ impl Bits {
 }
 
 impl CronExpr {
-    /// Parses and validates a cron expression; on failure, one message per bad
-    /// field, each naming the field and the offending value.
+    /// Parses and validates a cron expression without `H`; on failure, one
+    /// message per bad field, each naming the field and the offending value.
+    #[cfg(test)]
     pub(crate) fn parse(text: &str) -> Result<CronExpr, Vec<String>> {
+        CronExpr::parse_seeded(text, None)
+    }
+
+    /// [`CronExpr::parse`] where `H` draws from `seed` (the job's); without
+    /// one, an `H` is refused with [`H_NEEDS_ID`].
+    pub(crate) fn parse_seeded(text: &str, seed: Option<Seed>) -> Result<CronExpr, Vec<String>> {
         let trimmed = text.trim();
         if trimmed.is_empty() {
             return Err(vec![
@@ -215,7 +241,7 @@ impl CronExpr {
                 )]);
             }
         };
-        let specs = fields(dialect);
+        let specs = fields(dialect, seed);
         let mut errors = Vec::new();
         let plain = |i: usize, errors: &mut Vec<String>| {
             parse_plain(&specs[i], parts[i]).unwrap_or_else(|e| {
@@ -401,6 +427,9 @@ fn parse_item(field: &Field, text: &str, item: &str, bits: &mut Bits) -> Result<
             n
         }
     };
+    if let Some(range) = base.strip_prefix('H') {
+        return parse_hash(field, text, item, range, step, bits);
+    }
     let (start, end) = if base == "*" {
         (field.min, field.max)
     } else if base.is_empty() {
@@ -442,6 +471,69 @@ fn parse_item(field: &Field, text: &str, item: &str, bits: &mut Bits) -> Result<
     while v <= end {
         bits.set((v - field.min) % span);
         v += step;
+    }
+    Ok(())
+}
+
+/// `H`, `H(a-b)`, each optionally `/step` (`range` is what follows the `H`;
+/// `step` is 1 without one): Jenkins' hashed values. A bare `H` is one value
+/// of the field's hash range, `H/s` every `s`th from an offset below `s`,
+/// `H(a-b)` one value of `a-b`.
+fn parse_hash(
+    field: &Field,
+    text: &str,
+    item: &str,
+    range: &str,
+    step: u32,
+    bits: &mut Bits,
+) -> Result<(), String> {
+    let Some(hash) = field.hash else {
+        if field.name == "year" {
+            return Err(problem(field, text, "H is not allowed in the year field"));
+        }
+        return Err(H_NEEDS_ID.to_string());
+    };
+    let (lo, hi) = if range.is_empty() {
+        field.hash_range
+    } else {
+        let malformed = || {
+            problem(
+                field,
+                text,
+                format!("{item:?}: write H, H/step, H(a-b) or H(a-b)/step"),
+            )
+        };
+        let inner = range
+            .strip_prefix('(')
+            .and_then(|r| r.strip_suffix(')'))
+            .ok_or_else(malformed)?;
+        let (a, b) = inner.split_once('-').ok_or_else(malformed)?;
+        let (a, b) = (value(field, text, a)?, value(field, text, b)?);
+        if a > b {
+            return Err(problem(
+                field,
+                text,
+                format!("the range {a}-{b} in {item:?} goes backwards"),
+            ));
+        }
+        (a, b)
+    };
+    let span = hi - lo + 1;
+    if item.contains('/') {
+        if step > span {
+            return Err(problem(
+                field,
+                text,
+                format!("the step {step} is larger than the range {lo}-{hi} of {item:?}"),
+            ));
+        }
+        let mut v = lo + (hash % u64::from(step)) as u32;
+        while v <= hi {
+            bits.set(v - field.min);
+            v += step;
+        }
+    } else {
+        bits.set(lo + (hash % u64::from(span)) as u32 - field.min);
     }
     Ok(())
 }
@@ -852,6 +944,78 @@ mod tests {
         assert!(fixed("0 0 2 * * *") && fixed("@daily") && fixed("* 2 * * *"));
         assert!(!fixed("0 * * * *") && !fixed("0 */2 * * *") && !fixed("0 0-23/3 * * *"));
         assert!(!fixed("0 2/3 * * *") && !fixed("@hourly"));
+    }
+
+    /// The set values of a mask.
+    fn values(bits: u64) -> Vec<u32> {
+        (0..64).filter(|i| bits & (1 << i) != 0).collect()
+    }
+
+    #[test]
+    fn h_is_one_value_per_job_within_its_range() {
+        let mut minutes = std::collections::BTreeSet::new();
+        for i in 0..200 {
+            let seed = Seed::of_job(&format!("job-{i}"));
+            let e = CronExpr::parse_seeded("H H H * H", Some(seed)).unwrap();
+            let m = values(e.minutes);
+            assert_eq!(m.len(), 1);
+            minutes.insert(m[0]);
+            assert_eq!(values(u64::from(e.hours)).len(), 1);
+            let dom = values(u64::from(e.days.dom));
+            assert!(dom.len() == 1 && (1..=28).contains(&dom[0]), "{dom:?}");
+            assert_eq!(values(u64::from(e.days.dow)).len(), 1);
+            assert!(e.fixed_hours);
+            // The same id, the same values.
+            assert_eq!(e, CronExpr::parse_seeded("H H H * H", Some(seed)).unwrap());
+        }
+        assert!(
+            minutes.len() > 50,
+            "200 ids share {} minutes",
+            minutes.len()
+        );
+    }
+
+    #[test]
+    fn h_steps_and_ranges_follow_jenkins() {
+        for i in 0..100 {
+            let seed = Some(Seed::of_job(&format!("job-{i}")));
+            let e = CronExpr::parse_seeded("H/15 H(0-5) * * *", seed).unwrap();
+            let m = values(e.minutes);
+            assert_eq!(m.len(), 4, "{m:?}");
+            assert!(
+                m[0] < 15 && m.windows(2).all(|w| w[1] - w[0] == 15),
+                "{m:?}"
+            );
+            let h = values(u64::from(e.hours));
+            assert!(h.len() == 1 && h[0] <= 5, "{h:?}");
+            let e = CronExpr::parse_seeded("0 H(20-40)/10 H/6 * * ?", seed).unwrap();
+            let m = values(e.minutes);
+            assert!(m.len() == 2 || m.len() == 3, "{m:?}");
+            assert!(m[0] >= 20 && m[0] < 30 && *m.last().unwrap() <= 40, "{m:?}");
+            assert!(!e.fixed_hours, "H/6 is a step: real time");
+            assert_eq!(values(u64::from(e.hours)).len(), 4);
+        }
+    }
+
+    #[test]
+    fn h_needs_a_seed_and_well_formed_ranges() {
+        assert_eq!(
+            CronExpr::parse("H * * * *").unwrap_err(),
+            vec![H_NEEDS_ID.to_string()]
+        );
+        let seed = Some(Seed::ANY);
+        for (text, needle) in [
+            ("H(5) * * * *", "write H, H/step"),
+            ("H(9-3) * * * *", "goes backwards"),
+            ("H(0-70) * * * *", "out of range 0-59"),
+            ("H(0-9)/20 * * * *", "larger than the range 0-9"),
+            ("H/0 * * * *", "at least 1"),
+            ("0 0 0 1 1 ? H", "not allowed in the year"),
+            ("Hx * * * *", "write H"),
+        ] {
+            let e = CronExpr::parse_seeded(text, seed).unwrap_err().join("; ");
+            assert!(e.contains(needle), "{text:?}: {e}");
+        }
     }
 
     #[test]

@@ -102,6 +102,11 @@ impl FixedRate {
         })
     }
 
+    /// The period.
+    pub(crate) fn period(&self) -> Duration {
+        Duration::from_nanos(u64::try_from(self.period).unwrap_or(u64::MAX))
+    }
+
     /// The first firing strictly after `after`.
     pub(crate) fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let first = self.first?;

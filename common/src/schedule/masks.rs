@@ -30,6 +30,42 @@ pub(crate) struct CronExpr {
     pub(crate) fixed_hours: bool,
 }
 
+impl CronExpr {
+    /// The shortest step between two matching times, as `jitter` is bounded
+    /// by: the smallest distance between neighbouring values (wrapping
+    /// around) of the finest field with more than one, second, minute or
+    /// hour; one day when each of them has a single value.
+    pub(crate) fn shortest_step(&self) -> std::time::Duration {
+        let fields = [
+            (self.seconds, 60, 1),
+            (self.minutes, 60, 60),
+            (u64::from(self.hours), 24, 3600),
+        ];
+        let step = fields
+            .into_iter()
+            .find(|(bits, _, _)| bits.count_ones() > 1)
+            .map_or(24 * 3600, |(bits, width, unit)| {
+                smallest_distance(bits, width) * unit
+            });
+        std::time::Duration::from_secs(step)
+    }
+}
+
+/// The smallest distance between two set bits of `bits` (at least two set)
+/// on a circle of `width` bits.
+fn smallest_distance(bits: u64, width: u64) -> u64 {
+    let first = u64::from(bits.trailing_zeros());
+    let mut previous = first;
+    let mut smallest = width;
+    for i in first + 1..width {
+        if bits & (1 << i) != 0 {
+            smallest = smallest.min(i - previous);
+            previous = i;
+        }
+    }
+    smallest.min(width - previous + first)
+}
+
 /// How the day-of-month and day-of-week results combine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DayCombine {
@@ -87,5 +123,24 @@ impl Years {
             Years::Any => Some(year),
             Years::In(_) => (year.max(FIRST_YEAR)..=LAST_YEAR).find(|y| self.contains(*y)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn shortest_steps_come_from_the_finest_field_with_several_values() {
+        let step = |text: &str| {
+            super::CronExpr::parse(text)
+                .unwrap()
+                .shortest_step()
+                .as_secs()
+        };
+        assert_eq!(step("*/15 * * * *"), 15 * 60);
+        assert_eq!(step("0,50 * * * *"), 10 * 60, "50 to the next hour's 0");
+        assert_eq!(step("*/20 * * * * *"), 20);
+        assert_eq!(step("0 9,17 * * *"), 8 * 3600);
+        assert_eq!(step("0 0 * * *"), 24 * 3600);
+        assert_eq!(step("0 0 1 * *"), 24 * 3600);
     }
 }

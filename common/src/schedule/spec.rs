@@ -8,6 +8,7 @@
 
 use super::every::{check_count, check_every, check_window};
 use super::masks::CronExpr;
+use super::seed::Seed;
 use crate::bounds::check_time;
 use crate::duration::{format_duration, format_time, json_kind, parse_duration, parse_time};
 use crate::error::FieldError;
@@ -118,7 +119,8 @@ impl ScheduleSpec {
             let text = string(v, "a cron expression string such as \"0 30 2 * * *\"")
                 .map_err(|m| errors.push(FieldError::new(at("cron"), m)))
                 .ok()?;
-            CronExpr::parse(text)
+            // H's values need the job's id (checked when compiled); its syntax not.
+            CronExpr::parse_seeded(text, Some(Seed::ANY))
                 .map_err(|ms| errors.extend(ms.into_iter().map(|m| FieldError::new(at("cron"), m))))
                 .ok()?;
             Some(text.to_string())
@@ -199,6 +201,17 @@ impl ScheduleSpec {
                 "could not be read (an error went unreported; this is a bug)",
             )]
         })
+    }
+}
+
+impl ScheduleSpec {
+    /// The zone whose local dates the schedule lives in: a cron schedule's
+    /// `tz`, UTC for the others (their instants have no local time).
+    pub fn time_zone(&self) -> Tz {
+        match self {
+            ScheduleSpec::Cron { tz, .. } => parse_tz(tz).unwrap_or(Tz::UTC),
+            _ => Tz::UTC,
+        }
     }
 }
 

@@ -1,15 +1,19 @@
 //! From local wall-clock matches to instants: the daylight-saving rule.
 //!
 //! A cron expression matches local times; a local time is one instant, two
-//! (repeated at fall-back) or none (skipped at spring-forward). The contract
-//! takes Vixie cron's rule:
+//! (repeated at fall-back) or none (skipped at spring-forward). A job's `dst`
+//! policy (`dst.rs`) says what happens to each:
 //!
-//! - Fixed hours (the hour field is a number, list or range): the job fires
-//!   once per local day. A matching time inside a spring-forward gap fires at
-//!   the first instant after the gap (the transition itself); a matching time
-//!   that repeats at fall-back fires at its first occurrence only.
-//! - Hour field `*` or a step: the job follows real time. Nothing fires inside
-//!   a gap; a matching time that repeats fires at both occurrences.
+//! - `gap: shift`: a matching time inside a spring-forward gap fires at the
+//!   first instant after the gap (the transition itself); `skip`: it does not
+//!   fire.
+//! - `repeat: first`: a matching time that repeats at fall-back fires at its
+//!   first occurrence only; `both`: at both.
+//!
+//! Without a policy the contract takes Vixie cron's rule: fixed hours (the
+//! hour field is a number, list or range) shift and fire the first
+//! occurrence, so the job fires once per local day; hour field `*` or a step
+//! follows real time: skip, and both.
 //!
 //! The search walks local times in wall-clock order (`calendar.rs`) and maps
 //! each match to instants. Wall-clock order is instant order except inside a
@@ -21,18 +25,27 @@
 //! earlier of the two answers wins.
 
 use super::calendar::SEARCH_YEARS;
+use super::dst::{DstMark, DstRule, Gap, Repeat};
 use super::masks::CronExpr;
 use chrono::{DateTime, Datelike, LocalResult, NaiveDateTime, Offset, TimeDelta, TimeZone, Utc};
 use chrono_tz::{GapInfo, Tz};
 
-/// The first firing instant strictly after `after`, or `None` when there is
-/// none within the search window.
-pub(crate) fn next_after(expr: &CronExpr, tz: Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+/// An instant and, when a transition made it, how.
+pub(crate) type Marked = (DateTime<Utc>, Option<DstMark>);
+
+/// The first firing instant strictly after `after` under `rule`, or `None`
+/// when there is none within the search window.
+pub(crate) fn next_after(
+    expr: &CronExpr,
+    tz: Tz,
+    rule: DstRule,
+    after: DateTime<Utc>,
+) -> Option<Marked> {
     if tz == Tz::UTC {
         let last_year = after.year().checked_add(SEARCH_YEARS)?;
         return expr
             .next_naive_after(after.naive_utc(), last_year)
-            .map(|n| n.and_utc());
+            .map(|n| (n.and_utc(), None));
     }
     let local = after.with_timezone(&tz);
     // Within hours of the ends of time the local time is not representable
@@ -42,7 +55,7 @@ pub(crate) fn next_after(expr: &CronExpr, tz: Tz, after: DateTime<Utc>) -> Optio
 
     // Second occurrences still to come of repeated times at or before `wall`.
     let mut repeated = None;
-    if !expr.fixed_hours {
+    if rule.repeat == Repeat::Both {
         if let LocalResult::Ambiguous(first, second) = tz.from_local_datetime(&wall) {
             if local.offset().fix() == first.offset().fix() {
                 let (start, end) = overlap(tz, &first, &second);
@@ -50,7 +63,7 @@ pub(crate) fn next_after(expr: &CronExpr, tz: Tz, after: DateTime<Utc>) -> Optio
                     .next_naive_after(start - TimeDelta::seconds(1), last_year)
                     .filter(|n| *n < end)
                     .and_then(|n| tz.from_local_datetime(&n).latest())
-                    .map(|t| t.with_timezone(&Utc));
+                    .map(|t| (t.with_timezone(&Utc), Some(DstMark::Repeated)));
             }
         }
     }
@@ -62,23 +75,20 @@ pub(crate) fn next_after(expr: &CronExpr, tz: Tz, after: DateTime<Utc>) -> Optio
         };
         cursor = n;
         let candidate = match tz.from_local_datetime(&n) {
-            LocalResult::Single(t) => Some(t),
-            LocalResult::Ambiguous(first, second) => {
-                if first > local {
-                    Some(first)
-                } else if !expr.fixed_hours {
-                    Some(second)
-                } else {
-                    // A fixed-hour job already had the first occurrence.
-                    None
-                }
-            }
+            LocalResult::Single(t) => Some((t, None)),
+            LocalResult::Ambiguous(first, second) => match rule.repeat {
+                Repeat::Both if first > local => Some((first, Some(DstMark::Repeated))),
+                Repeat::Both => Some((second, Some(DstMark::Repeated))),
+                Repeat::First if first > local => Some((first, None)),
+                // The first occurrence has already fired.
+                Repeat::First => None,
+            },
             LocalResult::None => {
                 let end = GapInfo::new(&n, &tz).and_then(|g| g.end);
                 match end {
-                    Some(end) if expr.fixed_hours => Some(end),
+                    Some(end) if rule.gap == Gap::Shift => Some((end, Some(DstMark::Shifted))),
                     Some(end) => {
-                        // Real time: skip the rest of the gap in one step.
+                        // Skip the rest of the gap in one step.
                         cursor = cursor.max(end.naive_local() - TimeDelta::seconds(1));
                         None
                     }
@@ -86,12 +96,12 @@ pub(crate) fn next_after(expr: &CronExpr, tz: Tz, after: DateTime<Utc>) -> Optio
                 }
             }
         };
-        if let Some(t) = candidate.filter(|t| *t > local) {
-            break Some(t.with_timezone(&Utc));
+        if let Some((t, mark)) = candidate.filter(|(t, _)| *t > local) {
+            break Some((t.with_timezone(&Utc), mark));
         }
     };
     match (found, repeated) {
-        (Some(a), Some(b)) => Some(a.min(b)),
+        (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
         (a, b) => a.or(b),
     }
 }
@@ -127,14 +137,15 @@ mod tests {
     use super::*;
     use crate::duration::{format_time, parse_time_str};
 
-    /// The next `n` firings after `from`, formatted.
+    /// The next `n` firings after `from` under the v1 rule, formatted.
     fn fire(expr: &str, tz: &str, from: &str, n: usize) -> Vec<String> {
         let e = CronExpr::parse(expr).unwrap();
         let tz: Tz = tz.parse().unwrap();
+        let rule = super::super::dst::DstPolicy::default().rule(e.fixed_hours);
         let mut t = parse_time_str(from).unwrap();
         let mut out = Vec::new();
         for _ in 0..n {
-            t = next_after(&e, tz, t).unwrap();
+            t = next_after(&e, tz, rule, t).unwrap().0;
             out.push(format_time(t));
         }
         out
@@ -352,12 +363,13 @@ mod tests {
     /// instant within hours of chrono's ends is out of range.
     #[test]
     fn the_ends_of_time_in_a_zone_are_not_a_panic() {
+        let rule = super::super::dst::DstPolicy::default().rule(true);
         let e = CronExpr::parse("0 0 1,15 * *").unwrap();
         let tz: Tz = "America/Sao_Paulo".parse().unwrap();
-        assert_eq!(next_after(&e, tz, DateTime::<Utc>::MIN_UTC), None);
+        assert_eq!(next_after(&e, tz, rule, DateTime::<Utc>::MIN_UTC), None);
         let e = CronExpr::parse("0 0 0 ? * L").unwrap();
         let tz: Tz = "Asia/Kathmandu".parse().unwrap();
-        assert_eq!(next_after(&e, tz, DateTime::<Utc>::MAX_UTC), None);
+        assert_eq!(next_after(&e, tz, rule, DateTime::<Utc>::MAX_UTC), None);
     }
 
     #[test]

@@ -24,10 +24,19 @@ pub(crate) fn next_ms(schedule: &Schedule, t: i64) -> Option<i64> {
     schedule.next_after(after).map(|n| n.timestamp_millis())
 }
 
-/// A job's schedule, anchored where it was put.
+/// A job's schedule, anchored where it was put, under its time rules
+/// (`H`, `jitter`, `dst`).
 pub(crate) fn compile(spec: &JobSpec, anchor_ms: i64) -> Result<Schedule, StoreError> {
-    Schedule::compile(&spec.schedule, at_ms(anchor_ms))
+    job_schedule(spec, at_ms(anchor_ms))
         .map_err(|e| StoreError::corrupt(&spec.id, format!("schedule does not compile: {e}")))
+}
+
+fn job_schedule(
+    spec: &JobSpec,
+    anchor: DateTime<Utc>,
+) -> Result<Schedule, chime_common::FieldError> {
+    let options = spec.time.schedule_options(Some(&spec.id));
+    Schedule::compile_with(&spec.schedule, anchor, &options)
 }
 
 /// Distinct `group_name` of `jobs`, one index step per group (a loose index
@@ -178,8 +187,9 @@ impl Store {
     ) -> Result<Job, StoreError> {
         let now = truncate(now);
         let now_ms = ms(now);
-        let schedule = Schedule::compile(&spec.schedule, now).map_err(StoreError::Invalid)?;
+        let schedule = job_schedule(spec, now).map_err(StoreError::Invalid)?;
         self.check_no_cycle(spec).await?;
+        self.check_calendars_exist(spec).await?;
         let next = next_ms(&schedule, now_ms);
         let state = if spec.paused {
             JobState::Paused

@@ -21,7 +21,8 @@
 //! (lost), `cancel.rs` (an operator's cancel). `locks.rs` reads and locks what they decide on; `waiting.rs` and
 //! `executing.rs` keep the two small tables that say which firings wait and
 //! which run. Jobs are `jobs.rs`, `dependencies.rs` (`on_success`) and
-//! `plan.rs` (misfire planning).
+//! `plan.rs` (misfire planning); `calendars.rs` keeps the exclusion
+//! calendars staging applies.
 //!
 //! Batches travel as one JSON parameter (`json_to_recordset` on PostgreSQL,
 //! `json_each` on SQLite) rather than as arrays for `UNNEST`, which `Any`
@@ -63,6 +64,7 @@
 //! and an unreadable job as deleted (logged).
 
 mod audit;
+mod calendars;
 mod cancel;
 mod clock;
 mod dependencies;

@@ -11,6 +11,7 @@ use super::rows::{self, STAGED_COLUMNS};
 use super::types::{StageOutcome, StageRequest, StagedFiring};
 use super::waiting::Waiting;
 use super::{at_ms, id_batch, json_text, ms, RowExt, Store, StoreError};
+use chime_common::calendars::{excluded_by, Calendar};
 use chime_common::duration::format_duration;
 use chime_common::protocol::payload_sha256;
 use chime_common::{FiringId, FiringState, JobSpec, JobState};
@@ -71,6 +72,44 @@ struct DueJob {
     spec: JobSpec,
     payload: String,
     plan: super::plan::Plan,
+    /// Instants taken out of `plan.staged` by an excluding calendar, with
+    /// the recorded error naming it.
+    excluded: Vec<(i64, String)>,
+}
+
+impl DueJob {
+    /// Moves the planned instants whose local date one of the job's
+    /// calendars holds from `staged` to `excluded`. `calendars` may hold
+    /// other jobs' calendars too; a calendar deleted meanwhile excludes
+    /// nothing.
+    fn exclude(&mut self, calendars: &[Calendar]) {
+        let mine: Vec<Calendar> = self
+            .spec
+            .time
+            .exclude
+            .iter()
+            .filter_map(|id| calendars.iter().find(|c| &c.id == id).cloned())
+            .collect();
+        if mine.is_empty() {
+            return;
+        }
+        let tz = self.spec.schedule.time_zone();
+        let excluded = &mut self.excluded;
+        self.plan.staged.retain(|&(t, _)| {
+            let instant = at_ms(t);
+            match excluded_by(&mine, tz, instant) {
+                Some(c) => {
+                    let date = instant.with_timezone(&tz).date_naive();
+                    excluded.push((
+                        t,
+                        format!("excluded by calendar {:?}: {date} in {tz}", c.id),
+                    ));
+                    false
+                }
+                None => true,
+            }
+        });
+    }
 }
 
 /// What one staging transaction did.
@@ -204,6 +243,16 @@ impl Store {
             tx.commit().await?;
             return Ok(batch);
         }
+        let mut excluded_ids: Vec<String> = jobs
+            .iter()
+            .flat_map(|j| j.spec.time.exclude.iter().cloned())
+            .collect();
+        excluded_ids.sort_unstable();
+        excluded_ids.dedup();
+        let calendars = self.calendars(&excluded_ids).await?;
+        for job in &mut jobs {
+            job.exclude(&calendars);
+        }
 
         let mut new = Vec::new();
         let mut advances = Vec::with_capacity(jobs.len());
@@ -231,6 +280,13 @@ impl Store {
                     ..base(scheduled_at, due_at, FiringState::Staged.as_str())
                 });
             }
+            for (scheduled_at, error) in &job.excluded {
+                new.push(NewFiring {
+                    error: Some(error.clone()),
+                    finished_at: Some(now),
+                    ..base(*scheduled_at, *scheduled_at, FiringState::Skipped.as_str())
+                });
+            }
             for &scheduled_at in &job.plan.skipped {
                 new.push(NewFiring {
                     error: Some(misfire_error(spec, scheduled_at, now)),
@@ -248,7 +304,7 @@ impl Store {
                 },
             });
             batch.unfinished |= job.plan.next.is_some_and(|next| next < end);
-            batch.skipped += job.plan.skipped_total;
+            batch.skipped += job.plan.skipped_total + job.excluded.len() as u64;
             batch.misfired += job.plan.misfired;
         }
 
@@ -390,6 +446,7 @@ impl Store {
             spec,
             payload,
             plan,
+            excluded: Vec::new(),
         })
     }
 

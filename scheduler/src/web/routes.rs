@@ -35,6 +35,11 @@ pub fn router() -> Router<Web> {
         .route("/api/v1/workers", get(list_workers))
         .route("/api/v1/alerts", get(list_alerts))
         .route("/api/v1/audit", get(list_audit))
+        .route("/api/v1/calendars", get(list_calendars))
+        .route(
+            "/api/v1/calendars/{id}",
+            get(get_calendar).put(put_calendar).delete(delete_calendar),
+        )
         .route("/api/v1/verbs/{verb}", post(any_verb))
 }
 
@@ -393,6 +398,68 @@ async fn list_audit(
     RawQuery(query): RawQuery,
 ) -> Response {
     call(&web, &method, &headers, "audit.list", query_object(query)).await
+}
+
+/// Every calendar.
+#[utoipa::path(get, path = "/api/v1/calendars", tag = "calendars",
+    responses((status = 200, body = chime_common::api::ListCalendarsReply), (status = 401)))]
+async fn list_calendars(State(web): State<Web>, method: Method, headers: HeaderMap) -> Response {
+    call(
+        &web,
+        &method,
+        &headers,
+        "calendars.list",
+        Ok(Value::Object(Map::new())),
+    )
+    .await
+}
+
+/// One calendar.
+#[utoipa::path(get, path = "/api/v1/calendars/{id}", tag = "calendars",
+    params(("id" = String, Path)),
+    responses((status = 200, body = chime_common::api::CalendarReply),
+        (status = 404, body = ErrorReply), (status = 401)))]
+async fn get_calendar(
+    State(web): State<Web>,
+    method: Method,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let request = with_path_field(b"", "id", &id);
+    call(&web, &method, &headers, "calendars.get", request).await
+}
+
+/// Creates or replaces a calendar (admin): `{"dates": ["YYYY-MM-DD"], "weekdays"?}`.
+#[utoipa::path(put, path = "/api/v1/calendars/{id}", tag = "calendars",
+    params(("id" = String, Path)),
+    request_body(content = Object, description = "`{\"dates\": [..], \"weekdays\"?: [..]}`"),
+    responses((status = 200, body = chime_common::api::CalendarReply),
+        (status = 400, body = ErrorReply), (status = 401), (status = 403)))]
+async fn put_calendar(
+    State(web): State<Web>,
+    method: Method,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let request = with_path_field(&body, "id", &id);
+    call(&web, &method, &headers, "calendars.put", request).await
+}
+
+/// Deletes a calendar no job excludes (admin).
+#[utoipa::path(delete, path = "/api/v1/calendars/{id}", tag = "calendars",
+    params(("id" = String, Path)),
+    responses((status = 200, body = chime_common::api::CalendarReply),
+        (status = 404, body = ErrorReply), (status = 409, body = ErrorReply),
+        (status = 401), (status = 403)))]
+async fn delete_calendar(
+    State(web): State<Web>,
+    method: Method,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let request = with_path_field(b"", "id", &id);
+    call(&web, &method, &headers, "calendars.delete", request).await
 }
 
 /// Any verb of the NATS API by its name, with the NATS request body:

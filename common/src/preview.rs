@@ -1,0 +1,96 @@
+//! `jobs.preview` worked out: the instants a job with this schedule and
+//! these time rules would fire at, with what moved, doubled or excluded
+//! them. The scheduler and `chimectl preview` (offline) both answer
+//! through here, so they accept, refuse and mark the same.
+
+use crate::api::{PreviewMark, PreviewReply, PreviewRequest};
+use crate::bounds::check_time;
+use crate::calendars::{excluded_by, Calendar};
+use crate::duration::format_time;
+use crate::error::ApiError;
+use crate::job::{check_name, MAX_ID_LEN};
+use crate::schedule::{MarkedInstant, Schedule, ScheduleSpec};
+use crate::time_rules::TimeRules;
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use serde_json::Map;
+
+/// Instants previewed when the request gives no `count`.
+pub const DEFAULT_COUNT: u32 = 10;
+
+/// A checked preview: its instants, and the calendars still to apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Preview {
+    pub instants: Vec<MarkedInstant>,
+    /// Where calendar dates are read: the cron schedule's zone, else UTC.
+    pub tz: Tz,
+    /// The calendar ids to exclude, in the request's order.
+    pub exclude: Vec<String>,
+}
+
+impl Preview {
+    /// Checks `req` and computes at most `max_count` instants after its
+    /// `from` (default `now`). Refusals name the field, as `jobs.put` does.
+    pub fn compute(
+        req: &PreviewRequest,
+        now: DateTime<Utc>,
+        max_count: u32,
+    ) -> Result<Preview, ApiError> {
+        let count = req.count.unwrap_or(DEFAULT_COUNT);
+        if count == 0 || count > max_count {
+            return Err(ApiError::invalid(
+                "count",
+                format!("must be from 1 to {max_count}"),
+            ));
+        }
+        if let Some(id) = &req.id {
+            check_name(id, MAX_ID_LEN).map_err(|e| ApiError::invalid("id", e))?;
+        }
+        let spec = ScheduleSpec::from_json(&req.schedule, "schedule")
+            .map_err(ApiError::from_field_errors)?;
+        let mut fields = Map::new();
+        for (key, value) in [
+            ("dst", &req.dst),
+            ("jitter", &req.jitter),
+            ("exclude", &req.exclude),
+        ] {
+            if let Some(v) = value {
+                fields.insert(key.to_string(), v.clone());
+            }
+        }
+        let rules = TimeRules::from_json(&fields).map_err(ApiError::from_field_errors)?;
+        let from = req.from.unwrap_or(now);
+        if let Some(e) = check_time(from) {
+            return Err(ApiError::invalid("from", e));
+        }
+        let schedule =
+            Schedule::compile_with(&spec, from, &rules.schedule_options(req.id.as_deref()))
+                .map_err(|e| ApiError::from_field_errors(vec![e]))?;
+        Ok(Preview {
+            instants: schedule.iter_marked(from).take(count as usize).collect(),
+            tz: spec.time_zone(),
+            exclude: rules.exclude,
+        })
+    }
+
+    /// The reply, with `calendars` (those of `exclude` that exist) applied;
+    /// `marks` only when some instant has one.
+    pub fn reply(&self, calendars: &[Calendar]) -> PreviewReply {
+        let (times, marks) = self
+            .instants
+            .iter()
+            .map(|(t, dst)| {
+                let excluded = excluded_by(calendars, self.tz, *t).map(|c| c.id.clone());
+                (format_time(*t), PreviewMark::of(*dst, excluded))
+            })
+            .unzip();
+        let marks: Vec<Option<PreviewMark>> = marks;
+        // Nothing to mark: the reply is v1's `{"times"}`.
+        let marks = if marks.iter().all(Option::is_none) {
+            Vec::new()
+        } else {
+            marks
+        };
+        PreviewReply { times, marks }
+    }
+}
