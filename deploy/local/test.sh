@@ -215,6 +215,10 @@ if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] && ! dpkg -s lib
 fi
 
 step "nats-py (the Python worker and client tests)"
+# What an earlier run pip-installed here is importable again.
+if [ -d "$TOOLS_DIR/python" ]; then
+  export PYTHONPATH="$TOOLS_DIR/python${PYTHONPATH:+:$PYTHONPATH}"
+fi
 if ! python3 -c 'import nats' >/dev/null 2>&1; then
   if ! python3 -m pip --version >/dev/null 2>&1; then
     apt_install python3-pip
@@ -224,6 +228,23 @@ if ! python3 -c 'import nats' >/dev/null 2>&1; then
   export PYTHONPATH="$TOOLS_DIR/python${PYTHONPATH:+:$PYTHONPATH}"
 fi
 python3 -c 'import nats' || die "nats-py is not importable after installing it"
+
+step "Chromium and ChromeDriver (the console's browser test)"
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+  apt_install chromium chromium-driver
+fi
+run /usr/bin/chromedriver --version
+
+step "openapi-spec-validator (checks the HTTP API's OpenAPI document)"
+if ! python3 -c 'import openapi_spec_validator' >/dev/null 2>&1; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    apt_install python3-pip
+  fi
+  run python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+    --upgrade --target "$TOOLS_DIR/python" openapi-spec-validator
+  export PYTHONPATH="$TOOLS_DIR/python${PYTHONPATH:+:$PYTHONPATH}"
+fi
+python3 -c 'import openapi_spec_validator' || die "openapi-spec-validator is not importable after installing it"
 
 # --- Tests -------------------------------------------------------------------
 
