@@ -227,6 +227,16 @@ pub struct WorkerInfo {
     pub version: String,
     #[serde(with = "rfc3339_ms")]
     pub started_at: DateTime<Utc>,
+    /// When the bucket last received this heartbeat: filled in by
+    /// `workers.list` from the key's write time (extension); workers leave
+    /// it out.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::duration::rfc3339_ms_opt"
+    )]
+    #[schema(value_type = Option<String>)]
+    pub heartbeat_at: Option<DateTime<Utc>>,
 }
 
 /// What an alert is about.

@@ -510,9 +510,10 @@ async function workersPage() {
     const r = await api("GET", "/api/v1/workers");
     if (!r.ok) { render(h("h1", { text: "Workers" }), h("p", { class: "error", text: r.error.message })); return; }
     const now = Date.now();
-    render(h("h1", { text: "Workers" }), table(["id", "group", "threads", "in flight", "up for", "version"],
+    const age = (t) => t ? Math.max(0, Math.round((now - new Date(t)) / 1000)) + " s" : "–";
+    render(h("h1", { text: "Workers" }), table(["id", "group", "threads", "in flight", "heartbeat age", "up for", "version"],
       r.data.workers.map((w) => h("tr", {}, h("td", { text: w.id }), h("td", { text: w.group }), h("td", { text: w.threads }),
-        h("td", { text: w.in_flight }), h("td", { text: Math.round((now - new Date(w.started_at)) / 1000) + " s" }),
+        h("td", { text: w.in_flight }), h("td", { text: age(w.heartbeat_at) }), h("td", { text: age(w.started_at) }),
         h("td", { text: w.version }))), "workers"),
     h("p", { class: "muted", text: "Workers that stopped heartbeating drop off this list." }));
     eventListeners.add(() => { if (location.hash === "#/workers") paint(); });

@@ -587,8 +587,12 @@ impl Api {
         let mut workers = Vec::new();
         while let Some(key) = keys.next().await {
             let key = key.map_err(|e| unavailable(&e))?;
-            if let Ok(Some(bytes)) = self.workers.get(&key).await {
-                if let Ok(info) = serde_json::from_slice::<WorkerInfo>(&bytes) {
+            if let Ok(Some(entry)) = self.workers.entry(&key).await {
+                if let Ok(mut info) = serde_json::from_slice::<WorkerInfo>(&entry.value) {
+                    let written = i64::try_from(entry.created.unix_timestamp_nanos() / 1_000_000)
+                        .ok()
+                        .and_then(DateTime::from_timestamp_millis);
+                    info.heartbeat_at = written;
                     if group.is_none_or(|g| g == info.group) {
                         workers.push(info);
                     }

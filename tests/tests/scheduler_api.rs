@@ -251,6 +251,7 @@ backend_tests! {
             in_flight: 1,
             version: "0.0.0".into(),
             started_at: chrono::Utc::now(),
+            heartbeat_at: None,
         };
         async_nats::jetstream::new(connection.clone())
             .get_key_value(subjects.workers_bucket())

@@ -58,6 +58,7 @@ impl Heartbeat {
             in_flight: u32::try_from(self.slots.in_flight()).unwrap_or(u32::MAX),
             version: env!("CARGO_PKG_VERSION").to_string(),
             started_at: self.started_at,
+            heartbeat_at: None,
         }
     }
 
