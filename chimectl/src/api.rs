@@ -7,8 +7,11 @@
 use crate::table::{print_firings, print_jobs, print_workers, printable};
 use crate::Failure;
 use anyhow::Context as _;
-use chime_common::api::{FiringReply, JobReply, ListWorkersReply, TriggerReply};
+use chime_common::api::{
+    BackfillReply, BackfillRequest, FiringReply, JobReply, ListWorkersReply, TriggerReply,
+};
 use chime_common::client::{Client, ListFiringsRequest, ListJobsRequest};
+use chime_common::duration::parse_time_str;
 use chime_common::{ApiError, ErrorCode, FiringState, JobState};
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -36,6 +39,19 @@ pub enum ApiCommand {
         /// A JSON payload for this run only.
         #[arg(long)]
         payload: Option<String>,
+    },
+    /// Re-run a job's schedule over a past range: one firing per instant in [--from, --to).
+    Backfill {
+        id: String,
+        /// Start of the range (RFC 3339), included.
+        #[arg(long)]
+        from: String,
+        /// End of the range (RFC 3339), excluded; not in the future.
+        #[arg(long)]
+        to: String,
+        /// At most this many instants, the earliest (default 1000, at most 10000).
+        #[arg(long)]
+        limit: Option<u32>,
     },
     /// Show firings (attempts with times, worker, outcome and error), newest first.
     History(HistoryArgs),
@@ -142,6 +158,24 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
             let firing_id = client.trigger_job(id, payload).await.map_err(api_failure)?;
             to_json(&TriggerReply { firing_id })?
         }
+        ApiCommand::Backfill {
+            id,
+            from,
+            to,
+            limit,
+        } => {
+            let time = |flag: &str, text: &str| {
+                parse_time_str(text).map_err(|e| usage(format!("{flag}: {e}")))
+            };
+            let request = BackfillRequest {
+                id: id.clone(),
+                from: time("--from", from)?,
+                to: time("--to", to)?,
+                limit: *limit,
+            };
+            let firing_ids = client.backfill_job(&request).await.map_err(api_failure)?;
+            to_json(&BackfillReply { firing_ids })?
+        }
         ApiCommand::List(args) => {
             let state = args
                 .state
@@ -195,6 +229,11 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
     match command {
         ApiCommand::Trigger { .. } => {
             println!("{}", printable(reply["firing_id"].as_str().unwrap_or("")))
+        }
+        ApiCommand::Backfill { .. } => {
+            for id in reply["firing_ids"].as_array().into_iter().flatten() {
+                println!("{}", printable(id.as_str().unwrap_or("")));
+            }
         }
         ApiCommand::List(_) => print_jobs(
             reply["jobs"].as_array().map(Vec::as_slice).unwrap_or(&[]),

@@ -5,7 +5,7 @@
 //! and `chimectl` all speak through these types, so a verb's name or a
 //! reply's shape is written once.
 
-use crate::duration::rfc3339_ms_opt;
+use crate::duration::{rfc3339_ms, rfc3339_ms_opt};
 use crate::error::ApiError;
 use crate::firing::{Firing, FiringState};
 use crate::job::{Job, JobState};
@@ -26,6 +26,7 @@ pub enum Verb {
     JobsPause,
     JobsResume,
     JobsTrigger,
+    JobsBackfill,
     JobsPreview,
     FiringsList,
     FiringsCancel,
@@ -34,7 +35,7 @@ pub enum Verb {
 
 impl Verb {
     /// Every verb, in the contract's order.
-    pub const ALL: [Verb; 11] = [
+    pub const ALL: [Verb; 12] = [
         Verb::JobsPut,
         Verb::JobsGet,
         Verb::JobsList,
@@ -42,6 +43,7 @@ impl Verb {
         Verb::JobsPause,
         Verb::JobsResume,
         Verb::JobsTrigger,
+        Verb::JobsBackfill,
         Verb::JobsPreview,
         Verb::FiringsList,
         Verb::FiringsCancel,
@@ -58,6 +60,7 @@ impl Verb {
             Verb::JobsPause => "jobs.pause",
             Verb::JobsResume => "jobs.resume",
             Verb::JobsTrigger => "jobs.trigger",
+            Verb::JobsBackfill => "jobs.backfill",
             Verb::JobsPreview => "jobs.preview",
             Verb::FiringsList => "firings.list",
             Verb::FiringsCancel => "firings.cancel",
@@ -182,6 +185,32 @@ pub struct TriggerReply {
     pub firing_id: String,
 }
 
+/// `jobs.backfill` request: one firing per schedule instant in
+/// `[from, to)`, the earliest `limit` of them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackfillRequest {
+    pub id: String,
+    #[serde(with = "rfc3339_ms")]
+    pub from: DateTime<Utc>,
+    #[serde(with = "rfc3339_ms")]
+    pub to: DateTime<Utc>,
+    /// Default [`BACKFILL_LIMIT_DEFAULT`], at most [`BACKFILL_LIMIT_MAX`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// Instants one backfill stages when the request names no `limit`.
+pub const BACKFILL_LIMIT_DEFAULT: u32 = 1_000;
+/// The largest `limit` a backfill accepts: one transaction's worth of rows.
+pub const BACKFILL_LIMIT_MAX: u32 = 10_000;
+
+/// `jobs.backfill` reply: the firings staged, oldest instant first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackfillReply {
+    pub firing_ids: Vec<String>,
+}
+
 /// `jobs.preview` request.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PreviewRequest {
@@ -254,6 +283,7 @@ pub enum Reply {
     Job(Box<JobReply>),
     Jobs(ListJobsReply),
     Trigger(TriggerReply),
+    Backfill(BackfillReply),
     Preview(PreviewReply),
     Firings(ListFiringsReply),
     Firing(Box<FiringReply>),
@@ -283,7 +313,7 @@ mod tests {
         assert_eq!(
             unknown.message,
             "no API verb \"jobs.frobnicate\"; verbs are jobs.put, jobs.get, jobs.list, \
-             jobs.delete, jobs.pause, jobs.resume, jobs.trigger, jobs.preview, \
+             jobs.delete, jobs.pause, jobs.resume, jobs.trigger, jobs.backfill, jobs.preview, \
              firings.list, firings.cancel, workers.list"
         );
     }

@@ -5,8 +5,8 @@
 //! code, message and field.
 
 use crate::api::{
-    FiringReply, IdRequest, JobReply, ListWorkersReply, ListWorkersRequest, PreviewReply,
-    PreviewRequest, TriggerReply, TriggerRequest,
+    BackfillReply, BackfillRequest, FiringReply, IdRequest, JobReply, ListWorkersReply,
+    ListWorkersRequest, PreviewReply, PreviewRequest, TriggerReply, TriggerRequest,
 };
 use crate::error::{ApiError, ErrorReply};
 use crate::firing::Firing;
@@ -141,6 +141,14 @@ impl Client {
             .call::<TriggerReply>(Verb::JobsTrigger, &request)
             .await?
             .firing_id)
+    }
+
+    /// `jobs.backfill`: the firings staged for the instants in `[from, to)`.
+    pub async fn backfill_job(&self, request: &BackfillRequest) -> Result<Vec<String>, ApiError> {
+        Ok(self
+            .call::<BackfillReply>(Verb::JobsBackfill, request)
+            .await?
+            .firing_ids)
     }
 
     /// `jobs.preview`.

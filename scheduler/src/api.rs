@@ -8,9 +8,10 @@ use crate::metrics::Metrics;
 use crate::store::{FiringFilter, JobFilter, Store, CANCELLED_BY_OPERATOR};
 use async_nats::jetstream::kv;
 use chime_common::api::{
-    requested_page, requested_selector, FiringReply, IdRequest, ListFiringsReply,
-    ListFiringsRequest, ListJobsReply, ListJobsRequest, ListWorkersReply, ListWorkersRequest,
-    PreviewReply, PreviewRequest, Reply, TriggerReply, TriggerRequest, Verb,
+    requested_page, requested_selector, BackfillReply, BackfillRequest, FiringReply, IdRequest,
+    ListFiringsReply, ListFiringsRequest, ListJobsReply, ListJobsRequest, ListWorkersReply,
+    ListWorkersRequest, PreviewReply, PreviewRequest, Reply, TriggerReply, TriggerRequest, Verb,
+    BACKFILL_LIMIT_DEFAULT,
 };
 use chime_common::duration::format_time;
 use chime_common::error::ErrorReply;
@@ -113,6 +114,7 @@ pub enum ApiRequest {
     /// `jobs.pause` (true) or `jobs.resume` (false).
     SetPaused(String, bool),
     Trigger(TriggerRequest),
+    Backfill(BackfillRequest),
     /// `jobs.preview` needs no store: its answer, the instants as written.
     Preview(Vec<String>),
     ListFirings(FiringFilter),
@@ -181,6 +183,13 @@ impl ApiRequest {
                     }
                 }
                 ApiRequest::Trigger(req)
+            }
+            Verb::JobsBackfill => {
+                // The range and `limit` are checked by the store, which
+                // knows `now` the same way for every caller.
+                let req: BackfillRequest = parse_request(body)?;
+                check_id(&req.id)?;
+                ApiRequest::Backfill(req)
             }
             Verb::JobsPreview => {
                 let req: PreviewRequest = parse_request(body)?;
@@ -298,6 +307,22 @@ impl Api {
                     .ok_or_else(|| not_found(&req.id))?;
                 Ok(Reply::Trigger(TriggerReply {
                     firing_id: id.to_string(),
+                }))
+            }
+            ApiRequest::Backfill(req) => {
+                let ids = self
+                    .store
+                    .backfill(
+                        &req.id,
+                        req.from,
+                        req.to,
+                        req.limit.unwrap_or(BACKFILL_LIMIT_DEFAULT),
+                        now,
+                    )
+                    .await?
+                    .ok_or_else(|| not_found(&req.id))?;
+                Ok(Reply::Backfill(BackfillReply {
+                    firing_ids: ids.iter().map(ToString::to_string).collect(),
                 }))
             }
             ApiRequest::Preview(times) => Ok(Reply::Preview(PreviewReply { times })),

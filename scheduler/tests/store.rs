@@ -253,6 +253,9 @@ macro_rules! both_backends {
 #[path = "store/operations.rs"]
 mod operations;
 
+#[path = "store/backfill.rs"]
+mod backfill;
+
 both_backends!(
     a_start_must_ask_for_what_was_staged,
     migrations_are_idempotent,

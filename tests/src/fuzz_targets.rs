@@ -17,7 +17,7 @@
 //! | `protocol` | one worker-protocol message as JSON, read as every message type |
 //! | `api_request` | line 1: the verb (`jobs.put`); the rest: the request body |
 
-use chime_common::api::MAX_PAGE;
+use chime_common::api::{BackfillRequest, TriggerRequest, MAX_PAGE};
 use chime_common::job::{check_name, MAX_ID_LEN};
 use chime_common::protocol::{
     doorbell_bands, doorbell_body, Alert, CancelRequest, Finished, StartReply, StartRequest,
@@ -286,12 +286,12 @@ pub fn api_request(data: &[u8]) {
                 "{verb}: accepted id {id:?}"
             );
         }
-        Ok(ApiRequest::Trigger(req)) => {
+        Ok(ApiRequest::Trigger(TriggerRequest { id, .. }))
+        | Ok(ApiRequest::Backfill(BackfillRequest { id, .. })) => {
             assert_eq!(
-                check_name(&req.id, MAX_ID_LEN),
+                check_name(&id, MAX_ID_LEN),
                 Ok(()),
-                "{verb}: accepted id {:?}",
-                req.id
+                "{verb}: accepted id {id:?}"
             );
         }
         Ok(ApiRequest::ListJobs(JobFilter { limit, .. }))

@@ -4,7 +4,8 @@
 //! conflict; a runaway firing cancelled on its worker.
 
 use chime_common::client::Client;
-use chime_common::{ErrorCode, FiringState};
+use chime_common::duration::format_time;
+use chime_common::{ErrorCode, FiringId, FiringState};
 use chime_scheduler::{Replica, SchedulerConfig};
 use chime_tests::{
     eventually, init_tracing, start_scheduler, start_worker, Binary, NatsServer, SqliteDatabase,
@@ -382,4 +383,111 @@ async fn cancel_ends_a_running_shell_firing_within_a_second() {
     assert!(err.contains("conflict"), "{err}");
     let (code, _, err) = chimectl(&nats.url(), &["cancel", "runaway@nonsense"]).await;
     assert_eq!(code, Some(2), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backfill_of_ten_days_runs_exactly_the_previewed_instants() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let _scheduler = start_scheduler(&nats.url(), &db.url(), "r1").await;
+    let _worker = start_worker(&nats.url(), "default", 4, "w1").await;
+    let client = Client::new(nats.connect().await);
+    let job = client
+        .put_job(
+            &json!({"id": "nightly", "overlap": "allow", "handler": "shell",
+                  "schedule": {"cron": "17 */6 * * *", "tz": "Europe/Berlin"},
+                  "payload": {"argv": ["/bin/true"]}}),
+        )
+        .await
+        .expect("put");
+    let to = chrono::Utc::now() - chrono::Duration::seconds(1);
+    let from = to - chrono::Duration::days(10);
+    let previewed: Vec<String> = client
+        .preview(&job.spec.schedule, Some(from), Some(1000))
+        .await
+        .expect("preview")
+        .into_iter()
+        .filter(|t| chime_common::duration::parse_time_str(t).expect("a time") < to)
+        .collect();
+    assert_eq!(
+        previewed.len(),
+        40,
+        "four a day for ten days: {previewed:?}"
+    );
+
+    let (code, reply, err) = chimectl(
+        &nats.url(),
+        &[
+            "backfill",
+            "nightly",
+            "--from",
+            &format_time(from),
+            "--to",
+            &format_time(to),
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    let ids: Vec<FiringId> = reply["firing_ids"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no firing_ids in {reply}"))
+        .iter()
+        .map(|id| {
+            id.as_str()
+                .unwrap_or_default()
+                .parse()
+                .expect("a firing id")
+        })
+        .collect();
+    let instants: Vec<String> = ids
+        .iter()
+        .map(|id| format_time(chrono::DateTime::from_timestamp_millis(id.scheduled_ms).unwrap()))
+        .collect();
+    assert_eq!(instants, previewed);
+
+    let history = || {
+        let client = client.clone();
+        async move {
+            client
+                .list_firings(&chime_common::client::ListFiringsRequest {
+                    job_id: Some("nightly".into()),
+                    limit: Some(1000),
+                    ..Default::default()
+                })
+                .await
+                .expect("history")
+                .firings
+        }
+    };
+    eventually(
+        Duration::from_secs(60),
+        "every backfill firing succeeds",
+        || async {
+            let firings = history().await;
+            ids.iter().all(|id| {
+                firings
+                    .iter()
+                    .any(|f| &f.id == id && f.state == FiringState::Succeeded && f.backfill)
+            })
+        },
+    )
+    .await;
+    assert_eq!(history().await.len(), 40, "nothing but the backfill ran");
+
+    // A range reaching into the future is refused naming `to`.
+    let (code, _, err) = chimectl(
+        &nats.url(),
+        &[
+            "backfill",
+            "nightly",
+            "--from",
+            &format_time(from),
+            "--to",
+            "2999-01-01T00:00:00Z",
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("[to]"), "{err}");
 }

@@ -2,10 +2,11 @@
 //! real NATS and both stores.
 
 use chime_common::api::{
-    FiringReply, JobReply, ListFiringsReply, ListJobsReply, ListWorkersReply, PreviewReply,
-    TriggerReply,
+    BackfillReply, FiringReply, JobReply, ListFiringsReply, ListJobsReply, ListWorkersReply,
+    PreviewReply, TriggerReply,
 };
 use chime_common::client::{Client, ListFiringsRequest, ListJobsRequest, Verb};
+use chime_common::duration::format_time;
 use chime_common::error::ErrorReply;
 use chime_common::protocol::WorkerInfo;
 use chime_common::{ErrorCode, JobState, Subjects};
@@ -287,6 +288,15 @@ backend_tests! {
                 Verb::JobsTrigger => {
                     let raw = raw_reply(&connection, subject, &json!({"id": "full", "payload": {"argv": ["/bin/true"]}})).await;
                     reads_back::<TriggerReply>(verb, &raw);
+                }
+                Verb::JobsBackfill => {
+                    // Two days of the daily "paused" job: two firings, staged but held by no worker of its group.
+                    let to = chrono::Utc::now();
+                    let from = to - chrono::Duration::days(2);
+                    let body = json!({"id": "paused", "from": format_time(from), "to": format_time(to)});
+                    let raw = raw_reply(&connection, subject, &body).await;
+                    reads_back::<BackfillReply>(verb, &raw);
+                    assert_eq!(raw["firing_ids"].as_array().map(Vec::len), Some(2), "{raw}");
                 }
                 Verb::JobsPreview => {
                     let raw = raw_reply(&connection, subject, &json!({"schedule": {"every": "1m"}, "count": 2})).await;

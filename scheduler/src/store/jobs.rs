@@ -531,6 +531,7 @@ impl Store {
                 state: FiringState::Staged.as_str(),
                 error: None,
                 finished_at: None,
+                backfill: 0,
             };
             let inserted = self.insert_firings(tx, &[firing], now_ms).await?;
             if !inserted.is_empty() {

@@ -62,6 +62,7 @@
 //! out; `start`, `finish` and `requeue` treat an unreadable firing as unknown
 //! and an unreadable job as deleted (logged).
 
+mod backfill;
 mod cancel;
 mod clock;
 mod dependencies;

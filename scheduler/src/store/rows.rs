@@ -17,7 +17,7 @@ pub(crate) const JOB_TABLES: &str = "jobs j JOIN job_schedule s ON s.job_id = j.
 
 /// Columns [`firing`] reads.
 pub(crate) const FIRING_COLUMNS: &str = "id, job_id, scheduled_at, attempt, state, group_name, \
-     priority, due_at, worker, published_at, started_at, finished_at, error, output";
+     priority, due_at, worker, published_at, started_at, finished_at, error, output, backfill";
 
 /// Columns [`staged`] reads.
 pub(crate) const STAGED_COLUMNS: &str = "id, job_id, group_name, priority, handler, payload, \
@@ -154,6 +154,7 @@ pub(crate) fn firing(row: &AnyRow) -> Result<Firing, StoreError> {
         finished_at: opt_instant(row, i, "finished_at")?,
         error: row.opt_text(i, "error")?,
         output: row.opt_text(i, "output")?,
+        backfill: row.int(i, "backfill")? != 0,
         id,
     })
 }
