@@ -8,7 +8,8 @@ use crate::table::{print_firings, print_jobs, print_workers, printable};
 use crate::Failure;
 use anyhow::Context as _;
 use chime_common::api::{
-    BackfillReply, BackfillRequest, FiringReply, JobReply, ListWorkersReply, TriggerReply,
+    BackfillReply, BackfillRequest, FiringReply, JobReply, JobsReply, ListWorkersReply,
+    PauseRequest, TriggerReply,
 };
 use chime_common::client::{Client, ListFiringsRequest, ListJobsRequest};
 use chime_common::duration::parse_time_str;
@@ -29,10 +30,10 @@ pub enum ApiCommand {
     List(ListArgs),
     /// Delete a job (running firings are cancelled).
     Delete { id: String },
-    /// Pause a job.
-    Pause { id: String },
-    /// Resume a paused job (missed instants follow its misfire policy).
-    Resume { id: String },
+    /// Pause a job, or every job of a group or selector (a maintenance window with --until).
+    Pause(PauseArgs),
+    /// Resume paused jobs (missed instants follow each job's misfire policy).
+    Resume(PauseArgs),
     /// Run a job now, once, outside its schedule.
     Trigger {
         id: String,
@@ -62,6 +63,22 @@ pub enum ApiCommand {
         #[arg(long)]
         group: Option<String>,
     },
+}
+
+/// Which jobs `pause` and `resume` change.
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// One job.
+    id: Option<String>,
+    /// Every job whose labels match this selector (`team=data,env!=dev`).
+    #[arg(short = 'l', long)]
+    selector: Option<String>,
+    /// Every job of this group (with -l: of the group, those matching).
+    #[arg(long)]
+    group: Option<String>,
+    /// Pause only: the jobs resume by themselves at this time (RFC 3339).
+    #[arg(long)]
+    until: Option<String>,
 }
 
 /// `list` filters.
@@ -147,8 +164,43 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
         }
         ApiCommand::Get { id } => job(client.get_job(id).await.map_err(api_failure)?)?,
         ApiCommand::Delete { id } => job(client.delete_job(id).await.map_err(api_failure)?)?,
-        ApiCommand::Pause { id } => job(client.pause_job(id).await.map_err(api_failure)?)?,
-        ApiCommand::Resume { id } => job(client.resume_job(id).await.map_err(api_failure)?)?,
+        ApiCommand::Pause(args) | ApiCommand::Resume(args) => {
+            let paused = matches!(command, ApiCommand::Pause(_));
+            let until = args
+                .until
+                .as_deref()
+                .map(parse_time_str)
+                .transpose()
+                .map_err(|e| usage(format!("--until: {e}")))?;
+            if !paused && until.is_some() {
+                return Err(usage("--until: only pause takes --until"));
+            }
+            match (&args.id, &args.selector, &args.group) {
+                (Some(id), None, None) if paused => {
+                    job(client.pause_job(id, until).await.map_err(api_failure)?)?
+                }
+                (Some(id), None, None) => job(client.resume_job(id).await.map_err(api_failure)?)?,
+                (Some(_), _, _) => {
+                    return Err(usage("give a job ID or -l/--group, not both"));
+                }
+                (None, None, None) => {
+                    return Err(usage("give a job ID, -l SELECTOR or --group GROUP"));
+                }
+                (None, selector, group) => {
+                    let request = PauseRequest {
+                        id: None,
+                        group: group.clone(),
+                        selector: selector.clone(),
+                        until,
+                    };
+                    let jobs = client
+                        .set_paused_many(&request, paused)
+                        .await
+                        .map_err(api_failure)?;
+                    to_json(&JobsReply { jobs })?
+                }
+            }
+        }
         ApiCommand::Trigger { id, payload } => {
             let payload = payload
                 .as_deref()
@@ -253,7 +305,10 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
                 .map(Vec::as_slice)
                 .unwrap_or(&[]),
         ),
-        _ => print_jobs(std::slice::from_ref(&reply["job"]), None),
+        _ => match reply.get("jobs").and_then(Value::as_array) {
+            Some(jobs) => print_jobs(jobs, None),
+            None => print_jobs(std::slice::from_ref(&reply["job"]), None),
+        },
     }
     Ok(())
 }

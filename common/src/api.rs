@@ -130,6 +130,34 @@ pub struct IdRequest {
     pub id: String,
 }
 
+/// `jobs.pause` / `jobs.resume` request: `{"id"}` for one job, or
+/// `{"group"?, "selector"?}` for every job they choose; a pause may end by
+/// itself at `until`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PauseRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// A label selector (`crate::labels`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// Pause only: the jobs resume by themselves at this instant.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "rfc3339_ms_opt"
+    )]
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// The reply of a pause or resume of many jobs: each job afterwards.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobsReply {
+    pub jobs: Vec<Job>,
+}
+
 /// `jobs.list` request.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -282,6 +310,8 @@ pub enum Reply {
     /// Boxed: a job is far larger than the other replies.
     Job(Box<JobReply>),
     Jobs(ListJobsReply),
+    /// A pause or resume of many jobs.
+    JobsChanged(JobsReply),
     Trigger(TriggerReply),
     Backfill(BackfillReply),
     Preview(PreviewReply),

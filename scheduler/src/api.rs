@@ -5,13 +5,13 @@
 //! changes nothing. Failures reply `{"error": {"code", "message", "field"?}}`.
 
 use crate::metrics::Metrics;
-use crate::store::{FiringFilter, JobFilter, Store, CANCELLED_BY_OPERATOR};
+use crate::store::{FiringFilter, JobFilter, JobSelection, Pause, Store, CANCELLED_BY_OPERATOR};
 use async_nats::jetstream::kv;
 use chime_common::api::{
     requested_page, requested_selector, BackfillReply, BackfillRequest, FiringReply, IdRequest,
-    ListFiringsReply, ListFiringsRequest, ListJobsReply, ListJobsRequest, ListWorkersReply,
-    ListWorkersRequest, PreviewReply, PreviewRequest, Reply, TriggerReply, TriggerRequest, Verb,
-    BACKFILL_LIMIT_DEFAULT,
+    JobsReply, ListFiringsReply, ListFiringsRequest, ListJobsReply, ListJobsRequest,
+    ListWorkersReply, ListWorkersRequest, PauseRequest, PreviewReply, PreviewRequest, Reply,
+    TriggerReply, TriggerRequest, Verb, BACKFILL_LIMIT_DEFAULT,
 };
 use chime_common::duration::format_time;
 use chime_common::error::ErrorReply;
@@ -101,6 +101,13 @@ fn check_id(id: &str) -> Result<(), ApiError> {
     check_name(id, MAX_ID_LEN).map_err(|e| ApiError::invalid("id", e))
 }
 
+/// The jobs a pause or resume changes.
+#[derive(Debug, Clone)]
+pub enum PauseTarget {
+    One(String),
+    Many(JobSelection),
+}
+
 /// A request that passed every check needing no store: what
 /// [`Api::handle`] acts on. Public so the fuzz targets (docs/FUZZING.md)
 /// exercise exactly the parsing and validation the API applies.
@@ -111,8 +118,8 @@ pub enum ApiRequest {
     GetJob(String),
     ListJobs(JobFilter),
     DeleteJob(String),
-    /// `jobs.pause` (true) or `jobs.resume` (false).
-    SetPaused(String, bool),
+    /// `jobs.pause` or `jobs.resume`.
+    SetPaused(PauseTarget, Pause),
     Trigger(TriggerRequest),
     Backfill(BackfillRequest),
     /// `jobs.preview` needs no store: its answer, the instants as written.
@@ -163,8 +170,38 @@ impl ApiRequest {
                 })
             }
             Verb::JobsDelete => ApiRequest::DeleteJob(id_request()?),
-            Verb::JobsPause => ApiRequest::SetPaused(id_request()?, true),
-            Verb::JobsResume => ApiRequest::SetPaused(id_request()?, false),
+            verb @ (Verb::JobsPause | Verb::JobsResume) => {
+                let req: PauseRequest = parse_request(body)?;
+                let pause = match (verb, req.until) {
+                    (Verb::JobsPause, until) => Pause::Until(until),
+                    (_, None) => Pause::Resume,
+                    (_, Some(_)) => {
+                        return Err(ApiError::invalid("until", "only jobs.pause takes until"))
+                    }
+                };
+                let target =
+                    match (req.id, req.group, req.selector) {
+                        (Some(id), None, None) => {
+                            check_id(&id)?;
+                            PauseTarget::One(id)
+                        }
+                        (Some(_), _, _) => return Err(ApiError::invalid(
+                            "id",
+                            "names one job, group and selector choose many: give one or the other",
+                        )),
+                        (None, None, None) => {
+                            return Err(ApiError::invalid(
+                                "id",
+                                "is required (or group or selector, to choose many jobs)",
+                            ))
+                        }
+                        (None, group, selector) => PauseTarget::Many(JobSelection {
+                            selector: requested_selector(selector.as_deref(), "selector")?,
+                            group,
+                        }),
+                    };
+                ApiRequest::SetPaused(target, pause)
+            }
             Verb::JobsTrigger => {
                 let req: TriggerRequest = parse_request(body)?;
                 check_id(&req.id)?;
@@ -291,13 +328,17 @@ impl Api {
                 }
                 Ok(Reply::job(deleted.job))
             }
-            ApiRequest::SetPaused(id, paused) => {
+            ApiRequest::SetPaused(PauseTarget::One(id), pause) => {
                 let job = self
                     .store
-                    .set_paused(&id, paused, now)
+                    .set_paused(&id, pause, now)
                     .await?
                     .ok_or_else(|| not_found(&id))?;
                 Ok(Reply::job(job))
+            }
+            ApiRequest::SetPaused(PauseTarget::Many(selection), pause) => {
+                let jobs = self.store.set_paused_many(&selection, pause, now).await?;
+                Ok(Reply::JobsChanged(JobsReply { jobs }))
             }
             ApiRequest::Trigger(req) => {
                 let id = self
@@ -529,6 +570,67 @@ mod tests {
         assert!(
             matches!(ok, Ok(ApiRequest::CancelFiring(ref id)) if id.attempt == 2),
             "{ok:?}"
+        );
+    }
+
+    #[test]
+    fn pause_and_backfill_requests_are_checked_naming_the_field() {
+        for (verb, body, field) in [
+            ("jobs.pause", r#"{}"#, "id"),
+            ("jobs.pause", r#"{"id": "a", "group": "g"}"#, "id"),
+            ("jobs.pause", r#"{"id": "a b"}"#, "id"),
+            (
+                "jobs.pause",
+                r#"{"group": "g", "selector": "a=,="}"#,
+                "selector",
+            ),
+            ("jobs.pause", r#"{"id": "a", "until": "soon"}"#, "until"),
+            (
+                "jobs.resume",
+                r#"{"id": "a", "until": "2099-01-01T00:00:00Z"}"#,
+                "until",
+            ),
+            ("jobs.resume", r#"{"selector": "x", "colour": 1}"#, "colour"),
+            (
+                "jobs.backfill",
+                r#"{"id": "a", "from": "2020-01-01T00:00:00Z"}"#,
+                "to",
+            ),
+            (
+                "jobs.backfill",
+                r#"{"id": "a", "from": 5, "to": "2020-01-01T00:00:00Z"}"#,
+                "from",
+            ),
+            (
+                "jobs.backfill",
+                r#"{"id": "a", "from": "2020-01-01T00:00:00Z", "to": "2020-01-02T00:00:00Z", "limit": -1}"#,
+                "limit",
+            ),
+        ] {
+            assert_eq!(
+                refused(verb, body).field.as_deref(),
+                Some(field),
+                "{verb} {body}"
+            );
+        }
+        let many = ApiRequest::parse(
+            "jobs.pause",
+            br#"{"group": "g", "selector": "team=data", "until": "2099-01-01T00:00:00Z"}"#,
+            &ApiConfig::default(),
+            Utc::now(),
+        );
+        assert!(
+            matches!(
+                many,
+                Ok(ApiRequest::SetPaused(
+                    PauseTarget::Many(JobSelection {
+                        group: Some(_),
+                        selector: Some(_)
+                    }),
+                    Pause::Until(Some(_))
+                ))
+            ),
+            "{many:?}"
         );
     }
 }

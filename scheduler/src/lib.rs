@@ -19,6 +19,7 @@ pub mod expiry;
 pub mod housekeeping;
 pub mod http;
 pub mod lease;
+pub mod maintenance;
 pub mod metrics;
 pub mod publisher;
 pub mod replica;

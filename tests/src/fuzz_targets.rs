@@ -25,7 +25,7 @@ use chime_common::protocol::{
 };
 use chime_common::schedule::{Schedule, ScheduleSpec};
 use chime_common::{ErrorCode, JobSpec, Limits};
-use chime_scheduler::api::{ApiConfig, ApiRequest};
+use chime_scheduler::api::{ApiConfig, ApiRequest, PauseTarget};
 use chime_scheduler::store::{FiringFilter, JobFilter};
 use chime_worker::firing::message::FiringMessage;
 use chrono::{DateTime, Utc};
@@ -279,7 +279,11 @@ pub fn api_request(data: &[u8]) {
                 "{verb}: the preview is not increasing: {times:?}"
             );
         }
-        Ok(ApiRequest::GetJob(id) | ApiRequest::DeleteJob(id) | ApiRequest::SetPaused(id, _)) => {
+        Ok(
+            ApiRequest::GetJob(id)
+            | ApiRequest::DeleteJob(id)
+            | ApiRequest::SetPaused(PauseTarget::One(id), _),
+        ) => {
             assert_eq!(
                 check_name(&id, MAX_ID_LEN),
                 Ok(()),
@@ -308,6 +312,6 @@ pub fn api_request(data: &[u8]) {
                 "{verb}: accepted firing id {id}"
             );
         }
-        Ok(ApiRequest::ListWorkers(_)) => {}
+        Ok(ApiRequest::ListWorkers(_) | ApiRequest::SetPaused(PauseTarget::Many(_), _)) => {}
     }
 }

@@ -5,7 +5,7 @@
 
 use chime_common::client::Client;
 use chime_common::duration::format_time;
-use chime_common::{ErrorCode, FiringId, FiringState};
+use chime_common::{ErrorCode, FiringId, FiringState, JobState};
 use chime_scheduler::{Replica, SchedulerConfig};
 use chime_tests::{
     eventually, init_tracing, start_scheduler, start_worker, Binary, NatsServer, SqliteDatabase,
@@ -222,7 +222,7 @@ async fn apply_reports_and_stores_exactly_what_changed() {
     assert_eq!(ids(&round, "unchanged").len(), 48, "{round}");
 
     // A paused job stays paused: files that do not say `paused` leave it alone.
-    client.pause_job("job-05").await.unwrap();
+    client.pause_job("job-05", None).await.unwrap();
     let (_, paused, _) = chimectl(&url, &["diff", "-f", &dir]).await;
     assert!(ids(&paused, "changed").is_empty(), "{paused}");
 
@@ -490,4 +490,80 @@ async fn backfill_of_ten_days_runs_exactly_the_previewed_instants() {
     .await;
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("[to]"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_paused_until_a_time_resumes_by_itself() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let _scheduler = start_scheduler(&nats.url(), &db.url(), "r1").await;
+    let client = Client::new(nats.connect().await);
+    for (id, group) in [
+        ("m1", "maint"),
+        ("m2", "maint"),
+        ("m3", "maint"),
+        ("other", "default"),
+    ] {
+        client
+            .put_job(
+                &json!({"id": id, "group": group, "schedule": {"every": "1h"},
+                             "handler": "shell", "payload": {"argv": ["/bin/true"]}}),
+            )
+            .await
+            .expect("put");
+    }
+    let until = chrono::Utc::now() + chrono::Duration::seconds(3);
+    let (code, reply, err) = chimectl(
+        &nats.url(),
+        &["pause", "--group", "maint", "--until", &format_time(until)],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    let paused = reply["jobs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{reply}"));
+    assert_eq!(paused.len(), 3, "{reply}");
+    for job in paused {
+        assert_eq!(job["state"], json!("paused"), "{job}");
+        assert_eq!(job["paused_until"], json!(format_time(until)), "{job}");
+    }
+    let state_of = |id: &'static str| {
+        let client = client.clone();
+        async move { client.get_job(id).await.expect("get") }
+    };
+    eventually(
+        Duration::from_secs(10),
+        "the window ends by itself",
+        || async {
+            let mut all = true;
+            for id in ["m1", "m2", "m3"] {
+                all &= state_of(id).await.state == JobState::Active;
+            }
+            all
+        },
+    )
+    .await;
+    for id in ["m1", "m2", "m3"] {
+        let job = state_of(id).await;
+        assert_eq!((job.spec.paused, job.paused_until), (false, None), "{id}");
+        assert!(
+            job.updated_at >= until,
+            "{id} resumed before its until: {job:?}"
+        );
+    }
+    assert_eq!(
+        state_of("other").await.version,
+        1,
+        "another group is untouched"
+    );
+
+    // A window that has already ended is refused, naming `until`.
+    let (code, _, err) = chimectl(
+        &nats.url(),
+        &["pause", "m1", "--until", "2020-01-01T00:00:00Z"],
+    )
+    .await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("[until]"), "{err}");
 }

@@ -164,7 +164,7 @@ backend_tests! {
         assert_eq!(rest.jobs.len(), 1);
         assert_ne!(rest.jobs[0].spec.id, page.jobs[0].spec.id);
 
-        assert_eq!(client.pause_job("other").await.expect("pause").state, JobState::Paused);
+        assert_eq!(client.pause_job("other", None).await.expect("pause").state, JobState::Paused);
         assert_eq!(client.resume_job("other").await.expect("resume").state, JobState::Active);
 
         let firing_id = client.trigger_job("other", Some(json!({"argv": ["/bin/echo", "hi"]}))).await.expect("trigger");

@@ -73,6 +73,7 @@ mod finish;
 mod history;
 mod jobs;
 mod locks;
+mod pause;
 mod plan;
 mod publish;
 mod queue;
@@ -90,6 +91,7 @@ mod waiting;
 pub use cancel::{CancelOutcome, CANCELLED_BY_OPERATOR};
 pub use dialect::Backend;
 pub use error::StoreError;
+pub use pause::{JobSelection, Pause, MAX_PAUSED_AT_ONCE};
 pub use retry::RetryDelay;
 pub use types::{
     Deleted, ExecutingRow, FinishOutcome, FiringFilter, JobFilter, Page, RequeueOutcome,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// Columns [`job`] reads, from [`JOB_TABLES`].
 pub(crate) const JOB_COLUMNS: &str =
-    "j.id, j.spec, s.state, s.next_fire_at, j.version, j.created_at, j.updated_at";
+    "j.id, j.spec, s.state, s.next_fire_at, s.paused_until, j.version, j.created_at, j.updated_at";
 
 /// A job's definition (`j`) joined with where it is in its schedule (`s`).
 pub(crate) const JOB_TABLES: &str = "jobs j JOIN job_schedule s ON s.job_id = j.id";
@@ -118,6 +118,7 @@ pub(crate) fn job(row: &AnyRow) -> Result<Job, StoreError> {
         spec,
         state,
         next_fire_at,
+        paused_until: opt_instant(row, &id, "paused_until")?,
         version: row.int(&id, "version")?,
         created_at: instant(&id, "created_at", row.int(&id, "created_at")?)?,
         updated_at: instant(&id, "updated_at", row.int(&id, "updated_at")?)?,
