@@ -567,3 +567,39 @@ async fn a_group_paused_until_a_time_resumes_by_itself() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("[until]"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_imported_crontab_is_applied_once_and_then_unchanged() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let _scheduler = start_scheduler(&nats.url(), &db.url(), "r1").await;
+    let client = Client::new(nats.connect().await);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("crontab");
+    std::fs::write(
+        &file,
+        "CRON_TZ=Europe/Berlin\n30 2 * * * /usr/local/bin/backup\n*/15 9-17 * * mon-fri poll\n",
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let args = ["import", "crontab", file, "--group", "moved", "--apply"];
+    let (code, first, err) = chimectl(&nats.url(), &args).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(ids(&first, "created").len(), 2, "{first}");
+    let (code, again, err) = chimectl(&nats.url(), &args).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(ids(&again, "unchanged"), ids(&first, "created"), "{again}");
+    for id in ids(&first, "created") {
+        let job = client.get_job(&id).await.expect("stored");
+        assert_eq!(job.spec.group, "moved");
+        assert_eq!(
+            job.spec.labels.get("imported-from").map(String::as_str),
+            Some("crontab")
+        );
+    }
+    std::fs::write(dir.path().join("crontab"), "@reboot /bin/start\n").unwrap();
+    let (code, _, err) = chimectl(&nats.url(), &args).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("line 1: @reboot"), "{err}");
+}
