@@ -2,6 +2,7 @@
 //! `until`) in the store, on both backends.
 
 use super::*;
+use chime_scheduler::maintenance::{MaintenanceConfig, MaintenanceWindows};
 use chime_scheduler::store::JobSelection;
 
 both_backends!(
@@ -10,6 +11,7 @@ both_backends!(
     a_pause_without_until_or_an_unpausing_put_ends_the_window,
     pause_until_not_in_the_future_is_refused_and_changes_nothing,
     pause_and_resume_many_by_group_and_selector,
+    the_maintenance_pass_resumes_what_is_due_and_reports_it,
 );
 
 async fn pause(store: &Store, id: &str, until: Option<i64>, now: i64) -> chime_common::Job {
@@ -243,4 +245,40 @@ async fn pause_and_resume_many_by_group_and_selector(db: &TestDb) {
         .await
         .expect("resume");
     assert!(none.is_empty());
+}
+
+async fn the_maintenance_pass_resumes_what_is_due_and_reports_it(db: &TestDb) {
+    let store = db.store().await;
+    for id in ["a", "b"] {
+        store
+            .put_job(&every(id, "1h", json!({})), t(0))
+            .await
+            .expect("put");
+    }
+    pause(&store, "a", Some(10), 1).await;
+    pause(&store, "b", Some(20), 1).await;
+    let windows = MaintenanceWindows {
+        config: MaintenanceConfig::default(),
+        store: store.clone(),
+    };
+    assert!(windows
+        .run_once(t(9))
+        .await
+        .expect("pass")
+        .resumed
+        .is_empty());
+    assert_eq!(windows.run_once(t(10)).await.expect("pass").resumed, ["a"]);
+    assert_eq!(windows.run_once(t(30)).await.expect("pass").resumed, ["b"]);
+    assert!(windows
+        .run_once(t(40))
+        .await
+        .expect("pass")
+        .resumed
+        .is_empty());
+    assert!(MaintenanceConfig {
+        batch: 0,
+        ..MaintenanceConfig::default()
+    }
+    .validate()
+    .is_err());
 }
