@@ -7,8 +7,12 @@
 use crate::table::{print_firings, print_jobs, print_workers, printable};
 use crate::Failure;
 use anyhow::Context as _;
-use chime_common::api::{FiringReply, JobReply, ListWorkersReply, TriggerReply};
+use chime_common::api::{
+    BackfillReply, BackfillRequest, FiringReply, JobReply, JobsReply, ListWorkersReply,
+    PauseRequest, TriggerReply,
+};
 use chime_common::client::{Client, ListFiringsRequest, ListJobsRequest};
+use chime_common::duration::parse_time_str;
 use chime_common::{ApiError, ErrorCode, FiringState, JobState};
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -26,16 +30,29 @@ pub enum ApiCommand {
     List(ListArgs),
     /// Delete a job (running firings are cancelled).
     Delete { id: String },
-    /// Pause a job.
-    Pause { id: String },
-    /// Resume a paused job (missed instants follow its misfire policy).
-    Resume { id: String },
+    /// Pause a job, or every job of a group or selector (a maintenance window with --until).
+    Pause(PauseArgs),
+    /// Resume paused jobs (missed instants follow each job's misfire policy).
+    Resume(PauseArgs),
     /// Run a job now, once, outside its schedule.
     Trigger {
         id: String,
         /// A JSON payload for this run only.
         #[arg(long)]
         payload: Option<String>,
+    },
+    /// Re-run a job's schedule over a past range: one firing per instant in [--from, --to).
+    Backfill {
+        id: String,
+        /// Start of the range (RFC 3339), included.
+        #[arg(long)]
+        from: String,
+        /// End of the range (RFC 3339), excluded; not in the future.
+        #[arg(long)]
+        to: String,
+        /// At most this many instants, the earliest (default 1000, at most 10000).
+        #[arg(long)]
+        limit: Option<u32>,
     },
     /// Show firings (attempts with times, worker, outcome and error), newest first.
     History(HistoryArgs),
@@ -46,6 +63,22 @@ pub enum ApiCommand {
         #[arg(long)]
         group: Option<String>,
     },
+}
+
+/// Which jobs `pause` and `resume` change.
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// One job.
+    id: Option<String>,
+    /// Every job whose labels match this selector (`team=data,env!=dev`).
+    #[arg(short = 'l', long)]
+    selector: Option<String>,
+    /// Every job of this group (with -l: of the group, those matching).
+    #[arg(long)]
+    group: Option<String>,
+    /// Pause only: the jobs resume by themselves at this time (RFC 3339).
+    #[arg(long)]
+    until: Option<String>,
 }
 
 /// `list` filters.
@@ -131,8 +164,43 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
         }
         ApiCommand::Get { id } => job(client.get_job(id).await.map_err(api_failure)?)?,
         ApiCommand::Delete { id } => job(client.delete_job(id).await.map_err(api_failure)?)?,
-        ApiCommand::Pause { id } => job(client.pause_job(id).await.map_err(api_failure)?)?,
-        ApiCommand::Resume { id } => job(client.resume_job(id).await.map_err(api_failure)?)?,
+        ApiCommand::Pause(args) | ApiCommand::Resume(args) => {
+            let paused = matches!(command, ApiCommand::Pause(_));
+            let until = args
+                .until
+                .as_deref()
+                .map(parse_time_str)
+                .transpose()
+                .map_err(|e| usage(format!("--until: {e}")))?;
+            if !paused && until.is_some() {
+                return Err(usage("--until: only pause takes --until"));
+            }
+            match (&args.id, &args.selector, &args.group) {
+                (Some(id), None, None) if paused => {
+                    job(client.pause_job(id, until).await.map_err(api_failure)?)?
+                }
+                (Some(id), None, None) => job(client.resume_job(id).await.map_err(api_failure)?)?,
+                (Some(_), _, _) => {
+                    return Err(usage("give a job ID or -l/--group, not both"));
+                }
+                (None, None, None) => {
+                    return Err(usage("give a job ID, -l SELECTOR or --group GROUP"));
+                }
+                (None, selector, group) => {
+                    let request = PauseRequest {
+                        id: None,
+                        group: group.clone(),
+                        selector: selector.clone(),
+                        until,
+                    };
+                    let jobs = client
+                        .set_paused_many(&request, paused)
+                        .await
+                        .map_err(api_failure)?;
+                    to_json(&JobsReply { jobs })?
+                }
+            }
+        }
         ApiCommand::Trigger { id, payload } => {
             let payload = payload
                 .as_deref()
@@ -141,6 +209,24 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
                 .map_err(|e| usage(format!("--payload is not valid JSON: {e}")))?;
             let firing_id = client.trigger_job(id, payload).await.map_err(api_failure)?;
             to_json(&TriggerReply { firing_id })?
+        }
+        ApiCommand::Backfill {
+            id,
+            from,
+            to,
+            limit,
+        } => {
+            let time = |flag: &str, text: &str| {
+                parse_time_str(text).map_err(|e| usage(format!("{flag}: {e}")))
+            };
+            let request = BackfillRequest {
+                id: id.clone(),
+                from: time("--from", from)?,
+                to: time("--to", to)?,
+                limit: *limit,
+            };
+            let firing_ids = client.backfill_job(&request).await.map_err(api_failure)?;
+            to_json(&BackfillReply { firing_ids })?
         }
         ApiCommand::List(args) => {
             let state = args
@@ -196,6 +282,11 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
         ApiCommand::Trigger { .. } => {
             println!("{}", printable(reply["firing_id"].as_str().unwrap_or("")))
         }
+        ApiCommand::Backfill { .. } => {
+            for id in reply["firing_ids"].as_array().into_iter().flatten() {
+                println!("{}", printable(id.as_str().unwrap_or("")));
+            }
+        }
         ApiCommand::List(_) => print_jobs(
             reply["jobs"].as_array().map(Vec::as_slice).unwrap_or(&[]),
             reply.get("next"),
@@ -214,7 +305,10 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
                 .map(Vec::as_slice)
                 .unwrap_or(&[]),
         ),
-        _ => print_jobs(std::slice::from_ref(&reply["job"]), None),
+        _ => match reply.get("jobs").and_then(Value::as_array) {
+            Some(jobs) => print_jobs(jobs, None),
+            None => print_jobs(std::slice::from_ref(&reply["job"]), None),
+        },
     }
     Ok(())
 }

@@ -107,7 +107,12 @@ fn problems(problems: Vec<Problem>) -> Failure {
 
 /// Prints a plan with the outcome of each job: a line per job (the field
 /// changes under a changed one) and a summary, or all of it as JSON.
-fn show(plan: &Plan, report: &Report, dry_run: bool, as_json: bool) -> Result<(), Failure> {
+pub(crate) fn show(
+    plan: &Plan,
+    report: &Report,
+    dry_run: bool,
+    as_json: bool,
+) -> Result<(), Failure> {
     if as_json {
         let fields: serde_json::Map<String, Value> = plan
             .steps

@@ -6,6 +6,7 @@
 
 mod api;
 mod code;
+mod import;
 mod preview;
 mod table;
 
@@ -48,6 +49,9 @@ enum Command {
     Api(api::ApiCommand),
     #[command(flatten)]
     Code(code::CodeCommand),
+    /// Turn another scheduler's jobs into Chime's.
+    #[command(subcommand)]
+    Import(import::ImportCommand),
 }
 
 fn timeout(s: &str) -> Result<std::time::Duration, String> {
@@ -103,6 +107,11 @@ async fn main() -> ExitCode {
             Ok(client) => code::run(command, &client, cli.json).await,
             Err(e) => Err(e),
         },
+        Command::Import(command) if command.needs_server() => match client(&cli).await {
+            Ok(client) => import::run(command, Some(&client), cli.json).await,
+            Err(e) => Err(e),
+        },
+        Command::Import(command) => import::run(command, None, cli.json).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -28,6 +28,7 @@ pub enum Verb {
     JobsPause,
     JobsResume,
     JobsTrigger,
+    JobsBackfill,
     JobsPreview,
     FiringsList,
     FiringsCancel,
@@ -57,7 +58,7 @@ pub enum Access {
 
 impl Verb {
     /// Every verb, in the contract's order.
-    pub const ALL: [Verb; 17] = [
+    pub const ALL: [Verb; 18] = [
         Verb::JobsPut,
         Verb::JobsGet,
         Verb::JobsList,
@@ -65,6 +66,7 @@ impl Verb {
         Verb::JobsPause,
         Verb::JobsResume,
         Verb::JobsTrigger,
+        Verb::JobsBackfill,
         Verb::JobsPreview,
         Verb::FiringsList,
         Verb::FiringsCancel,
@@ -89,9 +91,11 @@ impl Verb {
             | Verb::AuditList
             | Verb::CalendarsGet
             | Verb::CalendarsList => Access::Read,
-            Verb::JobsPause | Verb::JobsResume | Verb::JobsTrigger | Verb::FiringsCancel => {
-                Access::Operate
-            }
+            Verb::JobsPause
+            | Verb::JobsResume
+            | Verb::JobsTrigger
+            | Verb::JobsBackfill
+            | Verb::FiringsCancel => Access::Operate,
             Verb::JobsPut | Verb::JobsDelete | Verb::CalendarsPut | Verb::CalendarsDelete => {
                 Access::Administer
             }
@@ -108,6 +112,7 @@ impl Verb {
             Verb::JobsPause => "jobs.pause",
             Verb::JobsResume => "jobs.resume",
             Verb::JobsTrigger => "jobs.trigger",
+            Verb::JobsBackfill => "jobs.backfill",
             Verb::JobsPreview => "jobs.preview",
             Verb::FiringsList => "firings.list",
             Verb::FiringsCancel => "firings.cancel",
@@ -183,6 +188,34 @@ pub struct IdRequest {
     pub id: String,
 }
 
+/// `jobs.pause` / `jobs.resume` request: `{"id"}` for one job, or
+/// `{"group"?, "selector"?}` for every job they choose; a pause may end by
+/// itself at `until`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PauseRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// A label selector (`crate::labels`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// Pause only: the jobs resume by themselves at this instant.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "rfc3339_ms_opt"
+    )]
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// The reply of a pause or resume of many jobs: each job afterwards.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobsReply {
+    pub jobs: Vec<Job>,
+}
+
 /// `jobs.list` request.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -236,6 +269,32 @@ pub struct TriggerRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TriggerReply {
     pub firing_id: String,
+}
+
+/// `jobs.backfill` request: one firing per schedule instant in
+/// `[from, to)`, the earliest `limit` of them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackfillRequest {
+    pub id: String,
+    #[serde(with = "rfc3339_ms")]
+    pub from: DateTime<Utc>,
+    #[serde(with = "rfc3339_ms")]
+    pub to: DateTime<Utc>,
+    /// Default [`BACKFILL_LIMIT_DEFAULT`], at most [`BACKFILL_LIMIT_MAX`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// Instants one backfill stages when the request names no `limit`.
+pub const BACKFILL_LIMIT_DEFAULT: u32 = 1_000;
+/// The largest `limit` a backfill accepts: one transaction's worth of rows.
+pub const BACKFILL_LIMIT_MAX: u32 = 10_000;
+
+/// `jobs.backfill` reply: the firings staged, oldest instant first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackfillReply {
+    pub firing_ids: Vec<String>,
 }
 
 /// `jobs.preview` request. `dst`, `jitter` and `exclude` are the job fields
@@ -420,7 +479,10 @@ pub enum Reply {
     /// Boxed: a job is far larger than the other replies.
     Job(Box<JobReply>),
     Jobs(ListJobsReply),
+    /// A pause or resume of many jobs.
+    JobsChanged(JobsReply),
     Trigger(TriggerReply),
+    Backfill(BackfillReply),
     Preview(PreviewReply),
     Firings(ListFiringsReply),
     Firing(Box<FiringReply>),
@@ -454,7 +516,7 @@ mod tests {
         assert_eq!(
             unknown.message,
             "no API verb \"jobs.frobnicate\"; verbs are jobs.put, jobs.get, jobs.list, \
-             jobs.delete, jobs.pause, jobs.resume, jobs.trigger, jobs.preview, \
+             jobs.delete, jobs.pause, jobs.resume, jobs.trigger, jobs.backfill, jobs.preview, \
              firings.list, firings.cancel, workers.list, alerts.list, audit.list, \
              calendars.put, calendars.get, calendars.delete, calendars.list"
         );

@@ -5,14 +5,15 @@
 //! code, message and field.
 
 use crate::api::{
-    FiringReply, IdRequest, JobReply, ListWorkersReply, ListWorkersRequest, PreviewReply,
-    PreviewRequest, TriggerReply, TriggerRequest,
+    BackfillReply, BackfillRequest, FiringReply, IdRequest, JobReply, JobsReply, ListWorkersReply,
+    ListWorkersRequest, PauseRequest, PreviewReply, PreviewRequest, TriggerReply, TriggerRequest,
 };
 use crate::error::{ApiError, ErrorReply};
 use crate::firing::Firing;
 use crate::job::Job;
 use crate::protocol::WorkerInfo;
 use crate::subjects::Subjects;
+use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -113,12 +114,29 @@ impl Client {
             .job)
     }
 
-    /// `jobs.pause`.
-    pub async fn pause_job(&self, id: &str) -> Result<Job, ApiError> {
-        Ok(self
-            .call::<JobReply>(Verb::JobsPause, &IdRequest { id: id.into() })
-            .await?
-            .job)
+    /// `jobs.pause` of one job, resuming by itself at `until` if given.
+    pub async fn pause_job(&self, id: &str, until: Option<DateTime<Utc>>) -> Result<Job, ApiError> {
+        let request = PauseRequest {
+            id: Some(id.into()),
+            until,
+            ..PauseRequest::default()
+        };
+        Ok(self.call::<JobReply>(Verb::JobsPause, &request).await?.job)
+    }
+
+    /// `jobs.pause` (`paused`) or `jobs.resume` of every job `request`
+    /// chooses by `group` and `selector`: each job afterwards.
+    pub async fn set_paused_many(
+        &self,
+        request: &PauseRequest,
+        paused: bool,
+    ) -> Result<Vec<Job>, ApiError> {
+        let verb = if paused {
+            Verb::JobsPause
+        } else {
+            Verb::JobsResume
+        };
+        Ok(self.call::<JobsReply>(verb, request).await?.jobs)
     }
 
     /// `jobs.resume`.
@@ -139,6 +157,14 @@ impl Client {
             .call::<TriggerReply>(Verb::JobsTrigger, &request)
             .await?
             .firing_id)
+    }
+
+    /// `jobs.backfill`: the firings staged for the instants in `[from, to)`.
+    pub async fn backfill_job(&self, request: &BackfillRequest) -> Result<Vec<String>, ApiError> {
+        Ok(self
+            .call::<BackfillReply>(Verb::JobsBackfill, request)
+            .await?
+            .firing_ids)
     }
 
     /// `jobs.preview`: the instants and their marks.

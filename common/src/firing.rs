@@ -185,6 +185,10 @@ pub struct Firing {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// Staged by `jobs.backfill` (or a retry of such a firing), not by the
+    /// schedule; written only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub backfill: bool,
 }
 
 #[cfg(test)]

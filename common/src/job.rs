@@ -685,6 +685,14 @@ pub struct Job {
     pub state: JobState,
     #[serde(default, with = "rfc3339_ms_opt")]
     pub next_fire_at: Option<DateTime<Utc>>,
+    /// A paused job resumes by itself at this instant (`jobs.pause` with
+    /// `until`); absent when paused without an end or not paused.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "rfc3339_ms_opt"
+    )]
+    pub paused_until: Option<DateTime<Utc>>,
     pub version: i64,
     #[serde(with = "rfc3339_ms")]
     pub created_at: DateTime<Utc>,

@@ -6,15 +6,17 @@
 
 use crate::metrics::Metrics;
 use crate::store::{
-    AuditFilter, AuditRecord, FiringFilter, JobFilter, Store, CANCELLED_BY_OPERATOR,
+    AuditFilter, AuditRecord, FiringFilter, JobFilter, JobSelection, Pause, Store,
+    CANCELLED_BY_OPERATOR,
 };
 use async_nats::jetstream::kv;
 use chime_common::api::{
-    requested_page, requested_selector, Access, CalendarReply, FiringReply, IdRequest,
-    ListAlertsReply, ListAlertsRequest, ListAuditReply, ListAuditRequest, ListCalendarsReply,
-    ListCalendarsRequest, ListFiringsReply, ListFiringsRequest, ListJobsReply, ListJobsRequest,
-    ListWorkersReply, ListWorkersRequest, PreviewRequest, Reply, TriggerReply, TriggerRequest,
-    Verb,
+    requested_page, requested_selector, Access, BackfillReply, BackfillRequest, CalendarReply,
+    FiringReply, IdRequest, JobsReply, ListAlertsReply, ListAlertsRequest, ListAuditReply,
+    ListAuditRequest, ListCalendarsReply, ListCalendarsRequest, ListFiringsReply,
+    ListFiringsRequest, ListJobsReply, ListJobsRequest, ListWorkersReply, ListWorkersRequest,
+    PauseRequest, PreviewRequest, Reply, TriggerReply, TriggerRequest, Verb,
+    BACKFILL_LIMIT_DEFAULT,
 };
 use chime_common::calendars::Calendar;
 use chime_common::error::ErrorReply;
@@ -129,6 +131,13 @@ fn check_id(id: &str) -> Result<(), ApiError> {
     check_name(id, MAX_ID_LEN).map_err(|e| ApiError::invalid("id", e))
 }
 
+/// The jobs a pause or resume changes.
+#[derive(Debug, Clone)]
+pub enum PauseTarget {
+    One(String),
+    Many(JobSelection),
+}
+
 /// A request that passed every check needing no store: what
 /// [`Api::handle`] acts on. Public so the fuzz targets (docs/FUZZING.md)
 /// exercise exactly the parsing and validation the API applies.
@@ -139,9 +148,10 @@ pub enum ApiRequest {
     GetJob(String),
     ListJobs(JobFilter),
     DeleteJob(String),
-    /// `jobs.pause` (true) or `jobs.resume` (false).
-    SetPaused(String, bool),
+    /// `jobs.pause` or `jobs.resume`.
+    SetPaused(PauseTarget, Pause),
     Trigger(TriggerRequest),
+    Backfill(BackfillRequest),
     /// `jobs.preview`: the instants, computed; only `exclude` needs the store.
     Preview(Preview),
     ListFirings(FiringFilter),
@@ -196,8 +206,38 @@ impl ApiRequest {
                 })
             }
             Verb::JobsDelete => ApiRequest::DeleteJob(id_request()?),
-            Verb::JobsPause => ApiRequest::SetPaused(id_request()?, true),
-            Verb::JobsResume => ApiRequest::SetPaused(id_request()?, false),
+            verb @ (Verb::JobsPause | Verb::JobsResume) => {
+                let req: PauseRequest = parse_request(body)?;
+                let pause = match (verb, req.until) {
+                    (Verb::JobsPause, until) => Pause::Until(until),
+                    (_, None) => Pause::Resume,
+                    (_, Some(_)) => {
+                        return Err(ApiError::invalid("until", "only jobs.pause takes until"))
+                    }
+                };
+                let target =
+                    match (req.id, req.group, req.selector) {
+                        (Some(id), None, None) => {
+                            check_id(&id)?;
+                            PauseTarget::One(id)
+                        }
+                        (Some(_), _, _) => return Err(ApiError::invalid(
+                            "id",
+                            "names one job, group and selector choose many: give one or the other",
+                        )),
+                        (None, None, None) => {
+                            return Err(ApiError::invalid(
+                                "id",
+                                "is required (or group or selector, to choose many jobs)",
+                            ))
+                        }
+                        (None, group, selector) => PauseTarget::Many(JobSelection {
+                            selector: requested_selector(selector.as_deref(), "selector")?,
+                            group,
+                        }),
+                    };
+                ApiRequest::SetPaused(target, pause)
+            }
             Verb::JobsTrigger => {
                 let req: TriggerRequest = parse_request(body)?;
                 check_id(&req.id)?;
@@ -216,6 +256,13 @@ impl ApiRequest {
                     }
                 }
                 ApiRequest::Trigger(req)
+            }
+            Verb::JobsBackfill => {
+                // The range and `limit` are checked by the store, which
+                // knows `now` the same way for every caller.
+                let req: BackfillRequest = parse_request(body)?;
+                check_id(&req.id)?;
+                ApiRequest::Backfill(req)
             }
             Verb::JobsPreview => {
                 let req: PreviewRequest = parse_request(body)?;
@@ -267,15 +314,29 @@ impl ApiRequest {
         })
     }
 
-    /// The job a mutating request names, for the audit trail; `None` for reads.
-    pub fn target(&self) -> Option<&str> {
+    /// What a mutating request names, for the audit trail: a job or
+    /// calendar id, or for a pause of many, `group=G` and the selector;
+    /// `None` for reads.
+    pub fn target(&self) -> Option<String> {
         match self {
-            ApiRequest::PutJob(spec, _) => Some(&spec.id),
-            ApiRequest::CancelFiring(id) => Some(&id.job_id),
-            ApiRequest::DeleteJob(id) | ApiRequest::SetPaused(id, _) => Some(id),
-            ApiRequest::Trigger(req) => Some(&req.id),
-            ApiRequest::PutCalendar(calendar) => Some(&calendar.id),
-            ApiRequest::DeleteCalendar(id) => Some(id),
+            ApiRequest::PutJob(spec, _) => Some(spec.id.clone()),
+            ApiRequest::CancelFiring(id) => Some(id.job_id.clone()),
+            ApiRequest::DeleteJob(id) | ApiRequest::SetPaused(PauseTarget::One(id), _) => {
+                Some(id.clone())
+            }
+            ApiRequest::SetPaused(PauseTarget::Many(selection), _) => {
+                let parts: Vec<String> = selection
+                    .group
+                    .iter()
+                    .map(|g| format!("group={g}"))
+                    .chain(selection.selector.iter().map(|s| format!("selector {s}")))
+                    .collect();
+                Some(parts.join(" "))
+            }
+            ApiRequest::Trigger(req) => Some(req.id.clone()),
+            ApiRequest::Backfill(req) => Some(req.id.clone()),
+            ApiRequest::PutCalendar(calendar) => Some(calendar.id.clone()),
+            ApiRequest::DeleteCalendar(id) => Some(id.clone()),
             ApiRequest::GetCalendar(_) | ApiRequest::ListCalendars => None,
             ApiRequest::GetJob(_)
             | ApiRequest::ListJobs(_)
@@ -331,7 +392,7 @@ impl Api {
             .is_ok_and(|v| v.access() != Access::Read);
         let (target, before, result) = match ApiRequest::parse(verb, body, &self.config, now) {
             Ok(request) => {
-                let Some(target) = request.target().map(str::to_string) else {
+                let Some(target) = request.target() else {
                     return self.execute(request, now).await;
                 };
                 let before = self.version_of(&target).await;
@@ -440,13 +501,17 @@ impl Api {
                 }
                 Ok(Reply::job(deleted.job))
             }
-            ApiRequest::SetPaused(id, paused) => {
+            ApiRequest::SetPaused(PauseTarget::One(id), pause) => {
                 let job = self
                     .store
-                    .set_paused(&id, paused, now)
+                    .set_paused(&id, pause, now)
                     .await?
                     .ok_or_else(|| not_found(&id))?;
                 Ok(Reply::job(job))
+            }
+            ApiRequest::SetPaused(PauseTarget::Many(selection), pause) => {
+                let jobs = self.store.set_paused_many(&selection, pause, now).await?;
+                Ok(Reply::JobsChanged(JobsReply { jobs }))
             }
             ApiRequest::Trigger(req) => {
                 let id = self
@@ -456,6 +521,22 @@ impl Api {
                     .ok_or_else(|| not_found(&req.id))?;
                 Ok(Reply::Trigger(TriggerReply {
                     firing_id: id.to_string(),
+                }))
+            }
+            ApiRequest::Backfill(req) => {
+                let ids = self
+                    .store
+                    .backfill(
+                        &req.id,
+                        req.from,
+                        req.to,
+                        req.limit.unwrap_or(BACKFILL_LIMIT_DEFAULT),
+                        now,
+                    )
+                    .await?
+                    .ok_or_else(|| not_found(&req.id))?;
+                Ok(Reply::Backfill(BackfillReply {
+                    firing_ids: ids.iter().map(ToString::to_string).collect(),
                 }))
             }
             ApiRequest::Preview(preview) => {
@@ -745,6 +826,67 @@ mod tests {
         assert!(
             matches!(ok, Ok(ApiRequest::CancelFiring(ref id)) if id.attempt == 2),
             "{ok:?}"
+        );
+    }
+
+    #[test]
+    fn pause_and_backfill_requests_are_checked_naming_the_field() {
+        for (verb, body, field) in [
+            ("jobs.pause", r#"{}"#, "id"),
+            ("jobs.pause", r#"{"id": "a", "group": "g"}"#, "id"),
+            ("jobs.pause", r#"{"id": "a b"}"#, "id"),
+            (
+                "jobs.pause",
+                r#"{"group": "g", "selector": "a=,="}"#,
+                "selector",
+            ),
+            ("jobs.pause", r#"{"id": "a", "until": "soon"}"#, "until"),
+            (
+                "jobs.resume",
+                r#"{"id": "a", "until": "2099-01-01T00:00:00Z"}"#,
+                "until",
+            ),
+            ("jobs.resume", r#"{"selector": "x", "colour": 1}"#, "colour"),
+            (
+                "jobs.backfill",
+                r#"{"id": "a", "from": "2020-01-01T00:00:00Z"}"#,
+                "to",
+            ),
+            (
+                "jobs.backfill",
+                r#"{"id": "a", "from": 5, "to": "2020-01-01T00:00:00Z"}"#,
+                "from",
+            ),
+            (
+                "jobs.backfill",
+                r#"{"id": "a", "from": "2020-01-01T00:00:00Z", "to": "2020-01-02T00:00:00Z", "limit": -1}"#,
+                "limit",
+            ),
+        ] {
+            assert_eq!(
+                refused(verb, body).field.as_deref(),
+                Some(field),
+                "{verb} {body}"
+            );
+        }
+        let many = ApiRequest::parse(
+            "jobs.pause",
+            br#"{"group": "g", "selector": "team=data", "until": "2099-01-01T00:00:00Z"}"#,
+            &ApiConfig::default(),
+            Utc::now(),
+        );
+        assert!(
+            matches!(
+                many,
+                Ok(ApiRequest::SetPaused(
+                    PauseTarget::Many(JobSelection {
+                        group: Some(_),
+                        selector: Some(_)
+                    }),
+                    Pause::Until(Some(_))
+                ))
+            ),
+            "{many:?}"
         );
     }
 }

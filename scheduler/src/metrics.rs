@@ -296,6 +296,7 @@ impl Metrics {
             "requeue",
             "submit",
             "housekeeping",
+            "maintenance",
         ] {
             self.store_errors.with_label_values(&[op]);
         }

@@ -10,6 +10,7 @@ use crate::consumers::{Consumers, ConsumersConfig};
 use crate::expiry::{ExpiryConfig, ExpiryMonitor};
 use crate::housekeeping::{Housekeeping, HousekeepingConfig};
 use crate::lease::Lease;
+use crate::maintenance::{MaintenanceConfig, MaintenanceWindows};
 use crate::metrics::Metrics;
 use crate::publisher::{Publisher, PublisherConfig};
 use crate::signals::Signals;
@@ -52,6 +53,8 @@ pub struct SchedulerConfig {
     pub worker_reports: WorkerReportsConfig,
     pub expiry: ExpiryConfig,
     pub housekeeping: HousekeepingConfig,
+    /// Ending maintenance windows (pauses with `until`).
+    pub maintenance: MaintenanceConfig,
     /// How failed services are restarted and when they make `/healthz` fail.
     pub supervisor: SupervisorConfig,
     /// The clock offset check (`--max-clock-offset`).
@@ -83,6 +86,7 @@ impl SchedulerConfig {
             worker_reports: WorkerReportsConfig::default(),
             expiry: ExpiryConfig::default(),
             housekeeping: HousekeepingConfig::default(),
+            maintenance: MaintenanceConfig::default(),
             supervisor: SupervisorConfig::default(),
             clock: ClockConfig::default(),
             consumers: ConsumersConfig::default(),
@@ -102,6 +106,7 @@ impl SchedulerConfig {
         if let Some(web) = &self.web {
             web.validate()?;
         }
+        self.maintenance.validate()?;
         self.supervisor.validate()?;
         self.clock.validate()?;
         self.consumers.validate()?;
@@ -455,7 +460,7 @@ impl Replica {
             metrics.clone(),
         );
         let housekeeping_lease = Lease::new(
-            leases,
+            leases.clone(),
             "housekeeping",
             config.replica_id.clone(),
             config.housekeeping.lease_ttl,
@@ -471,6 +476,26 @@ impl Replica {
             .with_lease(Arc::new(housekeeping_lease))
             .with_signal(signals.housekeeping.clone())
             .on_failure(move |_| store_errors.with_label_values(&["housekeeping"]).inc()),
+        );
+        let maintenance_lease = Lease::new(
+            leases,
+            "maintenance",
+            config.replica_id.clone(),
+            config.maintenance.lease_ttl,
+        );
+        let store_errors = metrics.store_errors.clone();
+        supervisor.spawn_periodic(
+            Periodic::new(
+                "maintenance",
+                Arc::new(MaintenanceWindows {
+                    config: config.maintenance.clone(),
+                    store: store.clone(),
+                }),
+                PeriodicConfig::every(config.maintenance.interval),
+            )
+            .with_lease(Arc::new(maintenance_lease))
+            .with_signal(signals.maintenance.clone())
+            .on_failure(move |_| store_errors.with_label_values(&["maintenance"]).inc()),
         );
         supervisor.spawn_periodic(
             Periodic::new(
@@ -532,7 +557,7 @@ impl Replica {
 }
 
 /// Every supervised service, by the name its metrics and `/healthz` use.
-pub const SERVICES: [&str; 10] = [
+pub const SERVICES: [&str; 11] = [
     "lifecycle_starts",
     "lifecycle_finished",
     "api",
@@ -541,6 +566,7 @@ pub const SERVICES: [&str; 10] = [
     "publisher",
     "expiry",
     "housekeeping",
+    "maintenance",
     "clock",
     "consumers",
 ];

@@ -7,6 +7,7 @@
 use crate::consumers::ConsumersOutcome;
 use crate::expiry::ExpiryOutcome;
 use crate::housekeeping::HousekeepingOutcome;
+use crate::maintenance::MaintenanceOutcome;
 use chime_common::service::Pass;
 use chime_common::signal::TestSignal;
 
@@ -17,6 +18,8 @@ pub struct Signals {
     pub expiry: TestSignal<Pass<ExpiryOutcome>>,
     /// Each housekeeping pass (only on the lease holder).
     pub housekeeping: TestSignal<Pass<HousekeepingOutcome>>,
+    /// Each maintenance window pass (only on the lease holder).
+    pub maintenance: TestSignal<Pass<MaintenanceOutcome>>,
     /// Each clock offset measurement.
     pub clock: TestSignal<Pass<chrono::Duration>>,
     /// Each consumer reconciliation pass.

@@ -12,8 +12,8 @@
 use chime_common::protocol::{AlertKind, Finished, Outcome, StartRefusal, StartRequest};
 use chime_common::{FiringId, FiringState, JobSpec, JobState, Limits, RetryPolicy};
 use chime_scheduler::store::{
-    Backend, ExecutingRow, FiringFilter, JobFilter, StageOutcome, StageRequest, StagedFiring,
-    StartOutcome, Store, StoreError, StoreOptions,
+    Backend, ExecutingRow, FiringFilter, JobFilter, Pause, StageOutcome, StageRequest,
+    StagedFiring, StartOutcome, Store, StoreError, StoreOptions,
 };
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
@@ -263,6 +263,12 @@ macro_rules! both_backends {
 
 #[path = "store/operations.rs"]
 mod operations;
+
+#[path = "store/backfill.rs"]
+mod backfill;
+
+#[path = "store/maintenance.rs"]
+mod maintenance;
 
 both_backends!(
     a_start_must_ask_for_what_was_staged,
@@ -942,7 +948,7 @@ async fn pause_and_resume_keep_next_fire_at(db: &TestDb) {
         .await
         .expect("put");
     let paused = store
-        .set_paused("a", true, t(1))
+        .set_paused("a", Pause::Until(None), t(1))
         .await
         .expect("pause")
         .expect("exists");
@@ -958,7 +964,7 @@ async fn pause_and_resume_keep_next_fire_at(db: &TestDb) {
     assert!(outcome.firings.is_empty(), "a paused job is not staged");
 
     let resumed = store
-        .set_paused("a", false, t(600))
+        .set_paused("a", Pause::Resume, t(600))
         .await
         .expect("resume")
         .expect("exists");
@@ -977,7 +983,7 @@ async fn pause_and_resume_keep_next_fire_at(db: &TestDb) {
     assert_eq!(outcome.skipped, outcome.misfired);
     assert_eq!(
         store
-            .set_paused("missing", true, t(0))
+            .set_paused("missing", Pause::Until(None), t(0))
             .await
             .expect("pause"),
         None
@@ -2026,7 +2032,10 @@ async fn exhausted_retries_fail_and_alert(db: &TestDb) {
     assert!(job.spec.paused);
 
     // A success resets the count.
-    store.set_paused("a", false, t(20)).await.expect("resume");
+    store
+        .set_paused("a", Pause::Resume, t(20))
+        .await
+        .expect("resume");
     let ok = store
         .trigger("a", None, t(21))
         .await

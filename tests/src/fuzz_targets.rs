@@ -17,7 +17,7 @@
 //! | `protocol` | one worker-protocol message as JSON, read as every message type |
 //! | `api_request` | line 1: the verb (`jobs.put`); the rest: the request body |
 
-use chime_common::api::{ListAlertsRequest, MAX_PAGE};
+use chime_common::api::{BackfillRequest, ListAlertsRequest, TriggerRequest, MAX_PAGE};
 use chime_common::job::{check_name, MAX_ID_LEN};
 use chime_common::protocol::{
     doorbell_bands, doorbell_body, Alert, CancelRequest, Finished, StartReply, StartRequest,
@@ -25,7 +25,7 @@ use chime_common::protocol::{
 };
 use chime_common::schedule::{Schedule, ScheduleSpec};
 use chime_common::{ErrorCode, JobSpec, Limits};
-use chime_scheduler::api::{ApiConfig, ApiRequest};
+use chime_scheduler::api::{ApiConfig, ApiRequest, PauseTarget};
 use chime_scheduler::store::{AuditFilter, FiringFilter, JobFilter};
 use chime_worker::firing::message::FiringMessage;
 use chrono::{DateTime, Utc};
@@ -278,19 +278,23 @@ pub fn api_request(data: &[u8]) {
                 "{verb}: the preview is not increasing: {times:?}"
             );
         }
-        Ok(ApiRequest::GetJob(id) | ApiRequest::DeleteJob(id) | ApiRequest::SetPaused(id, _)) => {
+        Ok(
+            ApiRequest::GetJob(id)
+            | ApiRequest::DeleteJob(id)
+            | ApiRequest::SetPaused(PauseTarget::One(id), _),
+        ) => {
             assert_eq!(
                 check_name(&id, MAX_ID_LEN),
                 Ok(()),
                 "{verb}: accepted id {id:?}"
             );
         }
-        Ok(ApiRequest::Trigger(req)) => {
+        Ok(ApiRequest::Trigger(TriggerRequest { id, .. }))
+        | Ok(ApiRequest::Backfill(BackfillRequest { id, .. })) => {
             assert_eq!(
-                check_name(&req.id, MAX_ID_LEN),
+                check_name(&id, MAX_ID_LEN),
                 Ok(()),
-                "{verb}: accepted id {:?}",
-                req.id
+                "{verb}: accepted id {id:?}"
             );
         }
         Ok(ApiRequest::ListJobs(JobFilter { limit, .. }))
@@ -314,7 +318,7 @@ pub fn api_request(data: &[u8]) {
                 "{verb}: accepted firing id {id}"
             );
         }
-        Ok(ApiRequest::ListWorkers(_)) => {}
+        Ok(ApiRequest::ListWorkers(_) | ApiRequest::SetPaused(PauseTarget::Many(_), _)) => {}
         Ok(ApiRequest::PutCalendar(calendar)) => {
             let again = chime_common::calendars::Calendar::from_json(
                 &serde_json::to_value(&calendar).expect("a calendar encodes"),

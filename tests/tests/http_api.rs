@@ -367,8 +367,25 @@ async fn each_role_is_refused_what_it_may_not_do() {
         .await;
     assert_eq!(not_basic.status, StatusCode::UNAUTHORIZED);
 
+    let day_ago = chrono::Utc::now() - chrono::Duration::days(1);
+    let range = json!({
+        "from": chime_tests::rfc3339((day_ago - chrono::Duration::days(1)).timestamp_millis()),
+        "to": chime_tests::rfc3339(day_ago.timestamp_millis()),
+    });
     // (route, method, body, the lowest role allowed)
     let routes: Vec<(Method, &str, Option<Value>, &str)> = vec![
+        (
+            Method::POST,
+            "/api/v1/jobs/j/backfill",
+            Some(range),
+            "operator",
+        ),
+        (
+            Method::POST,
+            "/api/v1/verbs/jobs.pause",
+            Some(json!({"group": "reports"})),
+            "operator",
+        ),
         (Method::GET, "/api/v1/jobs", None, "viewer"),
         (Method::GET, "/api/v1/jobs/j", None, "viewer"),
         (Method::GET, "/api/v1/firings", None, "viewer"),

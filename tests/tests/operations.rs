@@ -4,7 +4,8 @@
 //! conflict; a runaway firing cancelled on its worker.
 
 use chime_common::client::Client;
-use chime_common::{ErrorCode, FiringState};
+use chime_common::duration::format_time;
+use chime_common::{ErrorCode, FiringId, FiringState, JobState};
 use chime_scheduler::{Replica, SchedulerConfig};
 use chime_tests::{
     eventually, init_tracing, start_scheduler, start_worker, Binary, NatsServer, SqliteDatabase,
@@ -221,7 +222,7 @@ async fn apply_reports_and_stores_exactly_what_changed() {
     assert_eq!(ids(&round, "unchanged").len(), 48, "{round}");
 
     // A paused job stays paused: files that do not say `paused` leave it alone.
-    client.pause_job("job-05").await.unwrap();
+    client.pause_job("job-05", None).await.unwrap();
     let (_, paused, _) = chimectl(&url, &["diff", "-f", &dir]).await;
     assert!(ids(&paused, "changed").is_empty(), "{paused}");
 
@@ -382,4 +383,230 @@ async fn cancel_ends_a_running_shell_firing_within_a_second() {
     assert!(err.contains("conflict"), "{err}");
     let (code, _, err) = chimectl(&nats.url(), &["cancel", "runaway@nonsense"]).await;
     assert_eq!(code, Some(2), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backfill_of_ten_days_runs_exactly_the_previewed_instants() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let _scheduler = start_scheduler(&nats.url(), &db.url(), "r1").await;
+    let _worker = start_worker(&nats.url(), "default", 4, "w1").await;
+    let client = Client::new(nats.connect().await);
+    let job = client
+        .put_job(
+            &json!({"id": "nightly", "overlap": "allow", "handler": "shell",
+                  "schedule": {"cron": "17 */6 * * *", "tz": "Europe/Berlin"},
+                  "payload": {"argv": ["/bin/true"]}}),
+        )
+        .await
+        .expect("put");
+    let to = chrono::Utc::now() - chrono::Duration::seconds(1);
+    let from = to - chrono::Duration::days(10);
+    let request = chime_common::api::PreviewRequest {
+        schedule: serde_json::to_value(&job.spec.schedule).expect("a schedule"),
+        from: Some(from),
+        count: Some(1000),
+        ..Default::default()
+    };
+    let previewed: Vec<String> = client
+        .preview(&request)
+        .await
+        .expect("preview")
+        .times
+        .into_iter()
+        .filter(|t| chime_common::duration::parse_time_str(t).expect("a time") < to)
+        .collect();
+    assert_eq!(
+        previewed.len(),
+        40,
+        "four a day for ten days: {previewed:?}"
+    );
+
+    let (code, reply, err) = chimectl(
+        &nats.url(),
+        &[
+            "backfill",
+            "nightly",
+            "--from",
+            &format_time(from),
+            "--to",
+            &format_time(to),
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    let ids: Vec<FiringId> = reply["firing_ids"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no firing_ids in {reply}"))
+        .iter()
+        .map(|id| {
+            id.as_str()
+                .unwrap_or_default()
+                .parse()
+                .expect("a firing id")
+        })
+        .collect();
+    let instants: Vec<String> = ids
+        .iter()
+        .map(|id| format_time(chrono::DateTime::from_timestamp_millis(id.scheduled_ms).unwrap()))
+        .collect();
+    assert_eq!(instants, previewed);
+
+    let history = || {
+        let client = client.clone();
+        async move {
+            client
+                .list_firings(&chime_common::client::ListFiringsRequest {
+                    job_id: Some("nightly".into()),
+                    limit: Some(1000),
+                    ..Default::default()
+                })
+                .await
+                .expect("history")
+                .firings
+        }
+    };
+    eventually(
+        Duration::from_secs(60),
+        "every backfill firing succeeds",
+        || async {
+            let firings = history().await;
+            ids.iter().all(|id| {
+                firings
+                    .iter()
+                    .any(|f| &f.id == id && f.state == FiringState::Succeeded && f.backfill)
+            })
+        },
+    )
+    .await;
+    assert_eq!(history().await.len(), 40, "nothing but the backfill ran");
+
+    // A range reaching into the future is refused naming `to`.
+    let (code, _, err) = chimectl(
+        &nats.url(),
+        &[
+            "backfill",
+            "nightly",
+            "--from",
+            &format_time(from),
+            "--to",
+            "2999-01-01T00:00:00Z",
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("[to]"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_paused_until_a_time_resumes_by_itself() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let _scheduler = start_scheduler(&nats.url(), &db.url(), "r1").await;
+    let client = Client::new(nats.connect().await);
+    for (id, group) in [
+        ("m1", "maint"),
+        ("m2", "maint"),
+        ("m3", "maint"),
+        ("other", "default"),
+    ] {
+        client
+            .put_job(
+                &json!({"id": id, "group": group, "schedule": {"every": "1h"},
+                             "handler": "shell", "payload": {"argv": ["/bin/true"]}}),
+            )
+            .await
+            .expect("put");
+    }
+    let until = chrono::Utc::now() + chrono::Duration::seconds(3);
+    let (code, reply, err) = chimectl(
+        &nats.url(),
+        &["pause", "--group", "maint", "--until", &format_time(until)],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    let paused = reply["jobs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{reply}"));
+    assert_eq!(paused.len(), 3, "{reply}");
+    for job in paused {
+        assert_eq!(job["state"], json!("paused"), "{job}");
+        assert_eq!(job["paused_until"], json!(format_time(until)), "{job}");
+    }
+    let state_of = |id: &'static str| {
+        let client = client.clone();
+        async move { client.get_job(id).await.expect("get") }
+    };
+    eventually(
+        Duration::from_secs(10),
+        "the window ends by itself",
+        || async {
+            let mut all = true;
+            for id in ["m1", "m2", "m3"] {
+                all &= state_of(id).await.state == JobState::Active;
+            }
+            all
+        },
+    )
+    .await;
+    for id in ["m1", "m2", "m3"] {
+        let job = state_of(id).await;
+        assert_eq!((job.spec.paused, job.paused_until), (false, None), "{id}");
+        assert!(
+            job.updated_at >= until,
+            "{id} resumed before its until: {job:?}"
+        );
+    }
+    assert_eq!(
+        state_of("other").await.version,
+        1,
+        "another group is untouched"
+    );
+
+    // A window that has already ended is refused, naming `until`.
+    let (code, _, err) = chimectl(
+        &nats.url(),
+        &["pause", "m1", "--until", "2020-01-01T00:00:00Z"],
+    )
+    .await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("[until]"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_imported_crontab_is_applied_once_and_then_unchanged() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let _scheduler = start_scheduler(&nats.url(), &db.url(), "r1").await;
+    let client = Client::new(nats.connect().await);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("crontab");
+    std::fs::write(
+        &file,
+        "CRON_TZ=Europe/Berlin\n30 2 * * * /usr/local/bin/backup\n*/15 9-17 * * mon-fri poll\n",
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let args = ["import", "crontab", file, "--group", "moved", "--apply"];
+    let (code, first, err) = chimectl(&nats.url(), &args).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(ids(&first, "created").len(), 2, "{first}");
+    let (code, again, err) = chimectl(&nats.url(), &args).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(ids(&again, "unchanged"), ids(&first, "created"), "{again}");
+    for id in ids(&first, "created") {
+        let job = client.get_job(&id).await.expect("stored");
+        assert_eq!(job.spec.group, "moved");
+        assert_eq!(
+            job.spec.labels.get("imported-from").map(String::as_str),
+            Some("crontab")
+        );
+    }
+    std::fs::write(dir.path().join("crontab"), "@reboot /bin/start\n").unwrap();
+    let (code, _, err) = chimectl(&nats.url(), &args).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("line 1: @reboot"), "{err}");
 }

@@ -2,10 +2,12 @@
 //! real NATS and both stores.
 
 use chime_common::api::{
-    CalendarReply, FiringReply, JobReply, ListAlertsReply, ListAuditReply, ListCalendarsReply,
-    ListFiringsReply, ListJobsReply, ListWorkersReply, PreviewReply, TriggerReply,
+    BackfillReply, CalendarReply, FiringReply, JobReply, ListAlertsReply, ListAuditReply,
+    ListCalendarsReply, ListFiringsReply, ListJobsReply, ListWorkersReply, PreviewReply,
+    TriggerReply,
 };
 use chime_common::client::{Client, ListFiringsRequest, ListJobsRequest, Verb};
+use chime_common::duration::format_time;
 use chime_common::error::ErrorReply;
 use chime_common::protocol::WorkerInfo;
 use chime_common::{ErrorCode, JobState, Subjects};
@@ -163,7 +165,7 @@ backend_tests! {
         assert_eq!(rest.jobs.len(), 1);
         assert_ne!(rest.jobs[0].spec.id, page.jobs[0].spec.id);
 
-        assert_eq!(client.pause_job("other").await.expect("pause").state, JobState::Paused);
+        assert_eq!(client.pause_job("other", None).await.expect("pause").state, JobState::Paused);
         assert_eq!(client.resume_job("other").await.expect("resume").state, JobState::Active);
 
         let firing_id = client.trigger_job("other", Some(json!({"argv": ["/bin/echo", "hi"]}))).await.expect("trigger");
@@ -288,6 +290,15 @@ backend_tests! {
                 Verb::JobsTrigger => {
                     let raw = raw_reply(&connection, subject, &json!({"id": "full", "payload": {"argv": ["/bin/true"]}})).await;
                     reads_back::<TriggerReply>(verb, &raw);
+                }
+                Verb::JobsBackfill => {
+                    // Two days of the daily "paused" job: two firings, staged but held by no worker of its group.
+                    let to = chrono::Utc::now();
+                    let from = to - chrono::Duration::days(2);
+                    let body = json!({"id": "paused", "from": format_time(from), "to": format_time(to)});
+                    let raw = raw_reply(&connection, subject, &body).await;
+                    reads_back::<BackfillReply>(verb, &raw);
+                    assert_eq!(raw["firing_ids"].as_array().map(Vec::len), Some(2), "{raw}");
                 }
                 Verb::JobsPreview => {
                     let raw = raw_reply(&connection, subject, &json!({"schedule": {"every": "1m"}, "count": 2})).await;

@@ -433,7 +433,7 @@ async fn lives_through_the_store(kind: DatabaseKind, case: Case) {
         drive.advance_to(put_at + MS);
         drive
             .store
-            .set_paused(JOB, false, drive.clock)
+            .set_paused(JOB, chime_scheduler::store::Pause::Resume, drive.clock)
             .await
             .unwrap_or_else(|e| panic!("resuming: {e}"))
             .expect("the job exists");

@@ -1,4 +1,5 @@
-//! Job definitions: put, get, list, delete, pause and resume, trigger.
+//! Job definitions: put, get, list, delete, trigger (pause and resume are
+//! in `pause.rs`).
 
 use super::locks::Tx;
 use super::rows::{self, JOB_COLUMNS, JOB_TABLES};
@@ -88,7 +89,8 @@ pub(crate) const UPSERT_SCHEDULE: &str =
     "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
      VALUES ($1, $6, $7, $8) \
      ON CONFLICT (job_id) DO UPDATE SET part = excluded.part, state = excluded.state, \
-         next_fire_at = excluded.next_fire_at";
+         next_fire_at = excluded.next_fire_at, \
+         paused_until = CASE WHEN excluded.state = 'paused' THEN job_schedule.paused_until END";
 
 /// [`UPSERT_JOB`]'s insert for a put with `if_version: 0`: no row comes
 /// back when the job exists.
@@ -109,7 +111,8 @@ const UPDATE_JOB_IF_VERSION: &str = "UPDATE jobs SET group_name = $2, spec = $3,
 const UPSERT_SCHEDULE_ALONE: &str = "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
      VALUES ($1, $2, $3, $4) \
      ON CONFLICT (job_id) DO UPDATE SET part = excluded.part, state = excluded.state, \
-         next_fire_at = excluded.next_fire_at";
+         next_fire_at = excluded.next_fire_at, \
+         paused_until = CASE WHEN excluded.state = 'paused' THEN job_schedule.paused_until END";
 
 /// The parameters of a put's two upserts.
 pub(crate) struct Put<'a> {
@@ -220,11 +223,27 @@ impl Store {
                 }
             }
         };
+        // A put that keeps the job paused keeps its maintenance window
+        // (an apply during one must not make it endless); any other ends it.
+        let paused_until = if spec.paused {
+            let until: Option<Option<i64>> =
+                sqlx::query_scalar("SELECT paused_until FROM job_schedule WHERE job_id = $1")
+                    .bind(spec.id.as_str())
+                    .fetch_optional(&self.write)
+                    .await?;
+            until
+                .flatten()
+                .map(|ms| super::instant(&spec.id, "paused_until", ms))
+                .transpose()?
+        } else {
+            None
+        };
         let created_ms = row.int(&spec.id, "created_at")?;
         Ok(Job {
             spec: spec.clone(),
             state,
             next_fire_at: next.map(at_ms),
+            paused_until,
             version: row.int(&spec.id, "version")?,
             created_at: super::instant(&spec.id, "created_at", created_ms)?,
             updated_at: now,
@@ -396,7 +415,7 @@ impl Store {
     }
 
     /// Reads and locks a job.
-    async fn lock_job(&self, tx: &mut Tx, id: &str) -> Result<Option<Job>, StoreError> {
+    pub(super) async fn lock_job(&self, tx: &mut Tx, id: &str) -> Result<Option<Job>, StoreError> {
         let row = sqlx::query(&format!(
             "SELECT {JOB_COLUMNS} FROM {JOB_TABLES} WHERE j.id = $1{}",
             self.backend.for_update_of("j")
@@ -405,45 +424,6 @@ impl Store {
         .fetch_optional(&mut **tx)
         .await?;
         row.as_ref().map(rows::job).transpose()
-    }
-
-    /// Pauses or resumes a job (`version` + 1, `spec.paused` follows).
-    /// Resuming keeps `next_fire_at`, so the slicer applies the job's misfire
-    /// policy to what was missed. Firings already staged still fire.
-    pub async fn set_paused(
-        &self,
-        id: &str,
-        paused: bool,
-        now: DateTime<Utc>,
-    ) -> Result<Option<Job>, StoreError> {
-        let now = truncate(now);
-        self.retrying(|| self.set_paused_once(id, paused, now))
-            .await
-    }
-
-    async fn set_paused_once(
-        &self,
-        id: &str,
-        paused: bool,
-        now: DateTime<Utc>,
-    ) -> Result<Option<Job>, StoreError> {
-        let mut tx = self.begin().await?;
-        let Some(mut job) = self.lock_job(&mut tx, id).await? else {
-            return Ok(None);
-        };
-        job.spec.paused = paused;
-        job.state = if paused {
-            JobState::Paused
-        } else if job.next_fire_at.is_some() {
-            JobState::Active
-        } else {
-            JobState::Completed
-        };
-        job.version += 1;
-        job.updated_at = now;
-        write_spec_and_state(&mut tx, &job.spec, job.state, ms(now)).await?;
-        tx.commit().await?;
-        Ok(Some(job))
     }
 
     /// Stages one run of a job now, outside its schedule: attempt 1 at the
@@ -541,6 +521,7 @@ impl Store {
                 state: FiringState::Staged.as_str(),
                 error: None,
                 finished_at: None,
+                backfill: 0,
             };
             let inserted = self.insert_firings(tx, &[firing], now_ms).await?;
             if !inserted.is_empty() {

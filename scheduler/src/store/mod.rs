@@ -64,6 +64,7 @@
 //! and an unreadable job as deleted (logged).
 
 mod audit;
+mod backfill;
 mod calendars;
 mod cancel;
 mod clock;
@@ -75,6 +76,7 @@ mod finish;
 mod history;
 mod jobs;
 mod locks;
+mod pause;
 mod plan;
 mod publish;
 mod queue;
@@ -95,6 +97,7 @@ pub use cancel::{CancelOutcome, CANCELLED_BY_OPERATOR};
 pub use dialect::Backend;
 pub use error::StoreError;
 pub use history::Activity;
+pub use pause::{JobSelection, Pause, MAX_PAUSED_AT_ONCE};
 pub use retry::RetryDelay;
 pub use sessions::Session;
 pub use types::{

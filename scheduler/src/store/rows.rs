@@ -10,14 +10,14 @@ use std::time::Duration;
 
 /// Columns [`job`] reads, from [`JOB_TABLES`].
 pub(crate) const JOB_COLUMNS: &str =
-    "j.id, j.spec, s.state, s.next_fire_at, j.version, j.created_at, j.updated_at";
+    "j.id, j.spec, s.state, s.next_fire_at, s.paused_until, j.version, j.created_at, j.updated_at";
 
 /// A job's definition (`j`) joined with where it is in its schedule (`s`).
 pub(crate) const JOB_TABLES: &str = "jobs j JOIN job_schedule s ON s.job_id = j.id";
 
 /// Columns [`firing`] reads.
 pub(crate) const FIRING_COLUMNS: &str = "id, job_id, scheduled_at, attempt, state, group_name, \
-     priority, due_at, worker, published_at, started_at, finished_at, error, output";
+     priority, due_at, worker, published_at, started_at, finished_at, error, output, backfill";
 
 /// Columns [`staged`] reads.
 pub(crate) const STAGED_COLUMNS: &str = "id, job_id, group_name, priority, handler, payload, \
@@ -118,6 +118,7 @@ pub(crate) fn job(row: &AnyRow) -> Result<Job, StoreError> {
         spec,
         state,
         next_fire_at,
+        paused_until: opt_instant(row, &id, "paused_until")?,
         version: row.int(&id, "version")?,
         created_at: instant(&id, "created_at", row.int(&id, "created_at")?)?,
         updated_at: instant(&id, "updated_at", row.int(&id, "updated_at")?)?,
@@ -154,6 +155,7 @@ pub(crate) fn firing(row: &AnyRow) -> Result<Firing, StoreError> {
         finished_at: opt_instant(row, i, "finished_at")?,
         error: row.opt_text(i, "error")?,
         output: row.opt_text(i, "output")?,
+        backfill: row.int(i, "backfill")? != 0,
         id,
     })
 }

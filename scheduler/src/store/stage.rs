@@ -24,7 +24,7 @@ use std::time::Duration;
 pub(super) const BATCH_ROWS: usize = 10_000;
 
 /// Columns of a batch of new firings, as [`NewFiring`] serializes them.
-const NEW_FIRING_COLUMNS: [(&str, Col); 14] = [
+const NEW_FIRING_COLUMNS: [(&str, Col); 15] = [
     ("id", Col::Text),
     ("job_id", Col::Text),
     ("scheduled_at", Col::Int),
@@ -39,6 +39,7 @@ const NEW_FIRING_COLUMNS: [(&str, Col); 14] = [
     ("error", Col::Text),
     ("finished_at", Col::Int),
     ("payload_sha256", Col::Text),
+    ("backfill", Col::Int),
 ];
 
 /// One row of a firings batch insert.
@@ -57,6 +58,8 @@ pub(super) struct NewFiring<'a> {
     pub state: &'static str,
     pub error: Option<String>,
     pub finished_at: Option<i64>,
+    /// 1 for a backfill firing, else 0 (the column's own encoding).
+    pub backfill: i64,
 }
 
 /// One row of the job_schedule batch update.
@@ -273,6 +276,7 @@ impl Store {
                 state,
                 error: None,
                 finished_at: None,
+                backfill: 0,
             };
             for &(scheduled_at, due_at) in &job.plan.staged {
                 new.push(NewFiring {
@@ -401,10 +405,10 @@ impl Store {
         let insert = format!(
             "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
                  handler, payload, timeout_ms, due_at, state, error, finished_at, \
-                 payload_sha256, created_at) \
+                 payload_sha256, backfill, created_at) \
              SELECT r.id, r.job_id, r.scheduled_at, r.attempt, r.group_name, r.priority, \
                  r.handler, r.payload, r.timeout_ms, r.due_at, r.state, r.error, r.finished_at, \
-                 r.payload_sha256, $2 \
+                 r.payload_sha256, r.backfill, $2 \
              FROM {} WHERE true ON CONFLICT DO NOTHING RETURNING id",
             self.backend.json_rows(1, &NEW_FIRING_COLUMNS)
         );

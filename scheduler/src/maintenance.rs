@@ -1,0 +1,94 @@
+//! Maintenance windows: resumes the jobs paused with `until` once that
+//! instant passes (`jobs.pause`, docs/API.md). The window is stored with the
+//! job, so whichever replica holds the lease ends it, one of them at a time
+//! (see `lease.rs`); resuming applies each job's misfire policy to the
+//! instants the window covered.
+
+use crate::store::{Store, StoreError};
+use chime_common::service::{Service, ServiceError};
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+/// Maintenance window settings.
+#[derive(Debug, Clone)]
+pub struct MaintenanceConfig {
+    /// How often to look for windows that ended: a job resumes at most
+    /// this late.
+    pub interval: Duration,
+    /// Jobs resumed per pass; bounded so one pass never runs long (the
+    /// next pass takes the rest).
+    pub batch: u32,
+    /// The lease that makes one replica end the windows.
+    pub lease_ttl: Duration,
+}
+
+impl Default for MaintenanceConfig {
+    fn default() -> Self {
+        MaintenanceConfig {
+            interval: Duration::from_secs(1),
+            batch: 1_000,
+            lease_ttl: Duration::from_secs(5),
+        }
+    }
+}
+
+impl MaintenanceConfig {
+    /// Checks the settings; the message names the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.interval.is_zero() || self.batch == 0 {
+            return Err("the maintenance interval and batch must be above zero".into());
+        }
+        if self.lease_ttl <= self.interval {
+            return Err("the maintenance lease must outlast one maintenance interval".into());
+        }
+        Ok(())
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct MaintenanceOutcome {
+    /// The jobs resumed because their window ended.
+    pub resumed: Vec<String>,
+}
+
+/// A pass could not finish.
+#[derive(Debug, thiserror::Error)]
+#[error("maintenance windows: {0}")]
+pub struct MaintenanceError(#[from] StoreError);
+
+impl ServiceError for MaintenanceError {
+    fn is_retryable(&self) -> bool {
+        self.0.is_retryable()
+    }
+}
+
+/// Ends maintenance windows.
+pub struct MaintenanceWindows {
+    pub config: MaintenanceConfig,
+    pub store: Store,
+}
+
+impl MaintenanceWindows {
+    /// One pass: resumes the jobs whose window ended at or before `now`.
+    pub async fn run_once(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<MaintenanceOutcome, MaintenanceError> {
+        let jobs = self.store.resume_due_pauses(now, self.config.batch).await?;
+        let resumed: Vec<String> = jobs.into_iter().map(|job| job.spec.id).collect();
+        if !resumed.is_empty() {
+            tracing::info!(count = resumed.len(), jobs = ?resumed, "maintenance window ended: jobs resumed");
+        }
+        Ok(MaintenanceOutcome { resumed })
+    }
+}
+
+impl Service for MaintenanceWindows {
+    type Outcome = MaintenanceOutcome;
+    type Error = MaintenanceError;
+
+    async fn run_once(&self, now: DateTime<Utc>) -> Result<MaintenanceOutcome, MaintenanceError> {
+        MaintenanceWindows::run_once(self, now).await
+    }
+}

@@ -1,0 +1,150 @@
+//! Backfill: re-runs a job's schedule over a past range (`jobs.backfill`).
+//!
+//! Each instant becomes a staged firing due now, marked `backfill`, staged
+//! the way a trigger is (unadopted, with a `waiting` row) so the slicer
+//! adopts and publishes it like a retry; from there the job's overlap
+//! policy (at start) and retries (at finish) apply as to any firing.
+
+use super::jobs::{compile, next_ms};
+use super::rows;
+use super::stage::NewFiring;
+use super::waiting::Waiting;
+use super::{ms, RowExt, Store, StoreError};
+use chime_common::api::BACKFILL_LIMIT_MAX;
+use chime_common::{FiringId, FiringState};
+use chrono::{DateTime, Utc};
+use std::collections::{HashMap, HashSet};
+
+impl Store {
+    /// Stages one firing per instant of job `job_id`'s schedule in
+    /// `[from, to)`, the earliest `limit` of them, all in one transaction.
+    /// An instant that already has firings gets the attempt after its
+    /// last. Refused (`invalid_argument`) unless `from < to <= now` and
+    /// `limit` is 1 to [`BACKFILL_LIMIT_MAX`]; `None` if there is no such
+    /// job. Returns the firings staged, oldest instant first.
+    pub async fn backfill(
+        &self,
+        job_id: &str,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        limit: u32,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Vec<FiringId>>, StoreError> {
+        if limit == 0 || limit > BACKFILL_LIMIT_MAX {
+            return Err(StoreError::invalid(
+                "limit",
+                format!("must be from 1 to {BACKFILL_LIMIT_MAX}"),
+            ));
+        }
+        if to > now {
+            return Err(StoreError::invalid(
+                "to",
+                "is in the future; a backfill re-runs past instants only (the schedule runs the rest)",
+            ));
+        }
+        if from >= to {
+            return Err(StoreError::invalid("to", "must be after from"));
+        }
+        let (from_ms, to_ms, now_ms) = (ms(from), ms(to), ms(now));
+        self.retrying(|| self.backfill_once(job_id, from_ms, to_ms, limit, now_ms))
+            .await
+    }
+
+    async fn backfill_once(
+        &self,
+        job_id: &str,
+        from_ms: i64,
+        to_ms: i64,
+        limit: u32,
+        now_ms: i64,
+    ) -> Result<Option<Vec<FiringId>>, StoreError> {
+        let mut tx = self.begin().await?;
+        let Some(row) = sqlx::query("SELECT spec, anchor_ms FROM jobs WHERE id = $1")
+            .bind(job_id)
+            .fetch_optional(&mut *tx)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let spec = rows::spec(job_id, &row.text(job_id, "spec")?)?;
+        let schedule = compile(&spec, row.int(job_id, "anchor_ms")?)?;
+        let mut instants = Vec::new();
+        let mut next = next_ms(&schedule, from_ms.saturating_sub(1));
+        while let Some(at) = next.filter(|at| *at < to_ms) {
+            if instants.len() >= limit as usize {
+                break;
+            }
+            instants.push(at);
+            next = next_ms(&schedule, at);
+        }
+        let last_attempts: HashMap<i64, i64> = sqlx::query(
+            "SELECT scheduled_at, MAX(attempt) AS attempt FROM firings \
+             WHERE job_id = $1 AND scheduled_at >= $2 AND scheduled_at < $3 \
+             GROUP BY scheduled_at",
+        )
+        .bind(job_id)
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|r| Ok((r.int(job_id, "scheduled_at")?, r.int(job_id, "attempt")?)))
+        .collect::<Result<_, StoreError>>()?;
+        let payload = serde_json::to_string(&spec.payload)
+            .map_err(|e| StoreError::Internal(format!("encoding a payload: {e}")))?;
+        let timeout_ms = i64::try_from(spec.timeout.as_millis()).unwrap_or(i64::MAX);
+        let mut ids = Vec::with_capacity(instants.len());
+        let mut firings = Vec::with_capacity(instants.len());
+        for at in instants {
+            let last = last_attempts.get(&at).copied().unwrap_or(0);
+            let attempt = u32::try_from(last)
+                .ok()
+                .and_then(|a| a.checked_add(1))
+                .ok_or_else(|| {
+                    StoreError::corrupt(job_id, format!("attempt {last} at {at} is out of range"))
+                })?;
+            let id = FiringId::new(job_id, at, attempt);
+            firings.push(NewFiring {
+                id: id.to_string(),
+                job_id,
+                scheduled_at: at,
+                attempt,
+                group_name: &spec.group,
+                priority: spec.priority,
+                handler: &spec.handler,
+                payload: &payload,
+                timeout_ms,
+                due_at: now_ms,
+                state: FiringState::Staged.as_str(),
+                error: None,
+                finished_at: None,
+                backfill: 1,
+            });
+            ids.push(id);
+        }
+        let inserted = self.insert_firings(&mut tx, &firings, now_ms).await?;
+        // A firing inserted since the attempts were read (a retry, another
+        // backfill) takes its key first; that instant is left to it.
+        let part = self.partition_of(job_id);
+        let waiting: Vec<Waiting> = inserted
+            .iter()
+            .map(|id| Waiting {
+                id,
+                group_name: &spec.group,
+                part,
+                due_at: now_ms,
+                slice: None,
+            })
+            .collect();
+        self.add_waiting(&mut tx, &waiting).await?;
+        tx.commit().await?;
+        let inserted: HashSet<&str> = inserted.iter().map(String::as_str).collect();
+        let firing_ids = firings
+            .iter()
+            .zip(ids)
+            .filter(|(firing, _)| inserted.contains(firing.id.as_str()))
+            .map(|(_, id)| id)
+            .collect();
+        Ok(Some(firing_ids))
+    }
+}
