@@ -258,9 +258,22 @@ async function jobsPage(params) {
     jobsPage(params);
   };
   const canOperate = mayDo("operator");
+  // Every job the group and label filters match, in one request.
+  const bulkMatching = async (action) => {
+    const selection = {};
+    if (query.get("group")) selection.group = query.get("group");
+    if (query.get("selector")) selection.selector = query.get("selector");
+    if (!selection.group && !selection.selector) { flash("Filter by group or labels first.", true); return; }
+    const result = await api("POST", `/api/v1/verbs/jobs.${action}`, selection);
+    flash(result.ok ? `${action}d ${result.data.jobs.length} matching job(s).` : result.error.message, !result.ok);
+    if (result.ok) jobsPage(params);
+  };
+  const filtered = Boolean(query.get("group") || query.get("selector"));
   const actions = h("div", { class: "actions" },
     h("button", { type: "button", id: "bulk-pause", disabled: !canOperate, onclick: () => bulk("pause"), text: "Pause selected" }),
     h("button", { type: "button", id: "bulk-resume", disabled: !canOperate, onclick: () => bulk("resume"), text: "Resume selected" }),
+    h("button", { type: "button", id: "match-pause", disabled: !canOperate || !filtered, onclick: () => bulkMatching("pause"), text: "Pause all matching" }),
+    h("button", { type: "button", id: "match-resume", disabled: !canOperate || !filtered, onclick: () => bulkMatching("resume"), text: "Resume all matching" }),
     mayDo("admin") ? h("a", { class: "button", href: "#/new", text: "New job" }) : null);
   const pages = h("div", { class: "actions" },
     query.get("after") ? h("button", { type: "button", onclick: () => go({}), text: "First page" }) : null,
@@ -293,13 +306,48 @@ async function jobPage(id) {
   const loadHistory = async () => {
     const f = await api("GET", `/api/v1/firings?job_id=${encodeURIComponent(id)}&limit=20`);
     if (!f.ok) { historyBox.replaceChildren(h("p", { class: "error", text: f.error.message })); return; }
-    historyBox.replaceChildren(table(["scheduled (UTC)", "attempt", "state", "worker", "duration", "output / error"],
+    const cancellable = ["staged", "published", "executing"];
+    historyBox.replaceChildren(table(["scheduled (UTC)", "attempt", "state", "worker", "duration", "output / error", ""],
       f.data.firings.map((x) => h("tr", { "data-firing": x.id },
-        h("td", { text: fmtTime(x.scheduled_at) }), h("td", { text: x.attempt }), h("td", {}, stateBadge(x.state)),
+        h("td", { text: fmtTime(x.scheduled_at) + (x.backfill ? " (backfill)" : "") }), h("td", { text: x.attempt }), h("td", {}, stateBadge(x.state)),
         h("td", { text: x.worker || "" }), h("td", { text: duration(x.started_at, x.finished_at) }),
         h("td", {}, x.error ? h("span", { class: "error", text: x.error }) : "",
-          x.output ? h("details", {}, h("summary", { text: "output" }), h("pre", { text: x.output })) : ""))), "history"));
+          x.output ? h("details", {}, h("summary", { text: "output" }), h("pre", { text: x.output })) : ""),
+        h("td", {}, cancellable.includes(x.state) && canOperate
+          ? h("button", { type: "button", class: "danger", "data-cancel": x.id, onclick: () => cancelFiring(x.id), text: "Cancel" })
+          : ""))), "history"));
   };
+  const cancelFiring = async (firingId) => {
+    const result = await api("POST", `/api/v1/firings/${encodeURIComponent(firingId)}/cancel`, {});
+    flash(result.ok ? `Cancelling ${firingId}.` : result.error.message, !result.ok);
+    loadHistory();
+  };
+  const changesBox = h("div", { id: "changes-box" });
+  const loadChanges = async () => {
+    const a = await api("GET", `/api/v1/audit?target=${encodeURIComponent(id)}&limit=10`);
+    if (!a.ok) { changesBox.replaceChildren(h("p", { class: "error", text: a.error.message })); return; }
+    changesBox.replaceChildren(table(["at (UTC)", "who", "what", "version", "outcome"],
+      a.data.entries.map((e) => h("tr", {}, h("td", { text: fmtTime(e.at) }), h("td", { text: `${e.actor} (${e.via})` }),
+        h("td", { text: e.verb }), h("td", { text: `${e.before_version ?? "–"} → ${e.after_version ?? "–"}` }),
+        h("td", { text: e.outcome === "ok" ? "ok" : `${e.outcome}: ${e.message || ""}` }))), "changes"));
+  };
+  const backfillFrom = h("input", { id: "backfill-from", type: "datetime-local", step: 1 });
+  const backfillTo = h("input", { id: "backfill-to", type: "datetime-local", step: 1 });
+  const backfillError = h("div", { class: "error", id: "backfill-error", role: "alert" });
+  const backfill = async (e) => {
+    e.preventDefault();
+    backfillError.textContent = "";
+    // datetime-local is the browser's local time; the API takes UTC instants.
+    const instant = (el) => el.value ? new Date(el.value).toISOString() : "";
+    const result = await api("POST", `/api/v1/jobs/${encodeURIComponent(id)}/backfill`, { from: instant(backfillFrom), to: instant(backfillTo) });
+    if (!result.ok) { backfillError.textContent = (result.error.field ? result.error.field + ": " : "") + result.error.message; return; }
+    flash(`Backfill: ${result.data.firing_ids.length} firing(s) staged.`);
+    loadHistory();
+  };
+  const backfillForm = h("form", { class: "toolbar", id: "backfill-form", onsubmit: backfill },
+    h("div", {}, h("label", { for: "backfill-from", text: "Backfill from (your local time)" }), backfillFrom),
+    h("div", {}, h("label", { for: "backfill-to", text: "to (not included)" }), backfillTo),
+    h("button", { type: "submit", id: "backfill-submit", disabled: !canOperate, text: "Backfill" }), backfillError);
   const loadNext = async () => {
     const p = await api("POST", "/api/v1/preview", previewRequest(job, 10));
     if (!p.ok) { nextBox.replaceChildren(h("p", { class: "error", text: p.error.message })); return; }
@@ -318,9 +366,12 @@ async function jobPage(id) {
       job.next_fire_at ? fmtTime(job.next_fire_at) + " UTC" : "none"),
     h("h2", { text: "History" }), historyBox,
     h("h2", { text: `Next instants (${tz} and UTC)` }), nextBox,
+    h("h2", { text: "Re-run the past" }), backfillForm,
+    h("h2", { text: "Changes" }), changesBox,
     h("h2", { text: "Specification" }), h("pre", { id: "job-spec", text: JSON.stringify(specOf(job), null, 2) }));
   loadHistory();
   loadNext();
+  loadChanges();
   eventListeners.add(() => loadHistory());
 }
 

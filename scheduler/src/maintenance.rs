@@ -2,9 +2,10 @@
 //! instant passes (`jobs.pause`, docs/API.md). The window is stored with the
 //! job, so whichever replica holds the lease ends it, one of them at a time
 //! (see `lease.rs`); resuming applies each job's misfire policy to the
-//! instants the window covered.
+//! instants the window covered. Each resume is recorded in the audit trail
+//! (actor `maintenance`), next to the pause that opened the window.
 
-use crate::store::{Store, StoreError};
+use crate::store::{AuditRecord, Store, StoreError};
 use chime_common::service::{Service, ServiceError};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -76,6 +77,23 @@ impl MaintenanceWindows {
         now: DateTime<Utc>,
     ) -> Result<MaintenanceOutcome, MaintenanceError> {
         let jobs = self.store.resume_due_pauses(now, self.config.batch).await?;
+        for job in &jobs {
+            let record = AuditRecord {
+                actor: "maintenance",
+                via: "scheduler",
+                verb: "jobs.resume",
+                target: &job.spec.id,
+                before_version: job.version.checked_sub(1),
+                after_version: Some(job.version),
+                outcome: "ok",
+                message: Some("the maintenance window ended"),
+            };
+            // The job is resumed; a lost audit line is logged, not retried
+            // into a second resume.
+            if let Err(e) = self.store.record_audit(&record, now).await {
+                tracing::error!(job = %job.spec.id, error = %e, "cannot record an audit entry");
+            }
+        }
         let resumed: Vec<String> = jobs.into_iter().map(|job| job.spec.id).collect();
         if !resumed.is_empty() {
             tracing::info!(count = resumed.len(), jobs = ?resumed, "maintenance window ended: jobs resumed");

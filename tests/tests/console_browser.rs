@@ -326,6 +326,22 @@ async fn a_user_drives_the_console_in_a_real_browser() {
         .unwrap();
     let job: Value = serde_json::from_str(&api).unwrap();
     assert_eq!(job["job"]["state"], "paused", "{api}");
+    until(&client, "document.querySelector('#changes') && document.querySelector('#changes').textContent.includes('jobs.pause')", "the pause among the job's changes").await;
+
+    // Re-run the last two days: the backfilled firings appear and run.
+    client
+        .execute(
+            "const local = (ms) => { const d = new Date(ms); d.setMinutes(d.getMinutes() - d.getTimezoneOffset()); return d.toISOString().slice(0, 19); };
+             document.querySelector('#backfill-from').value = local(Date.now() - 2 * 86400e3);
+             document.querySelector('#backfill-to').value = local(Date.now() - 60e3);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    click(&client, "#backfill-submit").await;
+    until(&client,
+        "[...document.querySelectorAll('#history tbody tr')].some(r => r.textContent.includes('(backfill)') && r.textContent.includes('succeeded'))",
+        "a backfilled firing to succeed").await;
 
     // The other pages.
     client.goto(&format!("{base}/#/workers")).await.unwrap();

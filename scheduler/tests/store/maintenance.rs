@@ -269,6 +269,21 @@ async fn the_maintenance_pass_resumes_what_is_due_and_reports_it(db: &TestDb) {
         .is_empty());
     assert_eq!(windows.run_once(t(10)).await.expect("pass").resumed, ["a"]);
     assert_eq!(windows.run_once(t(30)).await.expect("pass").resumed, ["b"]);
+    let audit = store
+        .list_audit(&chime_scheduler::store::AuditFilter {
+            target: Some("a".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .expect("audit");
+    let resumes: Vec<_> = audit
+        .items
+        .iter()
+        .map(|e| (e.actor.as_str(), e.verb.as_str(), e.after_version))
+        .collect();
+    let version = store.get_job("a").await.expect("get").expect("a").version;
+    assert_eq!(resumes, [("maintenance", "jobs.resume", Some(version))]);
     assert!(windows
         .run_once(t(40))
         .await
