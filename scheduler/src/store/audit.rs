@@ -1,5 +1,7 @@
 //! The audit trail: one row per mutating API request, whoever sent it.
 
+use super::listing::{page_of, Conditions};
+use super::types::Page;
 use super::{at_ms, ms, page_limit, RowExt, Store, StoreError};
 use chime_common::api::AuditEntry;
 use chrono::{DateTime, Utc};
@@ -61,41 +63,24 @@ impl Store {
     }
 
     /// One page of entries, newest first.
-    pub async fn list_audit(
-        &self,
-        filter: &AuditFilter,
-    ) -> Result<super::Page<AuditEntry>, StoreError> {
+    pub async fn list_audit(&self, filter: &AuditFilter) -> Result<Page<AuditEntry>, StoreError> {
         let limit = page_limit(filter.limit);
-        let mut conditions = Vec::new();
-        let mut n = 0;
-        let mut param = || {
-            n += 1;
-            format!("${n}")
-        };
-        if filter.target.is_some() {
-            conditions.push(format!("target = {}", param()));
-        }
-        if filter.after.is_some() {
-            conditions.push(format!("id < {}", param()));
-        }
-        let limit_param = param();
-        let where_clause = if conditions.is_empty() {
-            String::new()
-        } else {
-            format!("WHERE {}", conditions.join(" AND "))
-        };
-        let sql = format!(
-            "SELECT {AUDIT_COLUMNS} FROM audit {where_clause} ORDER BY id DESC LIMIT {limit_param}"
-        );
-        let mut query = sqlx::query(&sql);
+        let mut conditions = Conditions::default();
         if let Some(target) = &filter.target {
-            query = query.bind(target.as_str());
+            let target = conditions.param(target.as_str());
+            conditions.push(format!("target = {target}"));
         }
         if let Some(after) = &filter.after {
-            query = query.bind(after.as_str());
+            let after = conditions.param(after.as_str());
+            conditions.push(format!("id < {after}"));
         }
-        let rows = query
-            .bind(i64::from(limit) + 1)
+        let limit_param = conditions.param(i64::from(limit) + 1);
+        let sql = format!(
+            "SELECT {AUDIT_COLUMNS} FROM audit {} ORDER BY id DESC LIMIT {limit_param}",
+            conditions.where_clause()
+        );
+        let rows = conditions
+            .bind(sqlx::query(&sql))
             .fetch_all(&self.read)
             .await?;
         let mut items = Vec::with_capacity(rows.len());
@@ -114,13 +99,7 @@ impl Store {
                 id,
             });
         }
-        let next = if items.len() > limit as usize {
-            items.truncate(limit as usize);
-            items.last().map(|e| e.id.clone())
-        } else {
-            None
-        };
-        Ok(super::Page { items, next })
+        Ok(page_of(items, limit, |e| e.id.clone()))
     }
 
     /// Deletes entries recorded before `before`; returns how many.

@@ -1,5 +1,6 @@
 //! Firing history: listing, retention, gauges, recent activity.
 
+use super::listing::{page_of, Conditions};
 use super::rows::{self, FIRING_COLUMNS};
 use super::types::{FiringFilter, Page};
 use super::{ms, page_limit, RowExt, Store, StoreError};
@@ -26,64 +27,40 @@ impl Store {
                 })
             })
             .transpose()?;
-        let mut conditions = Vec::new();
-        let mut n = 0;
-        let mut param = || {
-            n += 1;
-            format!("${n}")
-        };
-        if filter.job_id.is_some() {
-            conditions.push(format!("job_id = {}", param()));
-        }
-        if filter.state.is_some() {
-            conditions.push(format!("state = {}", param()));
-        }
-        if after.is_some() {
-            conditions.push(format!(
-                "(scheduled_at, attempt, id) < ({}, {}, {})",
-                param(),
-                param(),
-                param()
-            ));
-        }
-        let limit_param = param();
-        let where_clause = if conditions.is_empty() {
-            String::new()
-        } else {
-            format!("WHERE {}", conditions.join(" AND "))
-        };
-        let sql = format!(
-            "SELECT {FIRING_COLUMNS} FROM firings {where_clause} \
-             ORDER BY scheduled_at DESC, attempt DESC, id DESC LIMIT {limit_param}"
-        );
-        let mut query = sqlx::query(&sql);
+        let mut conditions = Conditions::default();
         if let Some(job_id) = &filter.job_id {
-            query = query.bind(job_id.as_str());
+            let job_id = conditions.param(job_id.as_str());
+            conditions.push(format!("job_id = {job_id}"));
         }
         if let Some(state) = filter.state {
-            query = query.bind(state.as_str());
+            let state = conditions.param(state.as_str());
+            conditions.push(format!("state = {state}"));
         }
         if let Some(cursor) = &after {
-            query = query
-                .bind(cursor.scheduled_ms)
-                .bind(i64::from(cursor.attempt))
-                .bind(cursor.to_string());
+            let (scheduled, attempt, id) = (
+                conditions.param(cursor.scheduled_ms),
+                conditions.param(i64::from(cursor.attempt)),
+                conditions.param(cursor.to_string().as_str()),
+            );
+            conditions.push(format!(
+                "(scheduled_at, attempt, id) < ({scheduled}, {attempt}, {id})"
+            ));
         }
-        let found = query
-            .bind(i64::from(limit) + 1)
+        let limit_param = conditions.param(i64::from(limit) + 1);
+        let sql = format!(
+            "SELECT {FIRING_COLUMNS} FROM firings {} \
+             ORDER BY scheduled_at DESC, attempt DESC, id DESC LIMIT {limit_param}",
+            conditions.where_clause()
+        );
+        let found = conditions
+            .bind(sqlx::query(&sql))
             .fetch_all(&self.read)
             .await?;
-        let mut items = found
+        let items = found
             .iter()
             .map(rows::firing)
             .collect::<Result<Vec<_>, _>>()?;
-        let next = if items.len() > limit as usize {
-            items.truncate(limit as usize);
-            items.last().map(|f| f.id.to_string())
-        } else {
-            None
-        };
-        Ok(Page { items, next })
+        Ok(page_of(items, limit, |f| f.id.to_string()))
     }
 
     /// Deletes firings in a final state that finished before `finished_before`,

@@ -1,6 +1,7 @@
 //! Job definitions: put, get, list, delete, trigger (pause and resume are
 //! in `pause.rs`).
 
+use super::listing::{page_of, Conditions};
 use super::locks::Tx;
 use super::rows::{self, JOB_COLUMNS, JOB_TABLES};
 use super::selection::selector_condition;
@@ -311,64 +312,35 @@ impl Store {
     pub async fn list_jobs(&self, filter: &JobFilter) -> Result<Page<Job>, StoreError> {
         let limit = page_limit(filter.limit);
         let after = filter.after.as_deref().map(parse_job_cursor).transpose()?;
-        let mut conditions = Vec::new();
-        let mut n = 0;
-        let mut param = || {
-            n += 1;
-            format!("${n}")
-        };
-        if filter.group.is_some() {
-            conditions.push(format!("j.group_name = {}", param()));
-        }
-        if filter.state.is_some() {
-            conditions.push(format!("s.state = {}", param()));
-        }
-        if after.is_some() {
-            conditions.push(format!("(j.created_at, j.id) < ({}, {})", param(), param()));
-        }
-        let selection = filter
-            .selector
-            .as_ref()
-            .map(|s| selector_condition(self.backend, s, n + 1));
-        if let Some(selection) = &selection {
-            conditions.push(selection.sql.clone());
-            n += selection.binds.len();
-        }
-        let limit_param = format!("${}", n + 1);
-        let where_clause = if conditions.is_empty() {
-            String::new()
-        } else {
-            format!("WHERE {}", conditions.join(" AND "))
-        };
-        let sql = format!(
-            "SELECT {JOB_COLUMNS} FROM {JOB_TABLES} {where_clause} \
-             ORDER BY j.created_at DESC, j.id DESC LIMIT {limit_param}"
-        );
-        let mut query = sqlx::query(&sql);
+        let mut conditions = Conditions::default();
         if let Some(group) = &filter.group {
-            query = query.bind(group.as_str());
+            let group = conditions.param(group.as_str());
+            conditions.push(format!("j.group_name = {group}"));
         }
         if let Some(state) = filter.state {
-            query = query.bind(state.as_str());
+            let state = conditions.param(state.as_str());
+            conditions.push(format!("s.state = {state}"));
         }
         if let Some((created, id)) = &after {
-            query = query.bind(*created).bind(id.as_str());
+            let (created, id) = (conditions.param(*created), conditions.param(id.as_str()));
+            conditions.push(format!("(j.created_at, j.id) < ({created}, {id})"));
         }
-        for value in selection.iter().flat_map(|s| &s.binds) {
-            query = query.bind(value.as_str());
+        if let Some(selector) = &filter.selector {
+            let selected = selector_condition(self.backend, selector, &mut conditions);
+            conditions.push(selected);
         }
-        let rows = query
-            .bind(i64::from(limit) + 1)
+        let limit_param = conditions.param(i64::from(limit) + 1);
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM {JOB_TABLES} {} \
+             ORDER BY j.created_at DESC, j.id DESC LIMIT {limit_param}",
+            conditions.where_clause()
+        );
+        let rows = conditions
+            .bind(sqlx::query(&sql))
             .fetch_all(&self.read)
             .await?;
-        let mut items = rows.iter().map(rows::job).collect::<Result<Vec<_>, _>>()?;
-        let next = if items.len() > limit as usize {
-            items.truncate(limit as usize);
-            items.last().map(job_cursor)
-        } else {
-            None
-        };
-        Ok(Page { items, next })
+        let items = rows.iter().map(rows::job).collect::<Result<Vec<_>, _>>()?;
+        Ok(page_of(items, limit, job_cursor))
     }
 
     /// Deletes a job. Its staged and published firings become `cancelled`

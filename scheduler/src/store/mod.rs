@@ -75,6 +75,7 @@ mod executing;
 mod finish;
 mod history;
 mod jobs;
+mod listing;
 mod locks;
 mod pause;
 mod plan;

@@ -8,50 +8,47 @@
 //! installation has.
 
 use super::dialect::Backend;
+use super::listing::Conditions;
 use chime_common::labels::{Requirement, Selector};
 
-/// A condition and the text parameters it binds, in order.
-pub(crate) struct Condition {
-    pub(crate) sql: String,
-    pub(crate) binds: Vec<String>,
-}
-
-/// The condition that holds for exactly the jobs `selector` matches; its
-/// parameters are numbered from `$first`.
-pub(crate) fn selector_condition(backend: Backend, selector: &Selector, first: usize) -> Condition {
-    let mut binds: Vec<String> = Vec::new();
-    let mut bind = |value: &str| {
-        binds.push(value.to_string());
-        first + binds.len() - 1
-    };
+/// The condition that holds for exactly the jobs `selector` matches, its
+/// values bound in `conditions`.
+pub(crate) fn selector_condition(
+    backend: Backend,
+    selector: &Selector,
+    conditions: &mut Conditions,
+) -> String {
     let mut parts = Vec::new();
     for requirement in selector.requirements() {
-        let label = backend.label_value(bind(requirement.key()));
+        let label = backend.label_value(conditions.param(requirement.key()));
         let part = match requirement {
-            Requirement::Equals(_, v) => format!("{label} = ${}", bind(v)),
+            Requirement::Equals(_, v) => format!("{label} = {}", conditions.param(v.as_str())),
             Requirement::NotEquals(_, v) => {
-                format!("({label} IS NULL OR {label} <> ${})", bind(v))
+                format!(
+                    "({label} IS NULL OR {label} <> {})",
+                    conditions.param(v.as_str())
+                )
             }
             Requirement::Exists(_) => format!("{label} IS NOT NULL"),
             Requirement::Absent(_) => format!("{label} IS NULL"),
-            Requirement::In(_, vs) => format!("{label} IN ({})", list(vs, &mut bind)),
+            Requirement::In(_, vs) => format!("{label} IN ({})", list(vs, conditions)),
             Requirement::NotIn(_, vs) => {
                 format!(
                     "({label} IS NULL OR {label} NOT IN ({}))",
-                    list(vs, &mut bind)
+                    list(vs, conditions)
                 )
             }
         };
         parts.push(part);
     }
-    Condition {
-        sql: format!("({})", parts.join(" AND ")),
-        binds,
-    }
+    format!("({})", parts.join(" AND "))
 }
 
-fn list(values: &[String], bind: &mut impl FnMut(&str) -> usize) -> String {
-    let params: Vec<String> = values.iter().map(|v| format!("${}", bind(v))).collect();
+fn list(values: &[String], conditions: &mut Conditions) -> String {
+    let params: Vec<String> = values
+        .iter()
+        .map(|v| conditions.param(v.as_str()))
+        .collect();
     params.join(", ")
 }
 
@@ -62,10 +59,13 @@ mod tests {
     #[test]
     fn parameters_follow_the_ones_before() {
         let selector: Selector = "team=data,!old,tier in (a,b)".parse().unwrap();
-        let c = selector_condition(Backend::Postgres, &selector, 3);
-        assert_eq!(c.binds, vec!["team", "data", "old", "tier", "a", "b"]);
-        assert!(c.sql.contains("->> $3) = $4"), "{}", c.sql);
-        assert!(c.sql.contains("->> $5) IS NULL"), "{}", c.sql);
-        assert!(c.sql.contains("IN ($7, $8)"), "{}", c.sql);
+        let mut conditions = Conditions::default();
+        conditions.param("group");
+        conditions.param("state");
+        let sql = selector_condition(Backend::Postgres, &selector, &mut conditions);
+        assert!(sql.contains("->> $3) = $4"), "{sql}");
+        assert!(sql.contains("->> $5) IS NULL"), "{sql}");
+        assert!(sql.contains("IN ($7, $8)"), "{sql}");
+        assert_eq!(conditions.param(0), "$9");
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! | transition | from                    | to                                 | function (file)                          |
 //! |------------|-------------------------|------------------------------------|------------------------------------------|
-//! | stage      | (new)                   | `staged`, or `skipped` (misfire)   | `Store::stage_slice` (`stage.rs`), `Store::trigger` (`jobs.rs`) |
+//! | stage      | (new)                   | `staged`, or `skipped` (misfire, calendar) | `Store::stage_slice` (`stage.rs`), `Store::trigger` (`jobs.rs`), `Store::backfill` (`backfill.rs`) |
 //! | publish    | `staged`                | `published`                        | `Store::record_published` (`publish.rs`) |
 //! | start      | `staged`, `published`   | `executing`                        | `Store::start` (`start.rs`)              |
 //! | refuse     | `staged`, `published`   | `failed` (unstartable timeout)     | `Store::fail_unstarted` (`skip.rs`)      |

@@ -115,14 +115,15 @@ impl Backend {
         }
     }
 
-    /// The value of the label whose key is bound as `$param`, read from the
-    /// spec JSON of `jobs` alias `j`; NULL when the job has no such label.
-    pub(crate) fn label_value(self, param: usize) -> String {
+    /// The value of the label whose key is bound as `key` (a placeholder,
+    /// `$n`), read from the spec JSON of `jobs` alias `j`; NULL when the job
+    /// has no such label.
+    pub(crate) fn label_value(self, key: String) -> String {
         match self {
-            Backend::Postgres => format!("(j.spec::jsonb -> 'labels' ->> ${param})"),
+            Backend::Postgres => format!("(j.spec::jsonb -> 'labels' ->> {key})"),
             // A quoted path step: keys may hold `.` and `/`, never `"`.
             Backend::Sqlite => {
-                format!("json_extract(j.spec, '$.labels.' || json_quote(${param}))")
+                format!("json_extract(j.spec, '$.labels.' || json_quote({key}))")
             }
         }
     }
