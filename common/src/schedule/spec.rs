@@ -301,6 +301,49 @@ impl<'de> Deserialize<'de> for ScheduleSpec {
     }
 }
 
+/// The OpenAPI schema of `schedule`: written against the serializer above
+/// (its three shapes and their keys), since the type's serde code is
+/// hand-written and the derive cannot read it.
+impl utoipa::PartialSchema for ScheduleSpec {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
+        let string = |description: &str| {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .description(Some(description))
+        };
+        let cron = ObjectBuilder::new()
+            .property(
+                "cron",
+                string("5, 6 or 7 fields, or @yearly @monthly @weekly @daily @hourly"),
+            )
+            .property("tz", string("IANA time zone, default UTC"))
+            .required("cron");
+        let every = ObjectBuilder::new()
+            .property("every", string("DURATION, such as \"30s\" or \"1h 30m\""))
+            .property("start_at", string("RFC 3339"))
+            .property("end_at", string("RFC 3339"))
+            .property(
+                "count",
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(1)),
+            )
+            .required("every");
+        let at = ObjectBuilder::new()
+            .property("at", string("RFC 3339"))
+            .required("at");
+        OneOfBuilder::new()
+            .item(cron)
+            .item(every)
+            .item(at)
+            .description(Some("Exactly one of cron, every and at (docs/API.md)"))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for ScheduleSpec {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -515,46 +558,3 @@ mod tests {
         );
     }
 }
-
-/// The OpenAPI schema of `schedule`: written against the serializer above
-/// (its three shapes and their keys), since the type's serde code is
-/// hand-written and the derive cannot read it.
-impl utoipa::PartialSchema for ScheduleSpec {
-    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
-        let string = |description: &str| {
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .description(Some(description))
-        };
-        let cron = ObjectBuilder::new()
-            .property(
-                "cron",
-                string("5, 6 or 7 fields, or @yearly @monthly @weekly @daily @hourly"),
-            )
-            .property("tz", string("IANA time zone, default UTC"))
-            .required("cron");
-        let every = ObjectBuilder::new()
-            .property("every", string("DURATION, such as \"30s\" or \"1h 30m\""))
-            .property("start_at", string("RFC 3339"))
-            .property("end_at", string("RFC 3339"))
-            .property(
-                "count",
-                ObjectBuilder::new()
-                    .schema_type(Type::Integer)
-                    .minimum(Some(1)),
-            )
-            .required("every");
-        let at = ObjectBuilder::new()
-            .property("at", string("RFC 3339"))
-            .required("at");
-        OneOfBuilder::new()
-            .item(cron)
-            .item(every)
-            .item(at)
-            .description(Some("Exactly one of cron, every and at (docs/API.md)"))
-            .into()
-    }
-}
-
-impl utoipa::ToSchema for ScheduleSpec {}
