@@ -74,6 +74,7 @@ mod executing;
 mod finish;
 mod history;
 mod jobs;
+mod lateness;
 mod locks;
 mod plan;
 mod publish;
@@ -98,9 +99,9 @@ pub use history::Activity;
 pub use retry::RetryDelay;
 pub use sessions::Session;
 pub use types::{
-    Deleted, ExecutingRow, FinishOutcome, FiringFilter, JobFilter, Page, RequeueOutcome,
-    RunningFiring, StageOutcome, StageRequest, StagedFiring, StartOutcome, StoreOptions,
-    DEFAULT_MAX_CATCH_UP, DEFAULT_MAX_JOBS,
+    Deleted, ExecutingRow, FinishOutcome, FiringFilter, JobFilter, MissCause, Missed, Page,
+    RequeueOutcome, RunningFiring, StageOutcome, StageRequest, StagedFiring, StartOutcome,
+    StoreOptions, DEFAULT_MAX_CATCH_UP, DEFAULT_MAX_JOBS,
 };
 
 use chime_common::api::page_limit;
