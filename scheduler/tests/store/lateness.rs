@@ -3,9 +3,9 @@
 //! `skipped` by the misfire policy (or by a calendar, when the job asks)
 //! carry one `missed` alert each.
 
-use super::{every, stage, start, t, TestDb};
+use super::{every, finish, stage, start, t, TestDb};
 use chime_common::calendars::Calendar;
-use chime_common::protocol::AlertKind;
+use chime_common::protocol::{AlertKind, Outcome};
 use chime_common::FiringId;
 use chime_scheduler::store::MissCause;
 use chrono::Duration as Span;
@@ -140,4 +140,39 @@ pub(crate) async fn calendar_skips_alert_only_when_the_job_asks(db: &TestDb) {
     assert_eq!(alerted, [("loud", MissCause::Calendar); 3]);
     let message = &outcome.missed[0].alert.message;
     assert!(message.contains("\"closed\""), "{message}");
+}
+
+pub(crate) async fn a_retry_is_late_from_when_it_was_due(db: &TestDb) {
+    let store = db.store().await;
+    let job = every(
+        "flaky",
+        "1h",
+        json!({"max_lateness": "2s", "retry": {"max_attempts": 3}}),
+    );
+    store.put_job(&job, t(0)).await.expect("put");
+    let first = store
+        .trigger("flaky", None, t(0))
+        .await
+        .expect("trigger")
+        .expect("job");
+    assert!(start(&store, &first, "w", t(0)).await.alerts.is_empty());
+    // Retries are due 10 s × attempt after a failure (the suite's delay).
+    let (second, due) = finish(&store, &first, "w", Outcome::Failed, t(1))
+        .await
+        .retry
+        .expect("a retry");
+    assert_eq!(due, t(11));
+    // 12 s after the instant, 1 s after it was due: not late.
+    let outcome = start(&store, &second, "w", t(12)).await;
+    assert_eq!(outcome.lateness, Some(Duration::from_secs(1)));
+    assert!(outcome.alerts.is_empty(), "{:?}", outcome.alerts);
+    let (third, due) = finish(&store, &second, "w", Outcome::Failed, t(13))
+        .await
+        .retry
+        .expect("a retry");
+    assert_eq!(due, t(33));
+    let outcome = start(&store, &third, "w", t(36)).await;
+    assert_eq!(outcome.alerts.len(), 1, "{:?}", outcome.alerts);
+    assert_eq!(outcome.alerts[0].lateness_ms, Some(3000));
+    assert_eq!(outcome.alerts[0].firing_id.as_ref(), Some(&third));
 }
