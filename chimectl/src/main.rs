@@ -5,7 +5,9 @@
 //! stderr that names the flag at fault.
 
 mod api;
+mod calendar;
 mod code;
+mod ics;
 mod import;
 mod preview;
 mod table;
@@ -47,6 +49,11 @@ enum Command {
     Preview(preview::PreviewArgs),
     #[command(flatten)]
     Api(api::ApiCommand),
+    /// Exclusion calendars: put, import (.ics), list, get, delete.
+    Calendar {
+        #[command(subcommand)]
+        command: calendar::CalendarCommand,
+    },
     #[command(flatten)]
     Code(code::CodeCommand),
     /// Turn another scheduler's jobs into Chime's.
@@ -101,6 +108,10 @@ async fn main() -> ExitCode {
         Command::Preview(args) => preview::run(args, None, cli.json).await,
         Command::Api(command) => match client(&cli).await {
             Ok(client) => api::run(command, &client, cli.json).await,
+            Err(e) => Err(e),
+        },
+        Command::Calendar { command } => match client(&cli).await {
+            Ok(client) => calendar::run(command, &client, cli.json).await,
             Err(e) => Err(e),
         },
         Command::Code(command) => match client(&cli).await {

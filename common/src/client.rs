@@ -5,9 +5,11 @@
 //! code, message and field.
 
 use crate::api::{
-    BackfillReply, BackfillRequest, FiringReply, IdRequest, JobReply, JobsReply, ListWorkersReply,
-    ListWorkersRequest, PauseRequest, PreviewReply, PreviewRequest, TriggerReply, TriggerRequest,
+    BackfillReply, BackfillRequest, FiringReply, IdRequest, JobReply, JobsReply,
+    ListCalendarsRequest, ListWorkersReply, ListWorkersRequest, PauseRequest, PreviewReply,
+    PreviewRequest, TriggerReply, TriggerRequest,
 };
+use crate::calendars::{Calendar, CalendarReply, ListCalendarsReply};
 use crate::error::{ApiError, ErrorReply};
 use crate::firing::Firing;
 use crate::job::Job;
@@ -187,6 +189,39 @@ impl Client {
             .call::<FiringReply>(Verb::FiringsCancel, &IdRequest { id: id.into() })
             .await?
             .firing)
+    }
+
+    /// `calendars.put`: `calendar` as JSON (`id`, `dates`, `weekdays`), so
+    /// the server checks it and names the field of any problem.
+    pub async fn put_calendar(&self, calendar: &Value) -> Result<Calendar, ApiError> {
+        Ok(self
+            .call::<CalendarReply>(Verb::CalendarsPut, calendar)
+            .await?
+            .calendar)
+    }
+
+    /// `calendars.get`.
+    pub async fn get_calendar(&self, id: &str) -> Result<Calendar, ApiError> {
+        Ok(self
+            .call::<CalendarReply>(Verb::CalendarsGet, &IdRequest { id: id.into() })
+            .await?
+            .calendar)
+    }
+
+    /// `calendars.list`, by id.
+    pub async fn list_calendars(&self) -> Result<Vec<Calendar>, ApiError> {
+        Ok(self
+            .call::<ListCalendarsReply>(Verb::CalendarsList, &ListCalendarsRequest {})
+            .await?
+            .calendars)
+    }
+
+    /// `calendars.delete`: returns the calendar deleted.
+    pub async fn delete_calendar(&self, id: &str) -> Result<Calendar, ApiError> {
+        Ok(self
+            .call::<CalendarReply>(Verb::CalendarsDelete, &IdRequest { id: id.into() })
+            .await?
+            .calendar)
     }
 
     /// `workers.list`.

@@ -260,6 +260,12 @@ pub enum AlertKind {
     /// A replica's clock is off the database's by more than the limit; it
     /// claims no slices until fixed.
     ClockOffset,
+    /// A firing started later than its instant by more than its job's
+    /// `max_lateness` (`lateness_ms` says by how much).
+    Late,
+    /// An instant was recorded `skipped` by the misfire policy, or by a
+    /// calendar of a job with `alert_on_excluded`.
+    Missed,
 }
 
 impl AlertKind {
@@ -273,6 +279,8 @@ impl AlertKind {
             AlertKind::DeadLetter => "dead_letter",
             AlertKind::StreamFull => "stream_full",
             AlertKind::ClockOffset => "clock_offset",
+            AlertKind::Late => "late",
+            AlertKind::Missed => "missed",
         }
     }
 }
@@ -295,6 +303,9 @@ pub struct Alert {
     /// For `repeated_failures` with `pause_after_alert`: the job was paused.
     #[serde(default)]
     pub paused: bool,
+    /// For `late`: how much later than its instant the firing started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lateness_ms: Option<u64>,
 }
 
 #[cfg(test)]

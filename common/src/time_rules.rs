@@ -1,5 +1,6 @@
 //! The job fields that say how Chime treats a job's time beyond its
-//! schedule: `dst`, `jitter`, `exclude` and `max_lateness` (CONTRACT.md,
+//! schedule: `dst`, `jitter`, `exclude`, `max_lateness` and
+//! `alert_on_excluded` (CONTRACT.md,
 //! "Contract v1.1"; docs/API.md, "Time rules").
 //!
 //! Kept together, apart from the rest of `job.rs`, because `jobs.preview`
@@ -23,7 +24,7 @@ pub const MAX_JITTER: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The longest `max_lateness`.
 pub const MAX_LATENESS: Duration = Duration::from_secs(30 * 24 * 3600);
 
-/// `dst`, `jitter`, `exclude`, `max_lateness` of a job.
+/// `dst`, `jitter`, `exclude`, `max_lateness`, `alert_on_excluded` of a job.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct TimeRules {
     /// What local times in a gap or a repeat do; `None`: the v1 rule.
@@ -47,11 +48,22 @@ pub struct TimeRules {
     )]
     #[schema(value_type = Option<String>, example = "30s")]
     pub max_lateness: Option<Duration>,
+    /// Whether an instant skipped by an `exclude` calendar raises a `missed`
+    /// alert (a misfire skip always does; a calendar skip is usually
+    /// intended, so only when asked for).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub alert_on_excluded: bool,
 }
 
 impl TimeRules {
     /// The keys this reads from a job object.
-    pub const FIELDS: [&'static str; 4] = ["dst", "jitter", "exclude", "max_lateness"];
+    pub const FIELDS: [&'static str; 5] = [
+        "dst",
+        "jitter",
+        "exclude",
+        "max_lateness",
+        "alert_on_excluded",
+    ];
 
     /// Reads the fields present in `obj` (absent and `null` are the same),
     /// reporting every problem with its field path.
@@ -79,6 +91,17 @@ impl TimeRules {
         };
         let jitter = duration("jitter", MAX_JITTER);
         let max_lateness = duration("max_lateness", MAX_LATENESS);
+        let alert_on_excluded = match present("alert_on_excluded") {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                errors.push(FieldError::new(
+                    "alert_on_excluded",
+                    format!("expected true or false, found {}", json_kind(other)),
+                ));
+                false
+            }
+        };
         let exclude = match present("exclude") {
             None => Vec::new(),
             Some(Value::Array(items)) if items.len() <= MAX_EXCLUDE => {
@@ -123,6 +146,7 @@ impl TimeRules {
                 jitter,
                 exclude,
                 max_lateness,
+                alert_on_excluded,
             })
         } else {
             Err(errors)
@@ -164,16 +188,19 @@ mod tests {
     fn all_fields_parse_and_serialize_back() {
         let v = json!({
             "dst": {"gap": "skip", "repeat": "both"}, "jitter": "5m",
-            "exclude": ["holidays", "holidays", "freeze"], "max_lateness": 1000
+            "exclude": ["holidays", "holidays", "freeze"], "max_lateness": 1000,
+            "alert_on_excluded": true
         });
         let rules = read(v).unwrap();
+        assert!(rules.alert_on_excluded);
         assert_eq!(rules.exclude, ["holidays", "freeze"]);
         assert_eq!(rules.max_lateness, Some(Duration::from_secs(1)));
         assert_eq!(
             serde_json::to_value(&rules).unwrap(),
             json!({
                 "dst": {"gap": "skip", "repeat": "both"}, "jitter": "5m",
-                "exclude": ["holidays", "freeze"], "max_lateness": "1s"
+                "exclude": ["holidays", "freeze"], "max_lateness": "1s",
+                "alert_on_excluded": true
             })
         );
         assert_eq!(read(json!({})).unwrap(), TimeRules::default());
@@ -187,7 +214,7 @@ mod tests {
     fn every_problem_names_its_field() {
         let errors = read(json!({
             "dst": {"gap": "later"}, "jitter": "1.5ms", "max_lateness": "31d",
-            "exclude": ["ok", "bad id", 7]
+            "exclude": ["ok", "bad id", 7], "alert_on_excluded": "yes"
         }))
         .unwrap_err();
         assert_eq!(
@@ -196,6 +223,7 @@ mod tests {
                 "dst.gap",
                 "jitter",
                 "max_lateness",
+                "alert_on_excluded",
                 "exclude[1]",
                 "exclude[2]"
             ]

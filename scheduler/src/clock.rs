@@ -157,6 +157,7 @@ impl ClockMonitor {
                     at: now,
                     consecutive_failures: None,
                     paused: false,
+                    lateness_ms: None,
                 })
                 .await;
         } else if !was_in_sync && in_sync {

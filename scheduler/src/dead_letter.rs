@@ -178,6 +178,7 @@ impl DeadLetter {
             at: Utc::now(),
             consecutive_failures: None,
             paused: false,
+            lateness_ms: None,
         };
         publish_alert(jetstream, subjects, metrics, &alert).await;
         Ok(())

@@ -210,6 +210,7 @@ impl ExpiryMonitor {
                 at: now,
                 consecutive_failures: None,
                 paused: false,
+                lateness_ms: None,
             };
             self.reports.alert(&alert).await;
             outcome.not_started.push(firing.id);

@@ -5,14 +5,20 @@
 //! lets tests run several replicas in one process.
 
 use prometheus::{
-    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts, Registry, TextEncoder,
+    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Buckets for lateness: 100 µs to 60 s.
 const LATENESS_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
     10.0, 30.0, 60.0,
+];
+
+/// Buckets for a firing's start lateness: 10 ms to an hour (a group with no
+/// worker for a while is the case `max_lateness` is for).
+const FIRING_LATENESS_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
 ];
 
 /// Every metric a scheduler replica exports.
@@ -38,6 +44,13 @@ pub struct Metrics {
     pub stage_duration: Histogram,
     /// Time to decide one batch of start requests in the store.
     pub start_batch_duration: Histogram,
+    /// Start time minus the firing's instant (`due_at` for a retry), by group.
+    pub firing_lateness: HistogramVec,
+    /// Firings that started later than their job's `max_lateness`, by group.
+    pub firings_late: IntCounterVec,
+    /// Instants recorded `skipped` that raised a `missed` alert, by group and
+    /// cause (`misfire`, `calendar`).
+    pub firings_missed: IntCounterVec,
     /// Instants found later than their job's misfire threshold.
     pub misfires: IntCounter,
     /// Instants recorded `skipped` (misfire policy) while staging.
@@ -97,6 +110,24 @@ fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> 
     c
 }
 
+fn histogram_vec(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    buckets: &[f64],
+    labels: &[&str],
+) -> HistogramVec {
+    let h = HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+        labels,
+    )
+    .expect("valid metric name");
+    registry
+        .register(Box::new(h.clone()))
+        .expect("metric registered once");
+    h
+}
+
 fn histogram(registry: &Registry, name: &str, help: &str, buckets: &[f64]) -> Histogram {
     let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
         .expect("valid metric name");
@@ -153,6 +184,25 @@ impl Metrics {
                 "chime_publish_lateness_seconds",
                 "Publish time minus due time.",
                 LATENESS_BUCKETS,
+            ),
+            firing_lateness: histogram_vec(
+                &r,
+                "chime_firing_lateness_seconds",
+                "Start time minus the firing's instant (due time for a retry).",
+                FIRING_LATENESS_BUCKETS,
+                &["group"],
+            ),
+            firings_late: counter_vec(
+                &r,
+                "chime_firings_late_total",
+                "Firings that started later than their job's max_lateness.",
+                &["group"],
+            ),
+            firings_missed: counter_vec(
+                &r,
+                "chime_firings_missed_total",
+                "Instants skipped (misfire, or a calendar with alert_on_excluded) that raised a missed alert.",
+                &["group", "cause"],
             ),
             publish_duplicates: counter(
                 &r,
@@ -311,6 +361,8 @@ impl Metrics {
             "dead_letter",
             "stream_full",
             "clock_offset",
+            "late",
+            "missed",
         ] {
             self.alerts.with_label_values(&[kind]);
         }

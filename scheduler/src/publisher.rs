@@ -415,6 +415,7 @@ impl Collector {
             at: Utc::now(),
             consecutive_failures: None,
             paused: false,
+            lateness_ms: None,
         };
         tracing::error!(kind = "stream_full", message = %alert.message, "alert");
         let (nats, subject) = (self.nats.clone(), self.subjects.alerts());

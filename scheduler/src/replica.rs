@@ -303,7 +303,8 @@ impl Replica {
                 progress.clone(),
                 metrics.clone(),
             )
-            .with_clock(clock.status()),
+            .with_clock(clock.status())
+            .with_alerts(reports.clone()),
         );
         let publisher = Publisher {
             config: config.publisher.clone(),

@@ -21,6 +21,7 @@ use crate::clock::ClockStatus;
 use crate::metrics::Metrics;
 use crate::store::{StageRequest, Store};
 use crate::wheel::Wheel;
+use crate::worker_reports::WorkerReports;
 use async_nats::jetstream::kv::{self, Operation};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
@@ -163,6 +164,9 @@ pub struct Slicer {
     claimed_early: Mutex<HashSet<String>>,
     /// While this replica's clock is off, it claims and takes over nothing.
     clock: ClockStatus,
+    /// Where `missed` alerts of skipped instants go; without it they are
+    /// only counted.
+    alerts: Option<WorkerReports>,
 }
 
 impl Slicer {
@@ -189,7 +193,14 @@ impl Slicer {
             dense_checked: Mutex::new(i64::MIN),
             claimed_early: Mutex::new(HashSet::new()),
             clock: ClockStatus::default(),
+            alerts: None,
         }
+    }
+
+    /// Publishes `missed` alerts through `reports`.
+    pub fn with_alerts(mut self, reports: WorkerReports) -> Self {
+        self.alerts = Some(reports);
+        self
     }
 
     /// Claims only while `clock` says this replica's clock is in sync.
@@ -422,6 +433,15 @@ impl Slicer {
             Ok(outcome) => {
                 self.metrics.misfires.inc_by(outcome.misfired);
                 self.metrics.misfire_skipped.inc_by(outcome.skipped);
+                for missed in &outcome.missed {
+                    self.metrics
+                        .firings_missed
+                        .with_label_values(&[missed.alert.group.as_str(), missed.cause.as_str()])
+                        .inc();
+                    if let Some(reports) = &self.alerts {
+                        reports.alert(&missed.alert).await;
+                    }
+                }
             }
             Err(e) => {
                 // Jobs whose next_fire_at did not advance: the next slice stages them, late.

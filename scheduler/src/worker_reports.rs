@@ -22,7 +22,7 @@ use crate::store::{StartOutcome, Store, StoreError};
 use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
 use chime_common::error::ErrorReply;
 use chime_common::protocol::{
-    Alert, CancelRequest, Finished, StartRefusal, StartReply, StartRequest,
+    Alert, AlertKind, CancelRequest, Finished, StartRefusal, StartReply, StartRequest,
 };
 use chime_common::signal::TestSignal;
 use chime_common::{ApiError, FiringState, Subjects};
@@ -108,7 +108,19 @@ impl WorkerReports {
             if decision.reply.refusal == Some(chime_common::protocol::StartRefusal::Skipped) {
                 self.metrics.overlap_skipped.inc();
             }
+            if let Some(lateness) = decision.lateness {
+                self.metrics
+                    .firing_lateness
+                    .with_label_values(&[request.group.as_str()])
+                    .observe(lateness.as_secs_f64());
+            }
             for alert in &decision.alerts {
+                if alert.kind == AlertKind::Late {
+                    self.metrics
+                        .firings_late
+                        .with_label_values(&[alert.group.as_str()])
+                        .inc();
+                }
                 self.alert(alert).await;
             }
             for running in &decision.cancel {

@@ -221,6 +221,12 @@ mod schema;
 #[path = "store/console.rs"]
 mod console;
 use console::{audit_pages_newest_first, sessions_expire_and_end};
+#[path = "store/lateness.rs"]
+mod lateness;
+use lateness::{
+    a_retry_is_late_from_when_it_was_due, a_start_later_than_max_lateness_raises_one_late_alert,
+    calendar_skips_alert_only_when_the_job_asks, misfire_skips_raise_one_missed_alert_each,
+};
 #[path = "store/time_rules.rs"]
 mod time_rules;
 use time_rules::{
@@ -272,6 +278,10 @@ mod maintenance;
 
 both_backends!(
     a_start_must_ask_for_what_was_staged,
+    a_start_later_than_max_lateness_raises_one_late_alert,
+    a_retry_is_late_from_when_it_was_due,
+    misfire_skips_raise_one_missed_alert_each,
+    calendar_skips_alert_only_when_the_job_asks,
     migrations_are_idempotent,
     an_upgrade_keeps_every_job_where_it_was,
     an_upgrade_keeps_every_waiting_firing_findable,

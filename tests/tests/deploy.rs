@@ -1461,7 +1461,18 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
                "overlap": "forbid"}),
         json!({"id": "orphan", "group": "orphans", "schedule": {"every": "1s"}, "handler": "shell",
                "payload": {"argv": ["true"]}}),
+        // Every start is later than 1 ms: a `late` alert each second.
+        json!({"id": "tardy", "schedule": {"every": "1s"}, "handler": "shell", "payload": {"argv": ["true"]},
+               "max_lateness": "1ms"}),
+        // Every date is excluded and alerted: a `missed` alert each second.
+        json!({"id": "closed", "schedule": {"every": "1s"}, "handler": "shell", "payload": {"argv": ["true"]},
+               "exclude": ["every-day"], "alert_on_excluded": true}),
     ];
+    client
+        .put_calendar(&json!({"id": "every-day", "dates": [],
+            "weekdays": ["MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN"]}))
+        .await
+        .expect("put calendar");
     for job in &jobs {
         client
             .put_job(job)

@@ -450,6 +450,7 @@ impl Store {
             group: job.spec.group.clone(),
             consecutive_failures: Some(threshold),
             paused: pause,
+            lateness_ms: None,
             ..firing.alert(AlertKind::RepeatedFailures, message, now)
         }))
     }

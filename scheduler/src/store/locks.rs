@@ -65,6 +65,7 @@ impl FiringRow {
             at: at_ms(now),
             consecutive_failures: None,
             paused: false,
+            lateness_ms: None,
         }
     }
 }

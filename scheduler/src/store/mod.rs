@@ -75,6 +75,7 @@ mod executing;
 mod finish;
 mod history;
 mod jobs;
+mod lateness;
 mod listing;
 mod locks;
 mod pause;
@@ -102,9 +103,9 @@ pub use pause::{JobSelection, Pause, MAX_PAUSED_AT_ONCE};
 pub use retry::RetryDelay;
 pub use sessions::Session;
 pub use types::{
-    Deleted, ExecutingRow, FinishOutcome, FiringFilter, JobFilter, Page, RequeueOutcome,
-    RunningFiring, StageOutcome, StageRequest, StagedFiring, StartOutcome, StoreOptions,
-    DEFAULT_MAX_CATCH_UP, DEFAULT_MAX_JOBS,
+    Deleted, ExecutingRow, FinishOutcome, FiringFilter, JobFilter, MissCause, Missed, Page,
+    RequeueOutcome, RunningFiring, StageOutcome, StageRequest, StagedFiring, StartOutcome,
+    StoreOptions, DEFAULT_MAX_CATCH_UP, DEFAULT_MAX_JOBS,
 };
 
 use chime_common::api::page_limit;

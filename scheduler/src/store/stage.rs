@@ -8,12 +8,12 @@ use super::jobs::{compile, next_ms};
 use super::locks::Tx;
 use super::plan::{plan, PlanInput};
 use super::rows::{self, STAGED_COLUMNS};
-use super::types::{StageOutcome, StageRequest, StagedFiring};
+use super::types::{MissCause, Missed, StageOutcome, StageRequest, StagedFiring};
 use super::waiting::Waiting;
 use super::{at_ms, id_batch, json_text, ms, RowExt, Store, StoreError};
 use chime_common::calendars::{excluded_by, Calendar};
 use chime_common::duration::format_duration;
-use chime_common::protocol::payload_sha256;
+use chime_common::protocol::{payload_sha256, Alert, AlertKind};
 use chime_common::{FiringId, FiringState, JobSpec, JobState};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -128,6 +128,7 @@ struct Batch {
     /// Some job still has instants due in the slice (bounded per transaction).
     unfinished: bool,
     corrupt: Vec<(String, String)>,
+    missed: Vec<Missed>,
 }
 
 impl Store {
@@ -186,6 +187,7 @@ impl Store {
             outcome.skipped += batch.skipped;
             outcome.misfired += batch.misfired;
             outcome.jobs += batch.advanced as u64;
+            outcome.missed.extend(batch.missed);
             for (id, message) in batch.corrupt {
                 if corrupt_seen.insert(id.clone()) {
                     tracing::error!(job_id = %id, %message, "due job is corrupt; not staged");
@@ -373,6 +375,22 @@ impl Store {
                     timeout: spec.timeout,
                     publish_seq: 0,
                 });
+            }
+            let misfired = job
+                .plan
+                .skipped
+                .iter()
+                .map(|&t| (t, MissCause::Misfire, misfire_error(spec, t, now)));
+            let excluded = job
+                .excluded
+                .iter()
+                .filter(|_| spec.time.alert_on_excluded)
+                .map(|(t, error)| (*t, MissCause::Calendar, error.clone()));
+            for (scheduled_at, cause, error) in misfired.chain(excluded) {
+                let id = FiringId::new(spec.id.as_str(), scheduled_at, 1);
+                if inserted.contains(&id.to_string()) {
+                    batch.missed.push(missed(spec, id, cause, &error, now));
+                }
             }
         }
         Ok(batch)
@@ -569,6 +587,25 @@ fn decode_staged(rows: &[sqlx::any::AnyRow]) -> (Vec<StagedFiring>, Vec<(String,
 }
 
 /// The recorded error of an instant skipped by the misfire policy.
+/// The `missed` alert of the skipped firing `id`, recorded with `error`.
+fn missed(spec: &JobSpec, id: FiringId, cause: MissCause, error: &str, now: i64) -> Missed {
+    let message = format!("firing {id} was skipped, not fired: {error}");
+    Missed {
+        alert: Alert {
+            kind: AlertKind::Missed,
+            job_id: spec.id.clone(),
+            group: spec.group.clone(),
+            firing_id: Some(id),
+            message,
+            at: at_ms(now),
+            consecutive_failures: None,
+            paused: false,
+            lateness_ms: None,
+        },
+        cause,
+    }
+}
+
 fn misfire_error(spec: &JobSpec, scheduled_at: i64, now: i64) -> String {
     let late = Duration::from_millis(u64::try_from(now - scheduled_at).unwrap_or(0));
     format!(

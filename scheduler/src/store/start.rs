@@ -78,7 +78,8 @@ impl Store {
     /// fast path where there is one, then the rest, in order, in one
     /// transaction. A firing's attempt is accepted at most once: a second
     /// worker is refused `already_started`, the same worker gets the same
-    /// deadline again.
+    /// deadline again. Each start is then judged for lateness (see
+    /// [`super::lateness`]).
     pub async fn start(
         &self,
         requests: &[StartRequest],
@@ -92,10 +93,12 @@ impl Store {
         if self.fast_paths {
             self.start_at_once(requests, now, &mut decided).await;
         }
-        complete(requests, decided, |rest| async move {
+        let mut outcomes = complete(requests, decided, |rest| async move {
             self.start_in_transaction(&rest, now).await
         })
-        .await
+        .await?;
+        self.judge_lateness(requests, &mut outcomes, now).await;
+        Ok(outcomes)
     }
 
     /// The fast path: accepts the plain starts of a batch (each firing named
@@ -184,7 +187,7 @@ impl Store {
         let deadlines: HashMap<String, i64> = started.into_iter().collect();
         for ask in &asks {
             if let Some(timeout_ms) = deadlines.get(&ask.id) {
-                decided[ask.request] = Some(StartOutcome::accepted(at_ms(
+                decided[ask.request] = Some(StartOutcome::started(at_ms(
                     now.saturating_add(*timeout_ms),
                 )));
             }
@@ -228,7 +231,7 @@ impl Store {
                 // The row locks make a conflict impossible; refuse it if one happens.
                 outcomes[i] = Some(
                     match rows.get(id).and_then(|row| accepted.get(&row.firing.text)) {
-                        Some(deadline) => StartOutcome::accepted(at_ms(*deadline)),
+                        Some(deadline) => StartOutcome::started(at_ms(*deadline)),
                         None => StartOutcome::refused(StartRefusal::AlreadyStarted),
                     },
                 );
@@ -379,7 +382,7 @@ impl Store {
         self.dequeue(tx, job_id, id).await?;
         Ok(StartOutcome {
             cancel,
-            ..StartOutcome::accepted(at_ms(deadline))
+            ..StartOutcome::started(at_ms(deadline))
         })
     }
 

@@ -193,6 +193,34 @@ pub struct StageOutcome {
     /// Due jobs whose stored row could not be read: `(job id, problem)`.
     /// They stay due (and are reported again) until repaired or replaced.
     pub corrupt: Vec<(String, String)>,
+    /// Instants this call recorded `skipped` that raise a `missed` alert.
+    pub missed: Vec<Missed>,
+}
+
+/// An instant recorded `skipped` while staging that raises a `missed` alert.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Missed {
+    pub alert: Alert,
+    pub cause: MissCause,
+}
+
+/// Why an instant was skipped while staging.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissCause {
+    /// The misfire policy: it was later than the job's `misfire_threshold`.
+    Misfire,
+    /// Its local date is in a calendar the job excludes.
+    Calendar,
+}
+
+impl MissCause {
+    /// The `cause` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MissCause::Misfire => "misfire",
+            MissCause::Calendar => "calendar",
+        }
+    }
 }
 
 /// What `start` did with one request: the reply for the worker, and what
@@ -202,17 +230,31 @@ pub struct StartOutcome {
     pub reply: StartReply,
     /// `overlap: replace`: running firings of the job to cancel.
     pub cancel: Vec<RunningFiring>,
-    /// Alerts to publish (a firing that could not start and ended `failed`).
+    /// Alerts to publish (a firing that could not start and ended `failed`,
+    /// one that started later than its job's `max_lateness`).
     pub alerts: Vec<Alert>,
+    /// Set when this request started the firing (not when it repeated an
+    /// accepted start): how much later than its instant it started.
+    pub lateness: Option<Duration>,
 }
 
 impl StartOutcome {
-    /// Accepted until `deadline`, nothing else to do.
+    /// Accepted until `deadline` by an earlier request of the same worker.
     pub(crate) fn accepted(deadline: DateTime<Utc>) -> Self {
         StartOutcome {
             reply: StartReply::accepted(deadline),
             cancel: Vec::new(),
             alerts: Vec::new(),
+            lateness: None,
+        }
+    }
+
+    /// Started by this request, until `deadline`; its lateness is filled in
+    /// once the batch is decided ([`super::Store::start`]).
+    pub(crate) fn started(deadline: DateTime<Utc>) -> Self {
+        StartOutcome {
+            lateness: Some(Duration::ZERO),
+            ..StartOutcome::accepted(deadline)
         }
     }
 
@@ -222,6 +264,7 @@ impl StartOutcome {
             reply: StartReply::refused(why),
             cancel: Vec::new(),
             alerts: Vec::new(),
+            lateness: None,
         }
     }
 }
