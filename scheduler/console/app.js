@@ -591,6 +591,59 @@ async function auditPage() {
       h("td", {}, e.outcome === "ok" ? stateBadge("succeeded") : h("span", { class: "error", text: e.outcome + ": " + (e.message || "") })))), "audit"));
 }
 
+async function calendarsPage() {
+  const r = await api("GET", "/api/v1/calendars");
+  if (!r.ok) { render(h("h1", { text: "Calendars" }), h("p", { class: "error", text: r.error.message })); return; }
+  const canAdmin = mayDo("admin");
+  const remove = async (id) => {
+    if (!confirm(`Delete calendar ${id}?`)) return;
+    const result = await api("DELETE", "/api/v1/calendars/" + encodeURIComponent(id));
+    flash(result.ok ? `Deleted ${id}.` : result.error.message, !result.ok);
+    if (result.ok) calendarsPage();
+  };
+  const rows = r.data.calendars.map((c) => h("tr", {}, h("td", { text: c.id }),
+    h("td", { text: (c.weekdays || []).join(", ") || "–" }),
+    h("td", { text: c.dates.length ? `${c.dates.length}: ${c.dates.slice(0, 6).join(", ")}${c.dates.length > 6 ? ", …" : ""}` : "–" }),
+    h("td", {}, h("button", { type: "button", onclick: () => edit(c), disabled: !canAdmin, text: "Edit" }), " ",
+      h("button", { type: "button", class: "danger", onclick: () => remove(c.id), disabled: !canAdmin, text: "Delete" }))));
+  const id = h("input", { id: "calendar-id", required: true });
+  const dates = h("textarea", { id: "calendar-dates", rows: 4, placeholder: "2026-12-24 2026-12-31" });
+  const weekdays = h("input", { id: "calendar-weekdays", placeholder: "SAT,SUN" });
+  const error = h("div", { class: "error", id: "calendar-error", role: "alert" });
+  const edit = (c) => {
+    id.value = c.id;
+    dates.value = c.dates.join("\n");
+    weekdays.value = (c.weekdays || []).join(",");
+    id.focus();
+  };
+  const save = async (e) => {
+    e.preventDefault();
+    error.textContent = "";
+    const body = {
+      dates: dates.value.split(/[\s,]+/).filter(Boolean),
+      weekdays: weekdays.value.split(/[\s,]+/).filter(Boolean).map((d) => d.toUpperCase()),
+    };
+    const result = await api("PUT", "/api/v1/calendars/" + encodeURIComponent(id.value.trim()), body);
+    if (!result.ok) {
+      const details = result.error.details && result.error.details.length ? result.error.details : [result.error];
+      error.textContent = details.map((d) => (d.field ? d.field + ": " : "") + d.message).join("; ");
+      return;
+    }
+    flash(`Saved calendar ${result.data.calendar.id}.`);
+    calendarsPage();
+  };
+  render(h("h1", { text: "Calendars" }),
+    h("p", { class: "muted", text: "A job's exclude list names calendars: its instants on these local dates are recorded skipped." }),
+    table(["id", "weekdays", "dates", ""], rows, "calendars"),
+    h("h2", { text: "Create or replace" }),
+    h("form", { class: "panel form", id: "calendar-form", onsubmit: save },
+      h("div", { class: "field" }, h("label", { for: "calendar-id", text: "Id" }), id),
+      h("div", { class: "field" }, h("label", { for: "calendar-weekdays", text: "Weekdays" }), weekdays),
+      h("div", { class: "field wide" }, h("label", { for: "calendar-dates", text: "Dates (YYYY-MM-DD, separated by spaces, commas or lines)" }), dates),
+      error,
+      h("div", { class: "actions" }, h("button", { type: "submit", class: "primary", id: "calendar-save", disabled: !canAdmin, text: "Save" }))));
+}
+
 // ---- Routing -----------------------------------------------------------------
 
 function route() {
@@ -612,6 +665,7 @@ function route() {
   else if (parts[0] === "workers") workersPage();
   else if (parts[0] === "alerts") alertsPage();
   else if (parts[0] === "audit") auditPage();
+  else if (parts[0] === "calendars") calendarsPage();
   else render(h("h1", { text: "Not found" }), h("a", { href: "#/", text: "Overview" }));
   document.getElementById("view").focus({ preventScroll: true });
 }

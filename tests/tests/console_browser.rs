@@ -351,6 +351,27 @@ async fn a_user_drives_the_console_in_a_real_browser() {
     until(&client, "document.querySelector('#jobs') && document.querySelector('#jobs').textContent.includes('hello')", "the jobs list").await;
     all_controls_labelled(&client).await;
     photograph(&client, "jobs").await;
+    client.goto(&format!("{base}/#/calendars")).await.unwrap();
+    until(
+        &client,
+        "document.querySelector('#calendar-form')",
+        "the calendars page",
+    )
+    .await;
+    all_controls_labelled(&client).await;
+    type_into(&client, "#calendar-id", "holidays").await;
+    type_into(&client, "#calendar-dates", "2026-12-25 2026-13-01").await;
+    click(&client, "#calendar-save").await;
+    until(
+        &client,
+        "document.querySelector('#calendar-error').textContent.includes('dates[1]')",
+        "the bad date named",
+    )
+    .await;
+    type_into(&client, "#calendar-dates", "2026-12-25, 2027-01-01").await;
+    click(&client, "#calendar-save").await;
+    until(&client, "document.querySelector('#calendars') && document.querySelector('#calendars').textContent.includes('2027-01-01')", "the saved calendar").await;
+    photograph(&client, "calendars").await;
     client.goto(&format!("{base}/#/audit")).await.unwrap();
     until(&client, "document.querySelector('#audit') && document.querySelector('#audit').textContent.includes('jobs.pause')", "the audit trail").await;
     photograph(&client, "audit").await;
