@@ -26,7 +26,7 @@ use chime_common::protocol::{
 };
 use chime_common::signal::TestSignal;
 use chime_common::{ApiError, FiringState, Subjects};
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures::{FutureExt, StreamExt};
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,19 +108,7 @@ impl WorkerReports {
             if decision.reply.refusal == Some(chime_common::protocol::StartRefusal::Skipped) {
                 self.metrics.overlap_skipped.inc();
             }
-            if let Some(lateness) = decision.lateness {
-                self.metrics
-                    .firing_lateness
-                    .with_label_values(&[request.group.as_str()])
-                    .observe(lateness.as_secs_f64());
-            }
             for alert in &decision.alerts {
-                if alert.kind == AlertKind::Late {
-                    self.metrics
-                        .firings_late
-                        .with_label_values(&[alert.group.as_str()])
-                        .inc();
-                }
                 self.alert(alert).await;
             }
             for running in &decision.cancel {
@@ -292,9 +280,17 @@ impl WorkerReports {
             return;
         }
         let mut unavailable = None;
-        for ((message, reply), decided) in asked.into_iter().zip(self.decide_each(&valid).await) {
+        let now = Utc::now();
+        let mut started = Vec::new();
+        let decisions = self.decide_each(&valid).await;
+        for (((message, reply), request), decided) in asked.into_iter().zip(valid).zip(decisions) {
             match decided {
-                Ok(decision) => self.reply(reply, &decision.reply).await,
+                Ok(decision) => {
+                    self.reply(reply, &decision.reply).await;
+                    if decision.lateness.is_some() {
+                        started.push((request, decision));
+                    }
+                }
                 Err(e) => {
                     let retryable = e.is_retryable();
                     let error = ApiError::from(e);
@@ -320,6 +316,39 @@ impl WorkerReports {
         }
         if let Some(error) = unavailable {
             tracing::warn!(%error, "cannot decide starts; workers will retry");
+        }
+        self.record_lateness(started, now).await;
+    }
+
+    /// Judges the lateness of the firings a batch started, once their
+    /// workers have their answers: observes `chime_firing_lateness_seconds`
+    /// and raises the `late` alerts (`store/lateness.rs`).
+    async fn record_lateness(
+        &self,
+        started: Vec<(StartRequest, StartOutcome)>,
+        now: DateTime<Utc>,
+    ) {
+        if started.is_empty() {
+            return;
+        }
+        let (requests, mut outcomes): (Vec<_>, Vec<_>) = started.into_iter().unzip();
+        self.store
+            .judge_lateness(&requests, &mut outcomes, now)
+            .await;
+        for (request, outcome) in requests.iter().zip(&outcomes) {
+            if let Some(lateness) = outcome.lateness {
+                self.metrics
+                    .firing_lateness
+                    .with_label_values(&[request.group.as_str()])
+                    .observe(lateness.as_secs_f64());
+            }
+            for alert in outcome.alerts.iter().filter(|a| a.kind == AlertKind::Late) {
+                self.metrics
+                    .firings_late
+                    .with_label_values(&[alert.group.as_str()])
+                    .inc();
+                self.alert(alert).await;
+            }
         }
     }
 

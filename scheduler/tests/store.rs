@@ -401,11 +401,11 @@ fn start_req(id: &FiringId, worker: &str) -> StartRequest {
     }
 }
 
+/// Starts `id` as the scheduler does: decided, then judged for lateness.
 async fn start(store: &Store, id: &FiringId, worker: &str, now: DateTime<Utc>) -> StartOutcome {
-    let mut decisions = store
-        .start(&[start_req(id, worker)], now)
-        .await
-        .expect("start");
+    let requests = [start_req(id, worker)];
+    let mut decisions = store.start(&requests, now).await.expect("start");
+    store.judge_lateness(&requests, &mut decisions, now).await;
     decisions.pop().expect("one decision")
 }
 

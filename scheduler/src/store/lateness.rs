@@ -5,6 +5,11 @@
 //! Judged once per firing attempt, by the request that started it: a
 //! worker repeating an accepted start is not started again
 //! ([`StartOutcome::lateness`] is unset), so no second alert.
+//!
+//! Apart from [`Store::start`], and called after the start replies are
+//! sent (`worker_reports.rs`): it costs a read per batch, which on the
+//! start's path doubled how long a worker waited for its answer
+//! (BENCHMARKS.md, milestone 2, third session).
 
 use super::dialect::Col;
 use super::types::StartOutcome;
@@ -12,6 +17,7 @@ use super::{id_batch, rows, RowExt, Store, StoreError};
 use chime_common::duration::format_duration;
 use chime_common::protocol::{Alert, AlertKind, StartRequest};
 use chime_common::FiringId;
+use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -29,12 +35,13 @@ impl Store {
     /// and adds a `late` alert to those that started later than their job's
     /// `max_lateness`. Best effort: the starts are decided and committed; a
     /// failed read leaves them without a lateness and is logged.
-    pub(super) async fn judge_lateness(
+    pub async fn judge_lateness(
         &self,
         requests: &[StartRequest],
         outcomes: &mut [StartOutcome],
-        now: i64,
+        now: DateTime<Utc>,
     ) {
+        let now = super::ms(now);
         let started: Vec<String> = requests
             .iter()
             .zip(outcomes.iter())

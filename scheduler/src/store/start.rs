@@ -78,8 +78,8 @@ impl Store {
     /// fast path where there is one, then the rest, in order, in one
     /// transaction. A firing's attempt is accepted at most once: a second
     /// worker is refused `already_started`, the same worker gets the same
-    /// deadline again. Each start is then judged for lateness (see
-    /// [`super::lateness`]).
+    /// deadline again. Lateness is judged apart, after the workers have
+    /// their answers ([`Store::judge_lateness`]).
     pub async fn start(
         &self,
         requests: &[StartRequest],
@@ -93,12 +93,10 @@ impl Store {
         if self.fast_paths {
             self.start_at_once(requests, now, &mut decided).await;
         }
-        let mut outcomes = complete(requests, decided, |rest| async move {
+        complete(requests, decided, |rest| async move {
             self.start_in_transaction(&rest, now).await
         })
-        .await?;
-        self.judge_lateness(requests, &mut outcomes, now).await;
-        Ok(outcomes)
+        .await
     }
 
     /// The fast path: accepts the plain starts of a batch (each firing named
