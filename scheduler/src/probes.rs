@@ -80,6 +80,16 @@ pub async fn serve(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(probe);
+    bind_and_serve(addr, app, shutdown).await
+}
+
+/// Binds `addr` and serves `app` until `shutdown`, in a task of its own;
+/// returns the bound address (the probes and the HTTP API both use it).
+pub async fn bind_and_serve(
+    addr: SocketAddr,
+    app: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let task = tokio::spawn(async move {

@@ -85,7 +85,7 @@ pub use pg_cluster::{PgCluster, PgClusterOptions, ServerTls};
 pub use ports::free_port;
 pub use postgres::{admin_url as pg_admin_url, PgDatabase, DEFAULT_PG_URL, PG_URL_ENV};
 pub use process::ChimeProcess;
-pub use programs::{start_scheduler, start_worker};
+pub use programs::{chimectl_json, start_scheduler, start_worker};
 pub use proxy::Proxy;
 pub use sqlite::SqliteDatabase;
 pub use topology::create_group_consumers;

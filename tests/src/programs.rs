@@ -59,3 +59,21 @@ pub async fn start_worker(
         .await;
     process
 }
+
+/// Runs the built `chimectl --json` with `args` against `nats_url`; returns
+/// its exit status, stdout as JSON (null when it printed none) and stderr.
+pub async fn chimectl_json(
+    nats_url: &str,
+    args: &[&str],
+) -> (Option<i32>, serde_json::Value, String) {
+    let mut command = crate::Binary::Ctl.command();
+    command.args(["--nats-url", nats_url, "--json"]).args(args);
+    let output = tokio::process::Command::from(command)
+        .output()
+        .await
+        .expect("chimectl runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let json = serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output.status.code(), json, stderr)
+}

@@ -3,23 +3,10 @@
 //! delete; bad input refused with status 2 and nothing changed.
 
 use chime_scheduler::{Replica, SchedulerConfig};
-use chime_tests::{init_tracing, Binary, NatsServer, SqliteDatabase};
-use serde_json::{json, Value};
+use chime_tests::{init_tracing, NatsServer, SqliteDatabase};
+use serde_json::json;
 
-/// Runs `chimectl --json` with `args`; returns status, stdout as JSON (null
-/// when none) and stderr.
-async fn chimectl(nats_url: &str, args: &[&str]) -> (Option<i32>, Value, String) {
-    let mut command = Binary::Ctl.command();
-    command.args(["--nats-url", nats_url, "--json"]).args(args);
-    let output = tokio::process::Command::from(command)
-        .output()
-        .await
-        .expect("chimectl runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let json = serde_json::from_str(&stdout).unwrap_or(Value::Null);
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    (output.status.code(), json, stderr)
-}
+use chime_tests::chimectl_json as chimectl;
 
 const HOLIDAYS_ICS: &str = "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//Chime test//EN\r\n\
 BEGIN:VEVENT\r\nUID:xmas@test\r\nSUMMARY:Christmas\r\nDTSTART;VALUE=DATE:20261225\r\n\

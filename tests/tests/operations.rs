@@ -16,20 +16,7 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;
 
-/// Runs `chimectl --json` with `args` against `nats_url`; returns its
-/// status code and stdout as JSON (null when it printed none).
-async fn chimectl(nats_url: &str, args: &[&str]) -> (Option<i32>, Value, String) {
-    let mut command = Binary::Ctl.command();
-    command.args(["--nats-url", nats_url, "--json"]).args(args);
-    let output = tokio::process::Command::from(command)
-        .output()
-        .await
-        .expect("chimectl runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let json = serde_json::from_str(&stdout).unwrap_or(Value::Null);
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    (output.status.code(), json, stderr)
-}
+use chime_tests::chimectl_json as chimectl;
 
 /// The ids listed under `key` of an apply or diff report.
 fn ids(report: &Value, key: &str) -> Vec<String> {

@@ -156,12 +156,5 @@ pub async fn serve(
             HeaderValue::from_static("no-store"),
         ))
         .layer(axum::middleware::map_response(routes::json_refusals));
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
-    });
-    Ok((bound, task))
+    crate::probes::bind_and_serve(addr, app, shutdown).await
 }
