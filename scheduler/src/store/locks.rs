@@ -2,10 +2,11 @@
 //! is split between its set-based and its per-firing path.
 //!
 //! Locks are taken in one order, firing row, then executing row, then job
-//! row, then a queued firing; a firing's `waiting` row only after its firing
-//! row. The rare deadlock that is left is retried by [`Store::retrying`].
+//! row, then the group's limits, then held rows; a firing's `waiting` row
+//! only after its firing row. The rare deadlock that is left is retried by [`Store::retrying`].
 
 use super::dialect::Col;
+use super::hold::NOTHING_HELD_IN_GROUP;
 use super::rows;
 use super::rows::JOB_TABLES;
 use super::start::PLAIN_START;
@@ -77,8 +78,9 @@ pub(super) struct BatchRow {
     pub running_on: Option<String>,
     /// Its job's `on_success`; `None` if the job is gone or its spec unreadable.
     pub on_success: Option<usize>,
-    /// Whether its job has a queued (`pending`) firing.
-    pub queued: bool,
+    /// Whether a firing of its group is held by a limit (a finish may
+    /// have to release it).
+    pub held_in_group: bool,
     /// A start that needs no policy decision ([`PLAIN_START`], not running
     /// anywhere): decided by the database, in the same words as the fast path.
     pub plain_start: bool,
@@ -90,7 +92,7 @@ impl BatchRow {
     pub fn plain_success(&self, event: &Finished) -> bool {
         event.outcome == Outcome::Succeeded
             && self.running_on.as_deref() == Some(event.worker_id.as_str())
-            && !self.queued
+            && !self.held_in_group
             && self.on_success == Some(0)
     }
 }
@@ -123,8 +125,8 @@ impl Store {
         let sql = format!(
             "SELECT f.id, f.state, f.group_name, f.timeout_ms, f.handler, f.payload_sha256, \
                  e.worker_id, j.spec, \
-                 CAST(CASE WHEN EXISTS (SELECT 1 FROM pending p WHERE p.job_id = f.job_id) \
-                      THEN 1 ELSE 0 END AS BIGINT) AS queued, \
+                 CAST(CASE WHEN {NOTHING_HELD_IN_GROUP} THEN 0 ELSE 1 END AS BIGINT) \
+                     AS held_in_group, \
                  CAST(CASE WHEN e.worker_id IS NULL AND {} THEN 1 ELSE 0 END AS BIGINT) \
                      AS plain_start \
              FROM firings f \
@@ -161,7 +163,7 @@ impl Store {
                     },
                     running_on: row.opt_text(&text, "worker_id")?,
                     on_success,
-                    queued: row.int(&text, "queued")? != 0,
+                    held_in_group: row.int(&text, "held_in_group")? != 0,
                     plain_start: row.int(&text, "plain_start")? != 0,
                 })
             };
