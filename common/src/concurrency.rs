@@ -185,7 +185,8 @@ pub struct Group {
     pub limits: GroupLimits,
     /// Firings of the group executing now.
     pub running: u64,
-    /// Firings of the group held back by a limit (the job's or the group's).
+    /// Firings of the group held back by a limit (the job's or the group's)
+    /// and still waiting for a slot.
     pub held: u64,
 }
 
@@ -225,7 +226,7 @@ mod tests {
             assert_eq!(e[0].field, field, "{v}");
         }
         let e = concurrency(json!({"queue_limit": 5}), Some(Overlap::Forbid)).unwrap_err();
-        assert_eq!(e[0].field.as_deref(), Some("queue_limit"));
+        assert_eq!(e[0].field, "queue_limit");
         assert!(concurrency(json!({"queue_limit": 5}), Some(Overlap::Queue)).is_ok());
     }
 

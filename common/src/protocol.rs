@@ -81,7 +81,9 @@ pub enum StartRefusal {
     UnknownFiring,
     /// `overlap: forbid`: the previous firing still runs; this one is recorded `skipped`.
     Skipped,
-    /// `overlap: queue`: held until the running firing ends, then published again.
+    /// Held by a concurrency limit (the job's `max_concurrent` under
+    /// `overlap: queue` or `allow`, or its group's limits) until a slot
+    /// frees, then published again.
     Queued,
     /// The firing was cancelled (job deleted or replaced).
     Cancelled,

@@ -160,6 +160,9 @@ backend_tests! {
             (Method::PUT, "/api/v1/calendars/holidays", Some(json!({"dates": ["2030-12-25"]})),
                 "calendars.get", json!({"id": "holidays"})),
             (Method::GET, "/api/v1/calendars", None, "calendars.list", json!({})),
+            (Method::PUT, "/api/v1/groups/reports", Some(json!({"max_concurrent": 5})),
+                "groups.get", json!({"name": "reports"})),
+            (Method::GET, "/api/v1/groups", None, "groups.list", json!({})),
             (Method::GET, "/api/v1/jobs/absent", None, "jobs.get", json!({"id": "absent"})),
             (Method::POST, "/api/v1/verbs/jobs.get", Some(json!({"id": "nightly"})), "jobs.get",
                 json!({"id": "nightly"})),
@@ -424,6 +427,14 @@ async fn each_role_is_refused_what_it_may_not_do() {
         ),
         (Method::GET, "/api/v1/calendars/c", None, "viewer"),
         (Method::DELETE, "/api/v1/calendars/c", None, "admin"),
+        (Method::GET, "/api/v1/groups", None, "viewer"),
+        (Method::GET, "/api/v1/groups/g", None, "viewer"),
+        (
+            Method::PUT,
+            "/api/v1/groups/g",
+            Some(json!({"max_per_second": 100})),
+            "admin",
+        ),
         (Method::DELETE, "/api/v1/jobs/j", None, "admin"),
     ];
     let order = ["viewer", "operator", "admin"];
@@ -687,6 +698,8 @@ async fn the_openapi_document_lists_every_route_and_validates() {
         ("/api/v1/audit", &["get"][..]),
         ("/api/v1/calendars", &["get"][..]),
         ("/api/v1/calendars/{id}", &["get", "put", "delete"][..]),
+        ("/api/v1/groups", &["get"][..]),
+        ("/api/v1/groups/{name}", &["get", "put"][..]),
         ("/api/v1/verbs/{verb}", &["post"][..]),
         ("/api/v1/session", &["get", "post", "delete"][..]),
         ("/api/v1/overview", &["get"][..]),

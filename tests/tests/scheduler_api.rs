@@ -2,9 +2,9 @@
 //! real NATS and both stores.
 
 use chime_common::api::{
-    BackfillReply, CalendarReply, FiringReply, JobReply, ListAlertsReply, ListAuditReply,
-    ListCalendarsReply, ListFiringsReply, ListJobsReply, ListWorkersReply, PreviewReply,
-    TriggerReply,
+    BackfillReply, CalendarReply, FiringReply, GroupReply, JobReply, ListAlertsReply,
+    ListAuditReply, ListCalendarsReply, ListFiringsReply, ListGroupsReply, ListJobsReply,
+    ListWorkersReply, PreviewReply, TriggerReply,
 };
 use chime_common::client::{Client, ListFiringsRequest, ListJobsRequest, Verb};
 use chime_common::duration::format_time;
@@ -343,6 +343,20 @@ backend_tests! {
                 Verb::CalendarsList => {
                     let raw = raw_reply(&connection, subject, &json!({})).await;
                     reads_back::<ListCalendarsReply>(verb, &raw);
+                }
+                Verb::GroupsPut => {
+                    let raw = raw_reply(&connection, subject, &json!({"name": "reports", "max_concurrent": 4, "max_per_second": 20})).await;
+                    reads_back::<GroupReply>(verb, &raw);
+                    assert_eq!(raw["group"]["max_concurrent"], 4, "{raw}");
+                }
+                Verb::GroupsGet => {
+                    let raw = raw_reply(&connection, subject, &json!({"name": "default"})).await;
+                    reads_back::<GroupReply>(verb, &raw);
+                }
+                Verb::GroupsList => {
+                    let raw = raw_reply(&connection, subject, &json!({})).await;
+                    reads_back::<ListGroupsReply>(verb, &raw);
+                    assert!(raw["groups"].as_array().is_some_and(|g| !g.is_empty()), "{raw}");
                 }
             }
         }

@@ -1,8 +1,9 @@
 //! Firings held back by a concurrency limit (the `held` table), and their
 //! release once the limit frees.
 //!
-//! A start over a limit does not run: the firing is held, stays `staged` or
-//! `published`, and its worker drops the message (refusal `queued`). Three
+//! A start over a limit does not run: the firing is held, `published` (a
+//! worker received it), and its worker drops the message (refusal
+//! `queued`). Three
 //! limits hold firings ([`Cause`]): the job's own `max_concurrent` (with
 //! `overlap: queue`, at most `queue_limit` of them; with `allow`, without a
 //! bound of its own), the group's `max_concurrent`, and the group's
@@ -11,7 +12,9 @@
 //! When a slot frees (a run ends, a limit is raised, the rate window moves
 //! on), the oldest held firings are released: staged again, unadopted, due
 //! now, with the next publish sequence, so the next slice of their partition
-//! publishes them once more. A released firing keeps its row, marked
+//! publishes them once more; the publisher's late mark of the earlier
+//! publish must not mark them published again, so it skips held firings. A
+//! released firing keeps its row, marked
 //! `released_at`, and its slot is kept for it: later firings count it as
 //! running, so they cannot take the slot it was released into, and it does
 //! not wait behind them. Its row goes when it starts or ends.
@@ -109,6 +112,24 @@ impl Store {
         .bind(job_id)
         .bind(group)
         .bind(cause.as_str())
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+        // A worker received it, so it was published, whether or not the
+        // publisher's mark came yet (a mark skips held firings).
+        sqlx::query(&format!(
+            "UPDATE firings SET state = 'published', published_at = COALESCE(published_at, $2) \
+             WHERE id = $1 AND state IN {}",
+            sources_sql(Transition::Publish)
+        ))
+        .bind(id)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+        sqlx::query(
+            "UPDATE waiting SET published_at = COALESCE(published_at, $2) WHERE firing_id = $1",
+        )
+        .bind(id)
         .bind(now)
         .execute(&mut **tx)
         .await?;

@@ -25,10 +25,14 @@ impl Store {
         // whose republish JetStream drops as a duplicate. Only staged rows
         // are locked: most firings are started before their mark is written,
         // and locking those too cost a heap write each.
+        // A held firing is left alone: a limit stopped it after this
+        // publish, and once released it waits for a publish of its own, so
+        // this late mark must not say it has one.
         let mark_firings = format!(
             "UPDATE firings SET state = 'published', published_at = $1 \
              WHERE state IN {from} AND id IN (SELECT f.id FROM firings f \
              WHERE f.id IN (SELECT r.id FROM {}) AND f.state IN {from} \
+                 AND NOT EXISTS (SELECT 1 FROM held h WHERE h.firing_id = f.id) \
              ORDER BY f.id{}) RETURNING id",
             self.backend.json_rows(2, &[("id", Col::Text)]),
             self.backend.for_update_skip_locked("f"),

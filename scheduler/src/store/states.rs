@@ -7,9 +7,9 @@
 //! | publish    | `staged`                | `published`                        | `Store::record_published` (`publish.rs`) |
 //! | start      | `staged`, `published`   | `executing`                        | `Store::start` (`start.rs`)              |
 //! | refuse     | `staged`, `published`   | `failed` (unstartable timeout)     | `Store::fail_unstarted` (`skip.rs`)      |
-//! | skip       | `staged`, `published`   | `skipped` (overlap `forbid`/`queue`) | `Store::skip_for_overlap` (`skip.rs`)  |
-//! | queue      | `staged`, `published`   | unchanged, queued in `pending`     | `Store::enqueue` (`queue.rs`)            |
-//! | release    | `staged`, `published`   | `staged` (unadopted, due now)      | `Store::release_queued` (`queue.rs`)     |
+//! | skip       | `staged`, `published`   | `skipped` (overlap `forbid`, a full queue) | `Store::skip_for_overlap` (`skip.rs`) |
+//! | hold       | `staged`, `published`   | unchanged, held in `held`          | `Store::hold` (`hold.rs`)                |
+//! | release    | `staged`, `published`   | `staged` (unadopted, due now)      | `Store::release_held` (`hold.rs`)        |
 //! | finish     | `executing`             | `succeeded`, `failed`, `cancelled` | `Store::finish` (`finish.rs`)            |
 //! | retry      | `failed`, `lost`        | next attempt `staged`              | `Store::retry` (`retry.rs`)              |
 //! | requeue    | `executing`             | `lost` (worker gone, deadline)     | `Store::requeue` (`requeue.rs`)          |
@@ -37,7 +37,7 @@ pub(crate) enum Transition {
     Start,
     Refuse,
     Skip,
-    Queue,
+    Hold,
     Release,
     Finish,
     Retry,
@@ -57,7 +57,7 @@ const TRANSITIONS: &[(Transition, &[FiringState], &[FiringState])] = &[
     (Transition::Start, WAITING, &[Executing]),
     (Transition::Refuse, WAITING, &[Failed]),
     (Transition::Skip, WAITING, &[Skipped]),
-    (Transition::Queue, WAITING, WAITING),
+    (Transition::Hold, WAITING, WAITING),
     (Transition::Release, WAITING, &[Staged]),
     (
         Transition::Finish,

@@ -21,6 +21,7 @@ both_backends!(
     groups_round_trip_and_report_running_and_held,
     concurrent_replicas_never_exceed_a_group_limit,
     a_deleted_job_leaves_nothing_held,
+    a_late_publish_mark_leaves_a_released_firing_to_be_published_again,
 );
 
 /// Puts `job` and triggers `n` firings of it, all published at `now`.
@@ -333,10 +334,16 @@ async fn a_group_rate_limit_counts_starts_in_any_one_second(db: &TestDb) {
         .await
         .expect("release")
         .is_empty());
-    // …then one slot per start that left the window.
+    // …then one slot per start that left the window (a little over a
+    // second long).
+    assert!(store
+        .release_for("r", "api", at(1_049))
+        .await
+        .expect("release")
+        .is_empty());
     assert_eq!(
         store
-            .release_for("r", "api", at(1_000))
+            .release_for("r", "api", at(1_050))
             .await
             .expect("release"),
         vec![ids[3].clone()]
@@ -355,6 +362,7 @@ async fn a_group_rate_limit_counts_starts_in_any_one_second(db: &TestDb) {
             .expect("release"),
         vec![ids[4].clone()]
     );
+    assert_eq!(store.get_group("api").await.expect("group").held, 0);
 }
 
 async fn raising_a_limit_releases_through_the_periodic_pass(db: &TestDb) {
@@ -464,4 +472,39 @@ async fn a_deleted_job_leaves_nothing_held(db: &TestDb) {
     store.delete_job("q", t(2)).await.expect("delete");
     assert_eq!(store.get_group("default").await.expect("group").held, 0);
     assert_eq!(firing(&store, &ids[1]).await.state, FiringState::Cancelled);
+}
+
+/// The publisher marks a firing published a second after JetStream has it.
+/// When a limit held it and released it meanwhile, that late mark must not
+/// undo the release: the firing waits for a publish of its own.
+async fn a_late_publish_mark_leaves_a_released_firing_to_be_published_again(db: &TestDb) {
+    let store = db.store().await;
+    let job = every("q", "1h", json!({"overlap": "queue"}));
+    store.put_job(&job, t(0)).await.expect("put");
+    let first = trigger(&store, "q", 0).await;
+    let second = trigger(&store, "q", 0).await;
+    // Published, not marked yet: both are still `staged` in the store.
+    assert!(start(&store, &first, "w0", t(1)).await.reply.accepted);
+    assert_eq!(
+        refusal(&store, &second, "w1", 1).await,
+        Some(StartRefusal::Queued)
+    );
+    assert_eq!(firing(&store, &second).await.state, FiringState::Published);
+    let done = finish(&store, &first, "w0", Outcome::Succeeded, t(2)).await;
+    assert_eq!(done.released, vec![second.clone()]);
+    store
+        .record_published(&[first.clone(), second.clone()], t(0))
+        .await
+        .expect("the late mark");
+    assert_eq!(firing(&store, &second).await.state, FiringState::Staged);
+    let outcome = store
+        .stage_slice(&stage("s", t(4), t(3)))
+        .await
+        .expect("stage");
+    assert_eq!(
+        outcome.firings.iter().map(|f| &f.id).collect::<Vec<_>>(),
+        [&second],
+        "the next slice publishes it again"
+    );
+    assert!(start(&store, &second, "w1", t(4)).await.reply.accepted);
 }

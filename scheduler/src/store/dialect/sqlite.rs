@@ -3,7 +3,7 @@
 //! transaction where PostgreSQL combines writes in one statement.
 
 use super::super::jobs::{Put, UPSERT_JOB, UPSERT_SCHEDULE};
-use super::super::{Store, StoreError};
+use super::super::{id_batch, Store, StoreError};
 use super::{Col, Pools};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use std::time::Duration;
@@ -97,23 +97,24 @@ pub(super) async fn record_published(
     at: i64,
 ) -> Result<u64, StoreError> {
     let mut tx = store.begin().await?;
-    let marked = sqlx::query(mark_firings)
+    let marked: Vec<String> = sqlx::query_scalar(mark_firings)
         .bind(at)
         .bind(batch)
         .fetch_all(&mut *tx)
-        .await?
-        .len();
+        .await?;
+    // Exactly the firings marked: one the mark skipped (held by a limit,
+    // say) keeps its waiting row as it is.
     sqlx::query(&format!(
         "UPDATE waiting SET published_at = $1 \
          WHERE published_at IS NULL AND firing_id IN (SELECT r.id FROM {})",
         json_rows(2, &[("id", Col::Text)])
     ))
     .bind(at)
-    .bind(batch)
+    .bind(id_batch(&marked)?)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
-    Ok(marked as u64)
+    Ok(marked.len() as u64)
 }
 
 #[cfg(test)]
