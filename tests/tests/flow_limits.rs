@@ -265,8 +265,8 @@ async fn limits_hold_while_a_replica_is_killed() {
     init_tracing();
     let nats = NatsServer::start().await;
     let db = PgDatabase::create().await;
-    let mut r1 = start_scheduler(&nats.url(), &db.url(), "r1").await;
-    let mut r2 = start_scheduler(&nats.url(), &db.url(), "r2").await;
+    let mut r1 = start_scheduler(&nats.url(), db.url(), "r1").await;
+    let mut r2 = start_scheduler(&nats.url(), db.url(), "r2").await;
     let _worker = start_worker(&nats.url(), "db", 8, "w1").await;
     let client = Client::new(nats.connect().await);
     client
@@ -293,7 +293,7 @@ async fn limits_hold_while_a_replica_is_killed() {
     })
     .await;
     r1.kill9();
-    let _r3 = start_scheduler(&nats.url(), &db.url(), "r3").await;
+    let _r3 = start_scheduler(&nats.url(), db.url(), "r3").await;
     let all = all_final(&client, &jobs, 24).await;
     let ran = runs(&log);
     println!(
