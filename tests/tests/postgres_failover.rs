@@ -27,7 +27,8 @@ async fn killing_the_primary_and_promoting_the_standby_loses_and_repeats_nothing
     });
     // Synchronous: a commit a scheduler saw succeed is on the standby too.
     // With asynchronous replication the last commits before the crash can
-    // vanish, and a firing staged again after them gets a new id.
+    // vanish: a start the store accepted is forgotten, and the same
+    // attempt can be accepted, and run, a second time.
     let standby = primary.start_standby(true);
     let address = Proxy::start(primary.addr()).await;
     let database_url = format!("postgres://postgres@{}/postgres", address.addr());
