@@ -10,6 +10,7 @@
 //! | need | use |
 //! |---|---|
 //! | NATS with JetStream | [`NatsServer::start`]; `url()`, `kill()` (crash), `stop()`, `restart()` |
+//! | a JetStream cluster, a node crashed or cut from the others | [`NatsCluster::start`]; `urls()`, `kill(i)`, `start_node(i)`, `isolate(i)`, `heal(i)`, `stream_leader()`, `wait_healthy()` |
 //! | a PostgreSQL database | [`PgDatabase::create`] on `$CHIME_TEST_PG_URL` (default [`DEFAULT_PG_URL`]) |
 //! | an SQLite database | [`SqliteDatabase::create`] |
 //! | a private PostgreSQL server (TLS, …) | [`PgCluster::start`] |
@@ -23,6 +24,7 @@
 //! | instants on whole seconds | [`aligned_start`], [`rfc3339`] |
 //! | a counter from a metrics page | [`metric_sum`] |
 //! | a worker without a scheduler: stand-in start service, finished events, firing messages | [`worker_env`] |
+//! | a mixed load and the check that every instant ended final, no attempt twice | [`guarantees`] |
 //! | the fuzz targets' bodies | [`fuzz_targets`] (docs/FUZZING.md) |
 //!
 //! ```ignore
@@ -58,10 +60,12 @@ mod child;
 mod database;
 mod fire_stream;
 pub mod fuzz_targets;
+pub mod guarantees;
 mod instants;
 mod logfile;
 mod metrics;
 mod nats;
+mod nats_cluster;
 mod pg_cluster;
 mod ports;
 mod postgres;
@@ -81,11 +85,12 @@ pub use metrics::metric_sum;
 pub use nats::{
     nats_server_binary, NatsOptions, NatsServer, ProbeAuth, MIN_NATS_VERSION, NATS_SERVER_ENV,
 };
+pub use nats_cluster::NatsCluster;
 pub use pg_cluster::{PgCluster, PgClusterOptions, ServerTls};
 pub use ports::free_port;
 pub use postgres::{admin_url as pg_admin_url, PgDatabase, DEFAULT_PG_URL, PG_URL_ENV};
 pub use process::ChimeProcess;
-pub use programs::{chimectl_json, start_scheduler, start_worker};
+pub use programs::{chimectl_json, start_scheduler, start_scheduler_with, start_worker};
 pub use proxy::Proxy;
 pub use sqlite::SqliteDatabase;
 pub use topology::create_group_consumers;

@@ -127,6 +127,11 @@ impl NatsServer {
         self.port
     }
 
+    /// The server's process id while it runs (for sampling its memory and files).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// `http://127.0.0.1:PORT` of the monitoring endpoints, if enabled.
     pub fn monitor_url(&self) -> Option<String> {
         self.monitor_port

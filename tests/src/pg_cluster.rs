@@ -1,6 +1,6 @@
 //! A private PostgreSQL server for one test: its own data directory in a
-//! temporary folder, its own port, its own settings (TLS, and later
-//! replication), stopped and removed on drop.
+//! temporary folder, its own port, its own settings (TLS, streaming
+//! replication to a standby the test makes), stopped and removed on drop.
 //!
 //! Tests that need a server configured differently from the shared one at
 //! `$CHIME_TEST_PG_URL` use this. PostgreSQL refuses to run as root, so when
@@ -25,6 +25,9 @@ pub struct PgClusterOptions {
     /// Serve TLS with this certificate, and accept only TLS connections
     /// from TCP clients.
     pub tls: Option<ServerTls>,
+    /// Accept streaming replication connections, so that
+    /// [`PgCluster::start_standby`] can make a standby of this server.
+    pub replication: bool,
 }
 
 /// A running private PostgreSQL server; stopped and removed on drop.
@@ -94,6 +97,10 @@ impl PgCluster {
             cluster.path()
         );
         let mut hba = String::from("local all all trust\n");
+        if options.replication {
+            conf.push_str("wal_level = replica\nmax_wal_senders = 4\n");
+            hba.push_str("local replication all trust\nhost replication all 127.0.0.1/32 trust\n");
+        }
         if let Some(tls) = &options.tls {
             cluster.write_private("server.crt", &tls.cert_pem);
             cluster.write_private("server.key", &tls.key_pem);
@@ -117,9 +124,134 @@ impl PgCluster {
         cluster
     }
 
+    /// Makes a streaming standby of this server (started with
+    /// `replication`): `pg_basebackup` into a new temporary directory, its
+    /// own port, started as a hot standby. With `synchronous`, this server
+    /// then waits for the standby to flush every commit before it reports
+    /// it, so a commit a client saw succeed survives a failover.
+    pub fn start_standby(&self, synchronous: bool) -> PgCluster {
+        let dir = tempfile::Builder::new()
+            .prefix("chime-pg-standby-")
+            .tempdir()
+            .expect("a temporary directory");
+        let standby = PgCluster {
+            bin: self.bin.clone(),
+            port: free_port(),
+            dir,
+        };
+        if running_as_root() {
+            standby.run("chown", &["-R", "postgres:postgres", &standby.path()]);
+        }
+        let primary_port = self.port.to_string();
+        standby.as_server_user(
+            "pg_basebackup",
+            &[
+                "-D",
+                &standby.data(),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary_port,
+                "-U",
+                "postgres",
+                "-X",
+                "stream",
+                "--write-recovery-conf",
+                "--no-sync",
+            ],
+        );
+        // The copied configuration names the primary's port and socket
+        // directory; a later line wins.
+        standby.append(
+            &format!("{}/postgresql.conf", standby.data()),
+            &format!(
+                "port = {}\nunix_socket_directories = '{}'\nhot_standby = on\n",
+                standby.port,
+                standby.path()
+            ),
+        );
+        let log = format!("{}/postgres.log", standby.path());
+        standby.as_server_user(
+            "pg_ctl",
+            &["-D", &standby.data(), "-l", &log, "-w", "start"],
+        );
+        if synchronous {
+            self.psql("ALTER SYSTEM SET synchronous_standby_names = '*'");
+            self.psql("SELECT pg_reload_conf()");
+        }
+        let wanted = if synchronous { "sync" } else { "async" };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let state = self.psql("SELECT sync_state FROM pg_stat_replication");
+            if state.trim() == wanted {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the standby did not stream as {wanted} within 30 s (pg_stat_replication: {state:?})\n{}",
+                standby.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        standby
+    }
+
+    /// SIGKILL to the server's postmaster: a crash of the host, nothing
+    /// flushed or handed over. Its backends exit as they notice.
+    pub fn kill(&self) {
+        let pid_file = format!("{}/postmaster.pid", self.data());
+        let text = std::fs::read_to_string(&pid_file)
+            .unwrap_or_else(|e| panic!("cannot read {pid_file}: {e}"));
+        let pid: i32 = text
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no pid in {pid_file}"));
+        // ESRCH: it is gone already, which is what a kill wants.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+
+    /// Promotes a standby to a primary and waits until it accepts writes.
+    pub fn promote(&self) {
+        self.as_server_user("pg_ctl", &["-D", &self.data(), "-w", "promote"]);
+    }
+
+    /// Runs `sql` with `psql` as user `postgres` and returns its unaligned output.
+    pub fn psql(&self, sql: &str) -> String {
+        let port = self.port.to_string();
+        let out = Command::new(self.bin.join("psql"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+            ])
+            .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run psql: {e}"));
+        assert!(
+            out.status.success(),
+            "psql {sql:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// The server's port on 127.0.0.1.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// `127.0.0.1:port`, for a proxy in front of it.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        ([127, 0, 0, 1], self.port).into()
     }
 
     /// A URL for database `postgres` as user `postgres`, with `query`

@@ -10,6 +10,17 @@ pub async fn start_scheduler(
     database_url: &str,
     replica_id: &str,
 ) -> crate::ChimeProcess {
+    start_scheduler_with(nats_url, database_url, replica_id, &[]).await
+}
+
+/// Like [`start_scheduler`], with `extra` arguments appended
+/// (`--stream-replicas 3` on a cluster, shorter timings).
+pub async fn start_scheduler_with(
+    nats_url: &str,
+    database_url: &str,
+    replica_id: &str,
+    extra: &[String],
+) -> crate::ChimeProcess {
     let mut command = crate::Binary::Scheduler.command();
     command.args([
         "--nats-url",
@@ -21,6 +32,7 @@ pub async fn start_scheduler(
         "--replica-id",
         replica_id,
     ]);
+    command.args(extra);
     let mut process = crate::ChimeProcess::spawn(command);
     process
         .wait_for_log_line("chime-scheduler ready", Duration::from_secs(30))

@@ -13,9 +13,11 @@
 //!
 //! `block()` is the fault a client notices only by its timeouts (a silent
 //! network), `cut()` the one it notices at once (connection reset).
+//! `retarget()` moves new connections to another server, as a virtual IP
+//! or a DNS name moves to a promoted standby.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -37,7 +39,7 @@ enum Mode {
 /// A controllable TCP proxy on 127.0.0.1; stops when dropped.
 pub struct Proxy {
     addr: SocketAddr,
-    target: SocketAddr,
+    target: Arc<Mutex<SocketAddr>>,
     mode: Arc<watch::Sender<Mode>>,
     accept: JoinHandle<()>,
 }
@@ -50,7 +52,8 @@ impl Proxy {
             .expect("bind the proxy");
         let addr = listener.local_addr().expect("the proxy's address");
         let mode = Arc::new(watch::Sender::new(Mode::Forward));
-        let accept = tokio::spawn(accept_loop(listener, target, mode.clone()));
+        let target = Arc::new(Mutex::new(target));
+        let accept = tokio::spawn(accept_loop(listener, target.clone(), mode.clone()));
         Proxy {
             addr,
             target,
@@ -64,9 +67,15 @@ impl Proxy {
         self.addr
     }
 
-    /// Where it forwards to.
+    /// Where it forwards new connections to.
     pub fn target(&self) -> SocketAddr {
-        self.target
+        *self.target.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forwards new connections to `target` from now on; connections made
+    /// before keep their server (call `cut()` first to end them).
+    pub fn retarget(&self, target: SocketAddr) {
+        *self.target.lock().unwrap_or_else(|p| p.into_inner()) = target;
     }
 
     /// Stops forwarding in both directions and holds the connections open.
@@ -93,7 +102,11 @@ impl Drop for Proxy {
     }
 }
 
-async fn accept_loop(listener: TcpListener, target: SocketAddr, mode: Arc<watch::Sender<Mode>>) {
+async fn accept_loop(
+    listener: TcpListener,
+    target: Arc<Mutex<SocketAddr>>,
+    mode: Arc<watch::Sender<Mode>>,
+) {
     loop {
         let Ok((client, _)) = listener.accept().await else {
             return;
@@ -103,6 +116,7 @@ async fn accept_loop(listener: TcpListener, target: SocketAddr, mode: Arc<watch:
             continue;
         }
         let mode = mode.subscribe();
+        let target = *target.lock().unwrap_or_else(|p| p.into_inner());
         tokio::spawn(async move {
             let Ok(server) = TcpStream::connect(target).await else {
                 return;

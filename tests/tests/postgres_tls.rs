@@ -58,6 +58,7 @@ async fn the_store_and_the_scheduler_connect_with_verify_full_and_refuse_a_wrong
     let other = Authority::new("someone else's CA");
     let pg = PgCluster::start(PgClusterOptions {
         tls: Some(ca.server()),
+        ..Default::default()
     });
     let dir = tempfile::tempdir().expect("a temporary directory");
     let ca_file = ca.write(dir.path(), "ca.pem");

@@ -154,12 +154,24 @@ impl Backend {
     /// Applies the backend's migrations. sqlx's SQLite migrator takes no
     /// lock, so stores opened together in one process are serialized here
     /// (PostgreSQL's takes an advisory lock, which covers replicas too).
+    ///
+    /// Migrations this release does not know (a newer release applied
+    /// them) are ignored rather than refused: migrations only expand the
+    /// schema while a previous release may still run on it
+    /// (docs/OPERATIONS.md, "Upgrades"), so a replica of the older release
+    /// that restarts mid-upgrade, or a rollback, must still start.
     pub(crate) async fn migrate(self, pool: &AnyPool) -> Result<(), StoreError> {
         match self {
-            Backend::Postgres => sqlx::migrate!("./migrations/postgres").run(pool).await?,
+            Backend::Postgres => {
+                let mut migrator = sqlx::migrate!("./migrations/postgres");
+                migrator.set_ignore_missing(true);
+                migrator.run(pool).await?
+            }
             Backend::Sqlite => {
                 let _guard = SQLITE_MIGRATIONS.lock().await;
-                sqlx::migrate!("./migrations/sqlite").run(pool).await?
+                let mut migrator = sqlx::migrate!("./migrations/sqlite");
+                migrator.set_ignore_missing(true);
+                migrator.run(pool).await?
             }
         }
         Ok(())

@@ -133,6 +133,19 @@ impl Env {
         self.schedulers.len() - 1
     }
 
+    /// Shuts the oldest worker down (it drains its running firings) and
+    /// starts a new one in its place, as a rolling restart does.
+    pub async fn restart_worker(&mut self, threads: usize, poll: Duration) -> anyhow::Result<()> {
+        if !self.workers.is_empty() {
+            let old = self.workers.remove(0);
+            self.worker_metrics.remove(0);
+            tokio::time::timeout(Duration::from_secs(30), old.shutdown())
+                .await
+                .context("a worker did not drain within 30 s")?;
+        }
+        self.start_worker(threads, poll).await
+    }
+
     async fn start_worker(&mut self, threads: usize, poll: Duration) -> anyhow::Result<()> {
         let client = async_nats::connect(self.nats.url()).await?;
         let recorder = self.recorder.clone();
@@ -567,7 +580,7 @@ fn proc_ticks(pid: u32) -> Option<u64> {
     Some(utime + stime)
 }
 
-fn proc_rss_kib(pid: u32) -> Option<u64> {
+pub fn proc_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()

@@ -9,6 +9,7 @@
 //! ```text
 //! cargo build --release --bins -p chime-scheduler -p chime-worker -p chimectl -p chime-tests
 //! target/release/chime-bench steady            # or saturation, burst, scale, failover, all
+//! target/release/chime-bench soak --seconds 3600   # not part of `all`
 //! target/release/chime-bench all --json out.json
 //! ```
 //!
@@ -27,6 +28,7 @@ mod record;
 mod report;
 mod saturation;
 mod scale;
+mod soak;
 mod steady;
 
 use std::path::PathBuf;
@@ -42,6 +44,8 @@ enum Scenario {
     Burst,
     Scale,
     Failover,
+    /// Long-running: not part of `all`.
+    Soak,
     All,
 }
 
@@ -94,9 +98,20 @@ pub struct Args {
     /// Scale: measured seconds at each size.
     #[arg(long, default_value_t = 30)]
     scale_window: u64,
-    /// Failover: scheduler replicas.
+    /// Failover and soak: scheduler replicas (soak: at least 2).
     #[arg(long, default_value_t = 3)]
     replicas: usize,
+    /// Soak: seconds of load after the warm-up (3600 for the hour).
+    #[arg(long, default_value_t = 120)]
+    seconds: u64,
+    /// Soak: seconds per reported window (default: 600 for an hour or
+    /// more, else a quarter of --seconds).
+    #[arg(long)]
+    soak_window: Option<u64>,
+    /// Soak: seconds between restarts of a replica and a worker (default:
+    /// 300 for an hour or more, else a third of --seconds).
+    #[arg(long)]
+    restart_every: Option<u64>,
     /// Failover: seconds between kills.
     #[arg(long, default_value_t = 10)]
     kill_every: u64,
@@ -151,6 +166,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::Burst => burst::run(&args).await,
             Scenario::Scale => scale::run(&args).await,
             Scenario::Failover => failover::run(&args).await,
+            Scenario::Soak => soak::run(&args).await,
             Scenario::All => unreachable!("expanded above"),
         };
         match result {
