@@ -276,6 +276,9 @@ mod backfill;
 #[path = "store/maintenance.rs"]
 mod maintenance;
 
+#[path = "store/fan_in.rs"]
+mod fan_in;
+
 both_backends!(
     a_start_must_ask_for_what_was_staged,
     a_start_later_than_max_lateness_raises_one_late_alert,

@@ -6,6 +6,7 @@
 //! row. The rare deadlock that is left is retried by [`Store::retrying`].
 
 use super::dialect::Col;
+use super::fan_in::NO_FAN_IN_DEPENDENTS;
 use super::rows;
 use super::rows::JOB_TABLES;
 use super::start::PLAIN_START;
@@ -79,6 +80,8 @@ pub(super) struct BatchRow {
     pub on_success: Option<usize>,
     /// Whether its job has a queued (`pending`) firing.
     pub queued: bool,
+    /// Whether a fan-in job waits for its job's success.
+    pub fan_in_dependents: bool,
     /// A start that needs no policy decision ([`PLAIN_START`], not running
     /// anywhere): decided by the database, in the same words as the fast path.
     pub plain_start: bool,
@@ -86,11 +89,13 @@ pub(super) struct BatchRow {
 
 impl BatchRow {
     /// A finish that needs no policy decision: a success reported by the
-    /// worker that runs it, for a job that triggers and releases nothing.
+    /// worker that runs it, for a job that triggers, counts towards a
+    /// fan-in and releases nothing.
     pub fn plain_success(&self, event: &Finished) -> bool {
         event.outcome == Outcome::Succeeded
             && self.running_on.as_deref() == Some(event.worker_id.as_str())
             && !self.queued
+            && !self.fan_in_dependents
             && self.on_success == Some(0)
     }
 }
@@ -125,6 +130,8 @@ impl Store {
                  e.worker_id, j.spec, \
                  CAST(CASE WHEN EXISTS (SELECT 1 FROM pending p WHERE p.job_id = f.job_id) \
                       THEN 1 ELSE 0 END AS BIGINT) AS queued, \
+                 CAST(CASE WHEN {NO_FAN_IN_DEPENDENTS} THEN 0 ELSE 1 END AS BIGINT) \
+                     AS fan_in_dependents, \
                  CAST(CASE WHEN e.worker_id IS NULL AND {} THEN 1 ELSE 0 END AS BIGINT) \
                      AS plain_start \
              FROM firings f \
@@ -162,6 +169,7 @@ impl Store {
                     running_on: row.opt_text(&text, "worker_id")?,
                     on_success,
                     queued: row.int(&text, "queued")? != 0,
+                    fan_in_dependents: row.int(&text, "fan_in_dependents")? != 0,
                     plain_start: row.int(&text, "plain_start")? != 0,
                 })
             };

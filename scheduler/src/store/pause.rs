@@ -6,7 +6,7 @@
 //! policy to the instants the pause covered. Firings already staged still
 //! fire.
 
-use super::jobs::write_spec_and_state;
+use super::jobs::{unpaused_state, write_spec_and_state};
 use super::types::JobFilter;
 use super::{ms, truncate, Store, StoreError};
 use chime_common::bounds::check_time;
@@ -171,10 +171,8 @@ impl Store {
         };
         job.state = if paused {
             JobState::Paused
-        } else if job.next_fire_at.is_some() {
-            JobState::Active
         } else {
-            JobState::Completed
+            unpaused_state(&job.spec, job.next_fire_at.map(ms))
         };
         job.version += 1;
         job.updated_at = now;
