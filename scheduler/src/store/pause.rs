@@ -64,8 +64,16 @@ impl Store {
     ) -> Result<Option<Job>, StoreError> {
         pause.check(now)?;
         let now = truncate(now);
-        self.retrying(|| self.set_paused_once(id, pause, now, false))
-            .await
+        let Some(job) = self
+            .retrying(|| self.set_paused_once(id, pause, now, false))
+            .await?
+        else {
+            return Ok(None);
+        };
+        let mut job = [job];
+        self.mark_upstream_missing(&mut job).await?;
+        let [job] = job;
+        Ok(Some(job))
     }
 
     /// [`Store::set_paused`] for every job of `selection` (a group, a label
@@ -115,6 +123,7 @@ impl Store {
                 jobs.push(job);
             }
         }
+        self.mark_upstream_missing(&mut jobs).await?;
         Ok(jobs)
     }
 

@@ -173,11 +173,12 @@ async fn fan_in_paused_downstream_records_nothing(db: &TestDb) {
         .await
         .expect("put");
     run(&store, "a", Outcome::Succeeded, t(10)).await;
-    store
+    let paused = store
         .set_paused("c", Pause::Until(None), t(15))
         .await
         .expect("pause")
         .expect("c");
+    assert_eq!(paused.state, JobState::Paused);
     // b's success while c is paused is not counted, and nothing fires.
     assert!(run(&store, "b", Outcome::Succeeded, t(20)).await.is_empty());
     let resumed = store
@@ -275,6 +276,17 @@ async fn fan_in_reports_a_deleted_upstream(db: &TestDb) {
         .expect("a");
     let c = store.get_job("c").await.expect("get").expect("c");
     assert_eq!(c.upstream_missing, ["a", "z"]);
+    let paused = store
+        .set_paused("c", Pause::Until(None), t(2))
+        .await
+        .expect("pause")
+        .expect("c");
+    assert_eq!(paused.upstream_missing, ["a", "z"]);
+    store
+        .set_paused("c", Pause::Resume, t(3))
+        .await
+        .expect("resume")
+        .expect("c");
     let json = serde_json::to_value(&c).expect("json");
     assert_eq!(json["upstream_missing"], json!(["a", "z"]));
     let listed = store
