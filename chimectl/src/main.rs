@@ -7,6 +7,7 @@
 mod api;
 mod calendar;
 mod code;
+mod group;
 mod ics;
 mod import;
 mod preview;
@@ -53,6 +54,11 @@ enum Command {
     Calendar {
         #[command(subcommand)]
         command: calendar::CalendarCommand,
+    },
+    /// Limits of whole groups: put, list, get.
+    Group {
+        #[command(subcommand)]
+        command: group::GroupCommand,
     },
     #[command(flatten)]
     Code(code::CodeCommand),
@@ -112,6 +118,10 @@ async fn main() -> ExitCode {
         },
         Command::Calendar { command } => match client(&cli).await {
             Ok(client) => calendar::run(command, &client, cli.json).await,
+            Err(e) => Err(e),
+        },
+        Command::Group { command } => match client(&cli).await {
+            Ok(client) => group::run(command, &client, cli.json).await,
             Err(e) => Err(e),
         },
         Command::Code(command) => match client(&cli).await {

@@ -6,6 +6,7 @@
 //! reply's shape is written once.
 
 pub use crate::calendars::{CalendarReply, ListCalendarsReply};
+use crate::concurrency::Group;
 use crate::duration::{rfc3339_ms, rfc3339_ms_opt};
 use crate::error::ApiError;
 use crate::firing::{Firing, FiringState};
@@ -37,6 +38,9 @@ pub enum Verb {
     CalendarsGet,
     CalendarsDelete,
     CalendarsList,
+    GroupsPut,
+    GroupsGet,
+    GroupsList,
     /// Recent alerts from the alert stream (extension).
     AlertsList,
     /// The audit trail of mutating requests (extension).
@@ -58,7 +62,7 @@ pub enum Access {
 
 impl Verb {
     /// Every verb, in the contract's order.
-    pub const ALL: [Verb; 18] = [
+    pub const ALL: [Verb; 21] = [
         Verb::JobsPut,
         Verb::JobsGet,
         Verb::JobsList,
@@ -77,6 +81,9 @@ impl Verb {
         Verb::CalendarsGet,
         Verb::CalendarsDelete,
         Verb::CalendarsList,
+        Verb::GroupsPut,
+        Verb::GroupsGet,
+        Verb::GroupsList,
     ];
 
     /// What calling this verb does.
@@ -90,15 +97,19 @@ impl Verb {
             | Verb::AlertsList
             | Verb::AuditList
             | Verb::CalendarsGet
-            | Verb::CalendarsList => Access::Read,
+            | Verb::CalendarsList
+            | Verb::GroupsGet
+            | Verb::GroupsList => Access::Read,
             Verb::JobsPause
             | Verb::JobsResume
             | Verb::JobsTrigger
             | Verb::JobsBackfill
             | Verb::FiringsCancel => Access::Operate,
-            Verb::JobsPut | Verb::JobsDelete | Verb::CalendarsPut | Verb::CalendarsDelete => {
-                Access::Administer
-            }
+            Verb::JobsPut
+            | Verb::JobsDelete
+            | Verb::CalendarsPut
+            | Verb::CalendarsDelete
+            | Verb::GroupsPut => Access::Administer,
         }
     }
 
@@ -123,6 +134,9 @@ impl Verb {
             Verb::CalendarsGet => "calendars.get",
             Verb::CalendarsDelete => "calendars.delete",
             Verb::CalendarsList => "calendars.list",
+            Verb::GroupsPut => "groups.put",
+            Verb::GroupsGet => "groups.get",
+            Verb::GroupsList => "groups.list",
         }
     }
 }
@@ -471,6 +485,31 @@ pub struct ListAuditReply {
     pub next: Option<String>,
 }
 
+/// `groups.get` request: the group's name.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupRequest {
+    pub name: String,
+}
+
+/// `groups.list` request: no fields.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListGroupsRequest {}
+
+/// `groups.put` and `groups.get` reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct GroupReply {
+    pub group: Group,
+}
+
+/// `groups.list` reply: every group with a limit, a job, or firings
+/// running or held, by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ListGroupsReply {
+    pub groups: Vec<Group>,
+}
+
 /// A successful reply of any verb, as the server sends it: each variant
 /// writes exactly its verb's reply object.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -491,6 +530,8 @@ pub enum Reply {
     Audit(ListAuditReply),
     Calendar(CalendarReply),
     Calendars(ListCalendarsReply),
+    Group(GroupReply),
+    Groups(ListGroupsReply),
 }
 
 impl Reply {
@@ -518,7 +559,8 @@ mod tests {
             "no API verb \"jobs.frobnicate\"; verbs are jobs.put, jobs.get, jobs.list, \
              jobs.delete, jobs.pause, jobs.resume, jobs.trigger, jobs.backfill, jobs.preview, \
              firings.list, firings.cancel, workers.list, alerts.list, audit.list, \
-             calendars.put, calendars.get, calendars.delete, calendars.list"
+             calendars.put, calendars.get, calendars.delete, calendars.list, groups.put, \
+             groups.get, groups.list"
         );
     }
 

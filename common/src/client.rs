@@ -5,11 +5,12 @@
 //! code, message and field.
 
 use crate::api::{
-    BackfillReply, BackfillRequest, FiringReply, IdRequest, JobReply, JobsReply,
-    ListCalendarsRequest, ListWorkersReply, ListWorkersRequest, PauseRequest, PreviewReply,
-    PreviewRequest, TriggerReply, TriggerRequest,
+    BackfillReply, BackfillRequest, FiringReply, GroupReply, GroupRequest, IdRequest, JobReply,
+    JobsReply, ListCalendarsRequest, ListGroupsReply, ListGroupsRequest, ListWorkersReply,
+    ListWorkersRequest, PauseRequest, PreviewReply, PreviewRequest, TriggerReply, TriggerRequest,
 };
 use crate::calendars::{Calendar, CalendarReply, ListCalendarsReply};
+use crate::concurrency::Group;
 use crate::error::{ApiError, ErrorReply};
 use crate::firing::Firing;
 use crate::job::Job;
@@ -222,6 +223,32 @@ impl Client {
             .call::<CalendarReply>(Verb::CalendarsDelete, &IdRequest { id: id.into() })
             .await?
             .calendar)
+    }
+
+    /// `groups.put`: `limits` as JSON (`name`, `max_concurrent`,
+    /// `max_per_second`), so the server checks it and names the field of any
+    /// problem. A limit left out is removed.
+    pub async fn put_group(&self, limits: &Value) -> Result<Group, ApiError> {
+        Ok(self
+            .call::<GroupReply>(Verb::GroupsPut, limits)
+            .await?
+            .group)
+    }
+
+    /// `groups.get`.
+    pub async fn get_group(&self, name: &str) -> Result<Group, ApiError> {
+        Ok(self
+            .call::<GroupReply>(Verb::GroupsGet, &GroupRequest { name: name.into() })
+            .await?
+            .group)
+    }
+
+    /// `groups.list`, by name.
+    pub async fn list_groups(&self) -> Result<Vec<Group>, ApiError> {
+        Ok(self
+            .call::<ListGroupsReply>(Verb::GroupsList, &ListGroupsRequest {})
+            .await?
+            .groups)
     }
 
     /// `workers.list`.

@@ -4,6 +4,7 @@
 //! that one reply lists every problem, each with its JSON path.
 
 use crate::bounds::{check_at_most, MAX_MISFIRE_THRESHOLD, MAX_RETRY_DELAY, MAX_TIMEOUT};
+use crate::concurrency::Concurrency;
 use crate::duration::{format_duration, json_kind, parse_duration, rfc3339_ms, rfc3339_ms_opt};
 use crate::error::FieldError;
 use crate::labels::{labels_from_json, Labels};
@@ -127,6 +128,9 @@ pub struct JobSpec {
     pub timeout: Duration,
     pub retry: RetryPolicy,
     pub overlap: Overlap,
+    /// `max_concurrent`, `queue_limit`.
+    #[serde(flatten)]
+    pub concurrency: Concurrency,
     pub misfire: Misfire,
     #[serde(with = "crate::duration::duration_serde")]
     #[schema(value_type = String, example = "30s")]
@@ -435,6 +439,7 @@ impl JobSpec {
         ];
         known.extend(READ_ONLY_FIELDS);
         known.extend(TimeRules::FIELDS);
+        known.extend(Concurrency::FIELDS);
         w.unknown_fields(&known);
 
         let id = w.name("id", MAX_ID_LEN, None);
@@ -446,6 +451,9 @@ impl JobSpec {
         let priority = w.integer("priority", 0, 9, Some(5));
         let timeout = w.duration("timeout", Duration::from_secs(3600), true, MAX_TIMEOUT);
         let overlap = w.choice::<Overlap>("overlap");
+        let concurrency = Concurrency::from_json(obj, overlap)
+            .map_err(|mut e| w.errors.append(&mut e))
+            .ok();
         let misfire = w.choice::<Misfire>("misfire");
         let misfire_threshold = w.duration(
             "misfire_threshold",
@@ -607,6 +615,7 @@ impl JobSpec {
             timeout,
             retry,
             overlap,
+            concurrency,
             misfire,
             misfire_threshold,
             paused,
@@ -625,6 +634,7 @@ impl JobSpec {
                 Some(timeout),
                 Some(retry),
                 Some(overlap),
+                Some(concurrency),
                 Some(misfire),
                 Some(misfire_threshold),
                 Some(paused),
@@ -643,6 +653,7 @@ impl JobSpec {
                 timeout,
                 retry,
                 overlap,
+                concurrency,
                 misfire,
                 misfire_threshold,
                 paused,

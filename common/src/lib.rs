@@ -15,6 +15,7 @@ pub mod api;
 pub mod bounds;
 pub mod calendars;
 pub mod client;
+pub mod concurrency;
 pub mod connection;
 pub mod duration;
 pub mod error;

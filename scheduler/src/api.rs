@@ -12,15 +12,16 @@ use crate::store::{
 use async_nats::jetstream::kv;
 use chime_common::api::{
     requested_page, requested_selector, Access, BackfillReply, BackfillRequest, CalendarReply,
-    FiringReply, IdRequest, JobsReply, ListAlertsReply, ListAlertsRequest, ListAuditReply,
-    ListAuditRequest, ListCalendarsReply, ListCalendarsRequest, ListFiringsReply,
-    ListFiringsRequest, ListJobsReply, ListJobsRequest, ListWorkersReply, ListWorkersRequest,
-    PauseRequest, PreviewRequest, Reply, TriggerReply, TriggerRequest, Verb,
-    BACKFILL_LIMIT_DEFAULT,
+    FiringReply, GroupReply, GroupRequest, IdRequest, JobsReply, ListAlertsReply,
+    ListAlertsRequest, ListAuditReply, ListAuditRequest, ListCalendarsReply, ListCalendarsRequest,
+    ListFiringsReply, ListFiringsRequest, ListGroupsReply, ListGroupsRequest, ListJobsReply,
+    ListJobsRequest, ListWorkersReply, ListWorkersRequest, PauseRequest, PreviewRequest, Reply,
+    TriggerReply, TriggerRequest, Verb, BACKFILL_LIMIT_DEFAULT,
 };
 use chime_common::calendars::Calendar;
+use chime_common::concurrency::GroupLimits;
 use chime_common::error::ErrorReply;
-use chime_common::job::{check_name, if_version, IF_VERSION_FIELD, MAX_ID_LEN};
+use chime_common::job::{check_group, check_name, if_version, IF_VERSION_FIELD, MAX_ID_LEN};
 use chime_common::preview::Preview;
 use chime_common::protocol::{Alert, CancelRequest, WorkerInfo};
 use chime_common::{ApiError, ErrorCode, FiringId, JobSpec, Limits, Subjects};
@@ -164,6 +165,10 @@ pub enum ApiRequest {
     GetCalendar(String),
     DeleteCalendar(String),
     ListCalendars,
+    /// `groups.put`: the group's new limits.
+    PutGroup(GroupLimits),
+    GetGroup(String),
+    ListGroups,
 }
 
 impl ApiRequest {
@@ -311,6 +316,18 @@ impl ApiRequest {
                 let _: ListCalendarsRequest = parse_request(body)?;
                 ApiRequest::ListCalendars
             }
+            Verb::GroupsPut => ApiRequest::PutGroup(
+                GroupLimits::from_json(&parse_value(body)?).map_err(ApiError::from_field_errors)?,
+            ),
+            Verb::GroupsGet => {
+                let req: GroupRequest = parse_request(body)?;
+                check_group(&req.name).map_err(|e| ApiError::invalid("name", e))?;
+                ApiRequest::GetGroup(req.name)
+            }
+            Verb::GroupsList => {
+                let _: ListGroupsRequest = parse_request(body)?;
+                ApiRequest::ListGroups
+            }
         })
     }
 
@@ -337,7 +354,11 @@ impl ApiRequest {
             ApiRequest::Backfill(req) => Some(req.id.clone()),
             ApiRequest::PutCalendar(calendar) => Some(calendar.id.clone()),
             ApiRequest::DeleteCalendar(id) => Some(id.clone()),
-            ApiRequest::GetCalendar(_) | ApiRequest::ListCalendars => None,
+            ApiRequest::PutGroup(limits) => Some(format!("group={}", limits.name)),
+            ApiRequest::GetCalendar(_)
+            | ApiRequest::ListCalendars
+            | ApiRequest::GetGroup(_)
+            | ApiRequest::ListGroups => None,
             ApiRequest::GetJob(_)
             | ApiRequest::ListJobs(_)
             | ApiRequest::Preview(_)
@@ -612,6 +633,15 @@ impl Api {
             })),
             ApiRequest::ListCalendars => Ok(Reply::Calendars(ListCalendarsReply {
                 calendars: self.store.list_calendars().await?,
+            })),
+            ApiRequest::PutGroup(limits) => Ok(Reply::Group(GroupReply {
+                group: self.store.put_group_limits(&limits, now).await?,
+            })),
+            ApiRequest::GetGroup(name) => Ok(Reply::Group(GroupReply {
+                group: self.store.get_group(&name).await?,
+            })),
+            ApiRequest::ListGroups => Ok(Reply::Groups(ListGroupsReply {
+                groups: self.store.list_groups().await?,
             })),
         }
     }

@@ -19,6 +19,7 @@ pub mod dead_letter;
 pub mod expiry;
 pub mod housekeeping;
 pub mod lease;
+pub mod limits;
 pub mod maintenance;
 pub mod metrics;
 pub mod probes;

@@ -48,6 +48,12 @@ pub struct Metrics {
     pub firing_lateness: HistogramVec,
     /// Firings that started later than their job's `max_lateness`, by group.
     pub firings_late: IntCounterVec,
+    /// Start requests a concurrency limit held back, by group and limit
+    /// (`job`, `group`, `rate`).
+    pub firings_held: IntCounterVec,
+    /// How long a firing a limit held waited, from its first hold to its
+    /// start, by group and the limit that held it last.
+    pub limit_wait: HistogramVec,
     /// Instants recorded `skipped` that raised a `missed` alert, by group and
     /// cause (`misfire`, `calendar`).
     pub firings_missed: IntCounterVec,
@@ -197,6 +203,19 @@ impl Metrics {
                 "chime_firings_late_total",
                 "Firings that started later than their job's max_lateness.",
                 &["group"],
+            ),
+            firings_held: counter_vec(
+                &r,
+                "chime_firings_held_total",
+                "Start requests held back by a concurrency limit (job, group or rate).",
+                &["group", "limit"],
+            ),
+            limit_wait: histogram_vec(
+                &r,
+                "chime_limit_wait_seconds",
+                "How long a firing held by a concurrency limit waited to start.",
+                FIRING_LATENESS_BUCKETS,
+                &["group", "limit"],
             ),
             firings_missed: counter_vec(
                 &r,

@@ -10,6 +10,7 @@ use crate::consumers::{Consumers, ConsumersConfig};
 use crate::expiry::{ExpiryConfig, ExpiryMonitor};
 use crate::housekeeping::{Housekeeping, HousekeepingConfig};
 use crate::lease::Lease;
+use crate::limits::{LimitRelease, LimitsConfig};
 use crate::maintenance::{MaintenanceConfig, MaintenanceWindows};
 use crate::metrics::Metrics;
 use crate::publisher::{Publisher, PublisherConfig};
@@ -55,6 +56,8 @@ pub struct SchedulerConfig {
     pub housekeeping: HousekeepingConfig,
     /// Ending maintenance windows (pauses with `until`).
     pub maintenance: MaintenanceConfig,
+    /// Releasing firings held by concurrency limits.
+    pub limits: LimitsConfig,
     /// How failed services are restarted and when they make `/healthz` fail.
     pub supervisor: SupervisorConfig,
     /// The clock offset check (`--max-clock-offset`).
@@ -87,6 +90,7 @@ impl SchedulerConfig {
             expiry: ExpiryConfig::default(),
             housekeeping: HousekeepingConfig::default(),
             maintenance: MaintenanceConfig::default(),
+            limits: LimitsConfig::default(),
             supervisor: SupervisorConfig::default(),
             clock: ClockConfig::default(),
             consumers: ConsumersConfig::default(),
@@ -107,6 +111,7 @@ impl SchedulerConfig {
             web.validate()?;
         }
         self.maintenance.validate()?;
+        self.limits.validate()?;
         self.supervisor.validate()?;
         self.clock.validate()?;
         self.consumers.validate()?;
@@ -479,7 +484,7 @@ impl Replica {
             .on_failure(move |_| store_errors.with_label_values(&["housekeeping"]).inc()),
         );
         let maintenance_lease = Lease::new(
-            leases,
+            leases.clone(),
             "maintenance",
             config.replica_id.clone(),
             config.maintenance.lease_ttl,
@@ -497,6 +502,26 @@ impl Replica {
             .with_lease(Arc::new(maintenance_lease))
             .with_signal(signals.maintenance.clone())
             .on_failure(move |_| store_errors.with_label_values(&["maintenance"]).inc()),
+        );
+        let limits_lease = Lease::new(
+            leases,
+            "limits",
+            config.replica_id.clone(),
+            config.limits.lease_ttl,
+        );
+        let store_errors = metrics.store_errors.clone();
+        supervisor.spawn_periodic(
+            Periodic::new(
+                "limits",
+                Arc::new(LimitRelease {
+                    config: config.limits.clone(),
+                    store: store.clone(),
+                }),
+                PeriodicConfig::every(config.limits.interval),
+            )
+            .with_lease(Arc::new(limits_lease))
+            .with_signal(signals.limits.clone())
+            .on_failure(move |_| store_errors.with_label_values(&["limits"]).inc()),
         );
         supervisor.spawn_periodic(
             Periodic::new(
@@ -558,7 +583,7 @@ impl Replica {
 }
 
 /// Every supervised service, by the name its metrics and `/healthz` use.
-pub const SERVICES: [&str; 11] = [
+pub const SERVICES: [&str; 12] = [
     "lifecycle_starts",
     "lifecycle_finished",
     "api",
@@ -568,6 +593,7 @@ pub const SERVICES: [&str; 11] = [
     "expiry",
     "housekeeping",
     "maintenance",
+    "limits",
     "clock",
     "consumers",
 ];

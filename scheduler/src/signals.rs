@@ -7,6 +7,7 @@
 use crate::consumers::ConsumersOutcome;
 use crate::expiry::ExpiryOutcome;
 use crate::housekeeping::HousekeepingOutcome;
+use crate::limits::LimitsOutcome;
 use crate::maintenance::MaintenanceOutcome;
 use chime_common::service::Pass;
 use chime_common::signal::TestSignal;
@@ -20,6 +21,8 @@ pub struct Signals {
     pub housekeeping: TestSignal<Pass<HousekeepingOutcome>>,
     /// Each maintenance window pass (only on the lease holder).
     pub maintenance: TestSignal<Pass<MaintenanceOutcome>>,
+    /// Each pass releasing held firings (only on the lease holder).
+    pub limits: TestSignal<Pass<LimitsOutcome>>,
     /// Each clock offset measurement.
     pub clock: TestSignal<Pass<chrono::Duration>>,
     /// Each consumer reconciliation pass.

@@ -108,6 +108,18 @@ impl WorkerReports {
             if decision.reply.refusal == Some(chime_common::protocol::StartRefusal::Skipped) {
                 self.metrics.overlap_skipped.inc();
             }
+            if let Some(cause) = decision.held {
+                self.metrics
+                    .firings_held
+                    .with_label_values(&[request.group.as_str(), cause.as_str()])
+                    .inc();
+            }
+            if let Some((cause, waited)) = decision.limit_wait {
+                self.metrics
+                    .limit_wait
+                    .with_label_values(&[request.group.as_str(), cause.as_str()])
+                    .observe(waited.as_secs_f64());
+            }
             for alert in &decision.alerts {
                 self.alert(alert).await;
             }

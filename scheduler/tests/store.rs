@@ -276,6 +276,9 @@ mod backfill;
 #[path = "store/maintenance.rs"]
 mod maintenance;
 
+#[path = "store/limits.rs"]
+mod limits;
+
 #[path = "store/fan_in.rs"]
 mod fan_in;
 
@@ -1786,7 +1789,7 @@ async fn queue_holds_one_and_releases_it_on_finish(db: &TestDb) {
         .is_empty());
 
     let done = finish(&store, &first, "w1", Outcome::Succeeded, t(5)).await;
-    assert_eq!(done.released, Some(second.clone()));
+    assert_eq!(done.released, vec![second.clone()]);
     let released = staged(&store, &second).await;
     assert_eq!(released.publish_seq, 1);
     assert_eq!(released.due_at, t(5));
@@ -2303,7 +2306,7 @@ async fn requeue_retries_then_loses(db: &TestDb) {
     let alert = outcome.alert.expect("no attempts remain");
     assert_eq!(alert.kind, AlertKind::FiringLost);
     assert_eq!(alert.firing_id, Some(id.clone()));
-    assert_eq!(outcome.released, Some(queued.clone()));
+    assert_eq!(outcome.released, vec![queued.clone()]);
     assert_eq!(staged(&store, &queued).await.publish_seq, 1);
 }
 

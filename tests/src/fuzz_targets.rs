@@ -336,6 +336,23 @@ pub fn api_request(data: &[u8]) {
                 "{verb}: accepted id {id:?}"
             );
         }
-        Ok(ApiRequest::ListCalendars) => {}
+        Ok(ApiRequest::PutGroup(limits)) => {
+            let again = chime_common::concurrency::GroupLimits::from_json(
+                &serde_json::to_value(&limits).expect("group limits encode"),
+            );
+            assert_eq!(
+                again.as_ref(),
+                Ok(&limits),
+                "{verb}: the group limits do not round-trip"
+            );
+        }
+        Ok(ApiRequest::GetGroup(name)) => {
+            assert_eq!(
+                chime_common::job::check_group(&name),
+                Ok(()),
+                "{verb}: accepted group {name:?}"
+            );
+        }
+        Ok(ApiRequest::ListCalendars | ApiRequest::ListGroups) => {}
     }
 }

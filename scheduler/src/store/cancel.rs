@@ -59,7 +59,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
                 self.remove_waiting(&mut tx, &[text.as_str()]).await?;
-                self.dequeue(&mut tx, &firing.job_id, &text).await?;
+                self.unhold(&mut tx, &[text.as_str()]).await?;
                 None
             }
             FiringState::Executing => {

@@ -15,6 +15,7 @@
 use super::dialect::Col;
 use super::executing::Lease;
 use super::fan_in::NO_FAN_IN_DEPENDENTS;
+use super::hold::NOTHING_HELD_IN_GROUP;
 use super::jobs::write_spec_and_state;
 use super::locks::{complete, split_batch, FiringRow, JobRow, Tx};
 use super::retry::RetryDelay;
@@ -192,7 +193,7 @@ impl Store {
                  WHERE f.id = r.id AND f.state IN {} \
                      AND EXISTS (SELECT 1 FROM executing e \
                          WHERE e.firing_id = f.id AND e.worker_id = r.worker_id) \
-                     AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.job_id = f.job_id) \
+                     AND {NOTHING_HELD_IN_GROUP} \
                      AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = f.job_id \
                          AND COALESCE(jsonb_array_length(j.spec::jsonb -> 'on_success'), 0) = 0) \
                      AND {NO_FAN_IN_DEPENDENTS} \
@@ -409,7 +410,7 @@ impl Store {
             let fanned_in = self.count_fan_in_success(tx, job_id, now).await?;
             outcome.triggered.extend(fanned_in);
         }
-        outcome.released = self.release_queued(tx, job_id, now).await?;
+        outcome.released = self.release_held(tx, job_id, &firing.group, now).await?;
         Ok(outcome)
     }
 

@@ -70,25 +70,33 @@ fn parse_job_cursor(cursor: &str) -> Result<(i64, String), StoreError> {
         })
 }
 
+/// The `jobs.max_concurrent` column: the job's own limit on running
+/// firings, `None` when it has none (`overlap: allow` without
+/// `max_concurrent`), which is what lets a start skip the policy decision.
+fn max_concurrent_column(spec: &JobSpec) -> Option<i64> {
+    spec.concurrency.limit(spec.overlap).map(i64::from)
+}
+
 /// A statement with its parameters bound so far.
 type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
 
 /// The `jobs` half of a put: `$1` id, `$2` group, `$3` spec, `$4` now, `$5`
-/// overlap. A replace keeps `created_at` and bumps `version`.
+/// overlap, `$6` max_concurrent. A replace keeps `created_at` and bumps `version`.
 pub(crate) const UPSERT_JOB: &str = "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, \
-         consecutive_failures, created_at, updated_at, overlap) \
-     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5) \
+         consecutive_failures, created_at, updated_at, overlap, max_concurrent) \
+     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5, $6) \
      ON CONFLICT (id) DO UPDATE SET group_name = excluded.group_name, spec = excluded.spec, \
-         overlap = excluded.overlap, anchor_ms = excluded.anchor_ms, \
+         overlap = excluded.overlap, max_concurrent = excluded.max_concurrent, \
+         anchor_ms = excluded.anchor_ms, \
          version = jobs.version + 1, updated_at = excluded.updated_at \
      RETURNING version, created_at";
 
-/// The `job_schedule` half of a put: `$1` id, `$6` partition, `$7` state,
-/// `$8` next instant (numbered after [`UPSERT_JOB`]'s, so PostgreSQL can run
+/// The `job_schedule` half of a put: `$1` id, `$7` partition, `$8` state,
+/// `$9` next instant (numbered after [`UPSERT_JOB`]'s, so PostgreSQL can run
 /// both as one statement).
 pub(crate) const UPSERT_SCHEDULE: &str =
     "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
-     VALUES ($1, $6, $7, $8) \
+     VALUES ($1, $7, $8, $9) \
      ON CONFLICT (job_id) DO UPDATE SET part = excluded.part, state = excluded.state, \
          next_fire_at = excluded.next_fire_at, \
          paused_until = CASE WHEN excluded.state = 'paused' THEN job_schedule.paused_until END";
@@ -96,16 +104,16 @@ pub(crate) const UPSERT_SCHEDULE: &str =
 /// [`UPSERT_JOB`]'s insert for a put with `if_version: 0`: no row comes
 /// back when the job exists.
 const INSERT_JOB_IF_ABSENT: &str = "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, \
-         consecutive_failures, created_at, updated_at, overlap) \
-     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5) \
+         consecutive_failures, created_at, updated_at, overlap, max_concurrent) \
+     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5, $6) \
      ON CONFLICT (id) DO NOTHING \
      RETURNING version, created_at";
 
-/// [`UPSERT_JOB`]'s replace for a put with `if_version: $6`: no row comes
+/// [`UPSERT_JOB`]'s replace for a put with `if_version: $7`: no row comes
 /// back unless the stored job has that version.
 const UPDATE_JOB_IF_VERSION: &str = "UPDATE jobs SET group_name = $2, spec = $3, overlap = $5, \
-         anchor_ms = $4, version = version + 1, updated_at = $4 \
-     WHERE id = $1 AND version = $6 \
+         max_concurrent = $6, anchor_ms = $4, version = version + 1, updated_at = $4 \
+     WHERE id = $1 AND version = $7 \
      RETURNING version, created_at";
 
 /// [`UPSERT_SCHEDULE`] as a statement of its own (parameters from `$1`).
@@ -137,6 +145,7 @@ impl<'a> Put<'a> {
             .bind(self.text)
             .bind(self.now_ms)
             .bind(self.spec.overlap.as_str())
+            .bind(max_concurrent_column(self.spec))
     }
 
     /// Binds [`UPSERT_SCHEDULE_ALONE`]'s parameters.
@@ -417,7 +426,7 @@ impl Store {
         .fetch_all(&mut *tx)
         .await?;
         self.remove_waiting(&mut tx, &cancelled).await?;
-        self.forget_queued(&mut tx, id).await?;
+        self.unhold_job(&mut tx, id).await?;
         let cancel = self.running_firings(&mut tx, id, "").await?;
         tx.commit().await?;
         Ok(Some(Deleted { job, cancel }))
@@ -571,13 +580,14 @@ pub(crate) async fn write_spec_and_state(
     updated_at: i64,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "UPDATE jobs SET spec = $2, overlap = $4, version = version + 1, updated_at = $3 \
-         WHERE id = $1",
+        "UPDATE jobs SET spec = $2, overlap = $4, max_concurrent = $5, version = version + 1, \
+         updated_at = $3 WHERE id = $1",
     )
     .bind(spec.id.as_str())
     .bind(spec_text(spec)?)
     .bind(updated_at)
     .bind(spec.overlap.as_str())
+    .bind(max_concurrent_column(spec))
     .execute(&mut **tx)
     .await?;
     sqlx::query("UPDATE job_schedule SET state = $2 WHERE job_id = $1")

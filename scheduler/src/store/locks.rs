@@ -2,11 +2,12 @@
 //! is split between its set-based and its per-firing path.
 //!
 //! Locks are taken in one order, firing row, then executing row, then job
-//! row, then a queued firing; a firing's `waiting` row only after its firing
-//! row. The rare deadlock that is left is retried by [`Store::retrying`].
+//! row, then the group's limits, then held rows; a firing's `waiting` row
+//! only after its firing row. The rare deadlock that is left is retried by [`Store::retrying`].
 
 use super::dialect::Col;
 use super::fan_in::NO_FAN_IN_DEPENDENTS;
+use super::hold::NOTHING_HELD_IN_GROUP;
 use super::rows;
 use super::rows::JOB_TABLES;
 use super::start::PLAIN_START;
@@ -78,8 +79,9 @@ pub(super) struct BatchRow {
     pub running_on: Option<String>,
     /// Its job's `on_success`; `None` if the job is gone or its spec unreadable.
     pub on_success: Option<usize>,
-    /// Whether its job has a queued (`pending`) firing.
-    pub queued: bool,
+    /// Whether a firing of its group is held by a limit (a finish may
+    /// have to release it).
+    pub held_in_group: bool,
     /// Whether a fan-in job waits for its job's success.
     pub fan_in_dependents: bool,
     /// A start that needs no policy decision ([`PLAIN_START`], not running
@@ -94,7 +96,7 @@ impl BatchRow {
     pub fn plain_success(&self, event: &Finished) -> bool {
         event.outcome == Outcome::Succeeded
             && self.running_on.as_deref() == Some(event.worker_id.as_str())
-            && !self.queued
+            && !self.held_in_group
             && !self.fan_in_dependents
             && self.on_success == Some(0)
     }
@@ -128,8 +130,8 @@ impl Store {
         let sql = format!(
             "SELECT f.id, f.state, f.group_name, f.timeout_ms, f.handler, f.payload_sha256, \
                  e.worker_id, j.spec, \
-                 CAST(CASE WHEN EXISTS (SELECT 1 FROM pending p WHERE p.job_id = f.job_id) \
-                      THEN 1 ELSE 0 END AS BIGINT) AS queued, \
+                 CAST(CASE WHEN {NOTHING_HELD_IN_GROUP} THEN 0 ELSE 1 END AS BIGINT) \
+                     AS held_in_group, \
                  CAST(CASE WHEN {NO_FAN_IN_DEPENDENTS} THEN 0 ELSE 1 END AS BIGINT) \
                      AS fan_in_dependents, \
                  CAST(CASE WHEN e.worker_id IS NULL AND {} THEN 1 ELSE 0 END AS BIGINT) \
@@ -168,7 +170,7 @@ impl Store {
                     },
                     running_on: row.opt_text(&text, "worker_id")?,
                     on_success,
-                    queued: row.int(&text, "queued")? != 0,
+                    held_in_group: row.int(&text, "held_in_group")? != 0,
                     fan_in_dependents: row.int(&text, "fan_in_dependents")? != 0,
                     plain_start: row.int(&text, "plain_start")? != 0,
                 })

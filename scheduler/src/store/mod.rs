@@ -1,4 +1,4 @@
-//! Chime's durable state: jobs, firings, the executing table, queued firings.
+//! Chime's durable state: jobs, firings, the executing table, held firings.
 //!
 //! # One implementation, two databases
 //!
@@ -7,8 +7,8 @@
 //! how a JSON batch is expanded into rows, the pools, the migrations, the
 //! writes PostgreSQL combines into one statement) lives behind the seam in
 //! `dialect/`, one file per backend. Every other statement, and all of the
-//! logic around them (misfire planning, overlap, retries, alerts, queue
-//! release) exists once: a full implementation per backend would have
+//! logic around them (misfire planning, overlap, limits, retries, alerts,
+//! releases) exists once: a full implementation per backend would have
 //! duplicated that logic, or every SQL text, for two databases that accept
 //! the same SQL.
 //!
@@ -16,14 +16,14 @@
 //!
 //! `states.rs` states the firing state machine (a table of every state and
 //! transition). Each transition is one file: `stage.rs`, `publish.rs`,
-//! `start.rs`, `skip.rs` (skipped or failed without starting), `queue.rs`
-//! (overlap `queue` and its release), `finish.rs`, `retry.rs`, `requeue.rs`
+//! `start.rs`, `skip.rs` (skipped or failed without starting), `hold.rs`
+//! (held back by a concurrency limit, and released), `finish.rs`, `retry.rs`, `requeue.rs`
 //! (lost), `cancel.rs` (an operator's cancel). `locks.rs` reads and locks what they decide on; `waiting.rs` and
 //! `executing.rs` keep the two small tables that say which firings wait and
 //! which run. Jobs are `jobs.rs`, `dependencies.rs` (cycles through
 //! `on_success` and `after`), `fan_in.rs` (what counted towards a fan-in
-//! schedule) and `plan.rs` (misfire planning); `calendars.rs` keeps the exclusion
-//! calendars staging applies.
+//! schedule) and `plan.rs` (misfire planning); `calendars.rs` keeps the
+//! exclusion calendars staging applies; `groups.rs` the limits of whole groups.
 //!
 //! Batches travel as one JSON parameter (`json_to_recordset` on PostgreSQL,
 //! `json_each` on SQLite) rather than as arrays for `UNNEST`, which `Any`
@@ -75,7 +75,9 @@ mod error;
 mod executing;
 mod fan_in;
 mod finish;
+mod groups;
 mod history;
+mod hold;
 mod jobs;
 mod lateness;
 mod listing;
@@ -83,7 +85,6 @@ mod locks;
 mod pause;
 mod plan;
 mod publish;
-mod queue;
 mod requeue;
 mod retry;
 mod rows;
@@ -100,13 +101,14 @@ pub use audit::{AuditFilter, AuditRecord};
 pub use cancel::{CancelOutcome, CANCELLED_BY_OPERATOR};
 pub use dialect::Backend;
 pub use error::StoreError;
+pub use groups::MAX_GROUPS;
 pub use history::Activity;
 pub use pause::{JobSelection, Pause, MAX_PAUSED_AT_ONCE};
 pub use retry::RetryDelay;
 pub use sessions::Session;
 pub use types::{
-    Deleted, ExecutingRow, FinishOutcome, FiringFilter, JobFilter, MissCause, Missed, Page,
-    RequeueOutcome, RunningFiring, StageOutcome, StageRequest, StagedFiring, StartOutcome,
+    Deleted, ExecutingRow, FinishOutcome, FiringFilter, HoldCause, JobFilter, MissCause, Missed,
+    Page, RequeueOutcome, RunningFiring, StageOutcome, StageRequest, StagedFiring, StartOutcome,
     StoreOptions, DEFAULT_MAX_CATCH_UP, DEFAULT_MAX_JOBS,
 };
 

@@ -46,8 +46,8 @@ impl Store {
     }
 
     /// Published firings no worker started, published before
-    /// `published_before`, oldest first (queued ones excluded: they wait on
-    /// purpose). Corrupt rows are logged and left out.
+    /// `published_before`, oldest first (those a limit holds excluded: they wait
+    /// on purpose). Corrupt rows are logged and left out.
     pub async fn unstarted(
         &self,
         published_before: DateTime<Utc>,
@@ -57,7 +57,8 @@ impl Store {
             "SELECT {FIRING_COLUMNS} FROM firings WHERE id IN ( \
                  SELECT w.firing_id FROM waiting w \
                  WHERE w.published_at IS NOT NULL AND w.published_at < $1 \
-                     AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.firing_id = w.firing_id) \
+                     AND NOT EXISTS (SELECT 1 FROM held h \
+                         WHERE h.firing_id = w.firing_id AND h.released_at IS NULL) \
                  ORDER BY w.published_at, w.firing_id LIMIT $2) \
              ORDER BY published_at, id"
         ))

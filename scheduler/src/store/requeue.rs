@@ -59,7 +59,7 @@ impl Store {
         let mut outcome = RequeueOutcome {
             lost: row.firing_id.clone(),
             retry: None,
-            released: None,
+            released: Vec::new(),
             alert: None,
         };
         // No readable firing row: its executing row is still cleared, once.
@@ -82,7 +82,7 @@ impl Store {
                 now,
             ));
         }
-        outcome.released = self.release_queued(tx, job_id, now).await?;
+        outcome.released = self.release_held(tx, job_id, &firing.group, now).await?;
         Ok(Some(outcome))
     }
 }

@@ -1,4 +1,5 @@
-//! Firings that end without starting: skipped by the overlap policy, or
+//! Firings that end without starting: skipped by the overlap policy or a
+//! full queue, or
 //! failed because they cannot start (refused `already_finished`).
 
 use super::finish::end_firing;
@@ -7,21 +8,17 @@ use super::{Store, StoreError};
 use chime_common::FiringState;
 
 impl Store {
-    /// Skips a waiting firing because another of its job's firings runs.
+    /// Skips a waiting firing because its job's limit is reached (others
+    /// run, or its queue is full), saying why in `reason`.
     pub(super) async fn skip_for_overlap(
         &self,
         tx: &mut Tx,
         id: &str,
+        reason: &str,
         now: i64,
     ) -> Result<(), StoreError> {
-        self.end_unstarted(
-            tx,
-            id,
-            FiringState::Skipped,
-            "overlap: previous firing still running",
-            now,
-        )
-        .await
+        self.end_unstarted(tx, id, FiringState::Skipped, reason, now)
+            .await
     }
 
     /// Fails a waiting firing that cannot start, with `error`.
@@ -46,6 +43,7 @@ impl Store {
         now: i64,
     ) -> Result<(), StoreError> {
         end_firing(tx, id, state, Some(error), None, now).await?;
+        self.unhold(tx, &[id]).await?;
         self.remove_waiting(tx, &[id]).await
     }
 }

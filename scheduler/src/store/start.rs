@@ -1,9 +1,10 @@
 //! The start transition: `staged` or `published` → `executing`, under the
-//! job's overlap policy (which may instead skip, queue, or ask for others to
-//! be cancelled), once per attempt.
+//! job's overlap policy and concurrency limits and its group's limits
+//! (which may instead skip, hold, or ask for others to be cancelled), once
+//! per attempt.
 //!
 //! A batch's plain starts (waiting to start, not running anywhere, a valid
-//! timeout, the job's overlap `allow`, nothing queued: [`PLAIN_START`]) need
+//! timeout, the job's overlap `allow` and no limits: [`PLAIN_START`]) need
 //! no policy decision. Where the backend can, they are first decided in one
 //! statement outside any transaction, the fast path: a round trip costs
 //! more than the work. What is left takes one transaction: the plain starts
@@ -13,7 +14,8 @@
 
 use super::dialect::Col;
 use super::executing::Started;
-use super::locks::{complete, split_batch, Tx};
+use super::hold::Cause;
+use super::locks::{complete, split_batch, FiringRow, JobRow, Tx};
 use super::states::{sources_sql, Transition};
 use super::types::StartOutcome;
 use super::{at_ms, instant, json_text, ms, RowExt, Store, StoreError};
@@ -25,19 +27,23 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::LazyLock;
+use std::time::Duration;
 
 /// The longest timeout a firing may start with, in stored milliseconds.
 const MAX_TIMEOUT_MS: i64 = MAX_TIMEOUT.as_millis() as i64;
 
 /// Whether firing `f` may start without a policy decision: waiting to
-/// start, a timeout validation accepts, its job's overlap `allow`, nothing
-/// of its job queued. (Not running anywhere is checked by each path: the
-/// fast path's insert fails on a conflicting executing row.)
+/// start, a timeout validation accepts, its job's overlap `allow` without a
+/// `max_concurrent`, nothing of its job held, its group without limits.
+/// (Not running anywhere is checked by each path: the fast path's insert
+/// fails on a conflicting executing row.)
 pub(super) static PLAIN_START: LazyLock<String> = LazyLock::new(|| {
     format!(
         "f.state IN {} AND f.timeout_ms BETWEEN 1 AND {MAX_TIMEOUT_MS} \
-         AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = f.job_id AND jobs.overlap = 'allow') \
-         AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.job_id = f.job_id)",
+         AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = f.job_id AND jobs.overlap = 'allow' \
+             AND jobs.max_concurrent IS NULL) \
+         AND NOT EXISTS (SELECT 1 FROM held h WHERE h.job_id = f.job_id) \
+         AND NOT EXISTS (SELECT 1 FROM group_limits g WHERE g.name = f.group_name)",
         sources_sql(Transition::Start)
     )
 });
@@ -333,30 +339,69 @@ impl Store {
         }
 
         let job_id = firing.id.job_id.as_str();
-        let mut overlap = self.overlap_of(tx, job_id, false).await?;
-        if overlap != Overlap::Allow {
-            // Serialize the overlap decision among this job's starts.
-            overlap = self.overlap_of(tx, job_id, true).await?;
-        }
+        let group = firing.group.as_str();
+        let own_hold = self.own_hold(tx, id).await?;
         let mut cancel = Vec::new();
-        if overlap != Overlap::Allow {
-            let others = self.running_firings(tx, job_id, id).await?;
-            if !others.is_empty() {
-                match overlap {
-                    Overlap::Allow => {}
+        let policy = self.start_policy(tx, job_id).await?;
+        if let Some(limit) = policy.limit {
+            let running = self.running_firings(tx, job_id, id).await?;
+            let held = self.held_count(tx, Cause::Job, job_id, group, id).await?;
+            let released = own_hold.is_some_and(|h| h.is_released(Cause::Job));
+            let busy = i64::try_from(running.len())
+                .unwrap_or(i64::MAX)
+                .saturating_add(held.released);
+            // A firing that was not released into a slot waits behind those
+            // held before it.
+            let over = busy >= i64::from(limit) || (!released && held.waiting > 0);
+            if over {
+                match policy.overlap {
                     Overlap::Forbid => {
-                        self.skip_for_overlap(tx, id, now).await?;
+                        self.skip_for_overlap(tx, id, &still_running(limit), now)
+                            .await?;
                         return Ok(StartOutcome::refused(StartRefusal::Skipped));
                     }
                     Overlap::Queue => {
-                        return Ok(if self.enqueue(tx, job_id, id).await? {
-                            StartOutcome::refused(StartRefusal::Queued)
-                        } else {
-                            self.skip_for_overlap(tx, id, now).await?;
-                            StartOutcome::refused(StartRefusal::Skipped)
-                        });
+                        let capacity = policy.queue_capacity;
+                        if own_hold.is_some() || held.waiting < i64::from(capacity) {
+                            return self.hold_start(tx, &firing, Cause::Job, now).await;
+                        }
+                        let reason = format!("overlap: the queue is full (queue_limit {capacity})");
+                        self.skip_for_overlap(tx, id, &reason, now).await?;
+                        return Ok(StartOutcome::refused(StartRefusal::Skipped));
                     }
-                    Overlap::Replace => cancel = others,
+                    Overlap::Allow => {
+                        return self.hold_start(tx, &firing, Cause::Job, now).await;
+                    }
+                    Overlap::Replace => {
+                        // The oldest runs make room: as many as keep the
+                        // job within its limit once this one runs.
+                        let excess = busy.saturating_sub(i64::from(limit)).saturating_add(1);
+                        let n = usize::try_from(excess).unwrap_or(usize::MAX);
+                        cancel = running.into_iter().take(n).collect();
+                    }
+                }
+            }
+        }
+        let limits = self.lock_group_limits(tx, group).await?;
+        if let Some(limits) = &limits {
+            if let Some(max) = limits.max_concurrent {
+                let running = self.running_in(tx, "group_name", group).await?;
+                let held = self.held_count(tx, Cause::Group, job_id, group, id).await?;
+                let released = own_hold.is_some_and(|h| h.is_released(Cause::Group));
+                if running.saturating_add(held.released) >= i64::from(max)
+                    || (!released && held.waiting > 0)
+                {
+                    return self.hold_start(tx, &firing, Cause::Group, now).await;
+                }
+            }
+            if let Some(max) = limits.max_per_second {
+                let started = self.starts_in_window(tx, group, now).await?;
+                let held = self.held_count(tx, Cause::Rate, job_id, group, id).await?;
+                let released = own_hold.is_some_and(|h| h.is_released(Cause::Rate));
+                if started.saturating_add(held.released) >= i64::from(max)
+                    || (!released && held.waiting > 0)
+                {
+                    return self.hold_start(tx, &firing, Cause::Rate, now).await;
                 }
             }
         }
@@ -364,7 +409,7 @@ impl Store {
         let started = Started {
             id,
             job_id,
-            group_name: firing.group.as_str(),
+            group_name: group,
             worker_id: request.worker_id.as_str(),
             attempt: i64::from(firing.id.attempt),
             deadline_at: now.saturating_add(firing.timeout_ms),
@@ -377,21 +422,80 @@ impl Store {
             // Lost a race the firing row lock should have prevented; refuse.
             return Ok(StartOutcome::refused(StartRefusal::AlreadyStarted));
         };
-        self.dequeue(tx, job_id, id).await?;
-        Ok(StartOutcome {
+        if limits.is_some_and(|l| l.max_per_second.is_some()) {
+            self.record_group_start(tx, group, id, now).await?;
+        }
+        let mut outcome = StartOutcome {
             cancel,
             ..StartOutcome::started(at_ms(deadline))
+        };
+        if let Some(hold) = own_hold {
+            self.unhold(tx, &[id]).await?;
+            let waited = u64::try_from(now.saturating_sub(hold.held_at)).unwrap_or(0);
+            outcome.limit_wait = Some((hold.cause, Duration::from_millis(waited)));
+        }
+        Ok(outcome)
+    }
+
+    /// Holds a firing over a limit: it waits (`queued`) until a slot frees.
+    async fn hold_start(
+        &self,
+        tx: &mut Tx,
+        firing: &FiringRow,
+        cause: Cause,
+        now: i64,
+    ) -> Result<StartOutcome, StoreError> {
+        let job_id = firing.id.job_id.as_str();
+        self.hold(tx, &firing.text, job_id, &firing.group, cause, now)
+            .await?;
+        Ok(StartOutcome {
+            held: Some(cause),
+            ..StartOutcome::refused(StartRefusal::Queued)
         })
     }
 
-    /// The job's overlap policy; `allow` if it was deleted or cannot be read.
-    async fn overlap_of(
-        &self,
-        tx: &mut Tx,
-        job_id: &str,
-        lock: bool,
-    ) -> Result<Overlap, StoreError> {
-        let job = self.read_job(tx, job_id, lock).await?;
-        Ok(job.map(|j| j.spec.overlap).unwrap_or_default())
+    /// The job's overlap policy and limits; `allow` without a limit if it
+    /// was deleted or cannot be read. A limited job's row is locked, so the
+    /// limit is judged by one of its starts at a time.
+    async fn start_policy(&self, tx: &mut Tx, job_id: &str) -> Result<StartPolicy, StoreError> {
+        let mut policy = StartPolicy::of(self.read_job(tx, job_id, false).await?);
+        if policy.limit.is_some() {
+            policy = StartPolicy::of(self.read_job(tx, job_id, true).await?);
+        }
+        Ok(policy)
+    }
+}
+
+/// What a start of a job decides on.
+struct StartPolicy {
+    overlap: Overlap,
+    /// The job's firings that may run at once (`None`: no limit).
+    limit: Option<u32>,
+    queue_capacity: u32,
+}
+
+impl StartPolicy {
+    fn of(job: Option<JobRow>) -> Self {
+        match job {
+            Some(job) => StartPolicy {
+                overlap: job.spec.overlap,
+                limit: job.spec.concurrency.limit(job.spec.overlap),
+                queue_capacity: job.spec.concurrency.queue_capacity(),
+            },
+            None => StartPolicy {
+                overlap: Overlap::Allow,
+                limit: None,
+                queue_capacity: 1,
+            },
+        }
+    }
+}
+
+/// Why a firing is skipped under `forbid` with `limit` firings running.
+fn still_running(limit: u32) -> String {
+    if limit == 1 {
+        "overlap: previous firing still running".to_string()
+    } else {
+        format!("overlap: {limit} firings still running (max_concurrent)")
     }
 }

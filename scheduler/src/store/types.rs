@@ -1,5 +1,6 @@
 //! What the store's operations take and return.
 
+pub use super::hold::Cause as HoldCause;
 use chime_common::api::DEFAULT_PAGE;
 use chime_common::labels::Selector;
 use chime_common::protocol::{Alert, StartRefusal, StartReply};
@@ -236,6 +237,11 @@ pub struct StartOutcome {
     /// Set when this request started the firing (not when it repeated an
     /// accepted start): how much later than its instant it started.
     pub lateness: Option<Duration>,
+    /// Set when a limit held the firing back (refusal `queued`).
+    pub held: Option<HoldCause>,
+    /// Set when a firing a limit had held started: which limit, and how
+    /// long since it was first held.
+    pub limit_wait: Option<(HoldCause, Duration)>,
 }
 
 impl StartOutcome {
@@ -246,6 +252,8 @@ impl StartOutcome {
             cancel: Vec::new(),
             alerts: Vec::new(),
             lateness: None,
+            held: None,
+            limit_wait: None,
         }
     }
 
@@ -265,6 +273,8 @@ impl StartOutcome {
             cancel: Vec::new(),
             alerts: Vec::new(),
             lateness: None,
+            held: None,
+            limit_wait: None,
         }
     }
 }
@@ -279,8 +289,9 @@ pub struct FinishOutcome {
     pub state: Option<FiringState>,
     /// The next attempt, staged, and when it is due.
     pub retry: Option<(FiringId, DateTime<Utc>)>,
-    /// A queued firing of the same job, staged again to be published.
-    pub released: Option<FiringId>,
+    /// Firings a limit held, released into the slot this freed: staged
+    /// again to be published.
+    pub released: Vec<FiringId>,
     /// Firings of the `on_success` jobs.
     pub triggered: Vec<FiringId>,
     pub alerts: Vec<Alert>,
@@ -295,7 +306,7 @@ impl FinishOutcome {
             applied,
             state,
             retry: None,
-            released: None,
+            released: Vec::new(),
             triggered: Vec::new(),
             alerts: Vec::new(),
         }
@@ -321,8 +332,9 @@ pub struct RequeueOutcome {
     pub lost: FiringId,
     /// The next attempt, staged, and when it is due.
     pub retry: Option<(FiringId, DateTime<Utc>)>,
-    /// A queued firing of the same job, staged again to be published.
-    pub released: Option<FiringId>,
+    /// Firings a limit held, released into the slot this freed: staged
+    /// again to be published.
+    pub released: Vec<FiringId>,
     /// `firing_lost` when no attempt remains.
     pub alert: Option<Alert>,
 }

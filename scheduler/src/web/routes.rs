@@ -40,6 +40,8 @@ pub fn router() -> Router<Web> {
             "/api/v1/calendars/{id}",
             get(get_calendar).put(put_calendar).delete(delete_calendar),
         )
+        .route("/api/v1/groups", get(list_groups))
+        .route("/api/v1/groups/{name}", get(get_group).put(put_group))
         .route("/api/v1/verbs/{verb}", post(any_verb))
 }
 
@@ -460,6 +462,53 @@ async fn delete_calendar(
 ) -> Response {
     let request = with_path_field(b"", "id", &id);
     call(&web, &method, &headers, "calendars.delete", request).await
+}
+
+/// Every group with a limit, a job, or firings running or held.
+#[utoipa::path(get, path = "/api/v1/groups", tag = "groups",
+    responses((status = 200, body = chime_common::api::ListGroupsReply), (status = 401)))]
+async fn list_groups(State(web): State<Web>, method: Method, headers: HeaderMap) -> Response {
+    call(
+        &web,
+        &method,
+        &headers,
+        "groups.list",
+        Ok(Value::Object(Map::new())),
+    )
+    .await
+}
+
+/// One group: its limits, and what runs and is held in it.
+#[utoipa::path(get, path = "/api/v1/groups/{name}", tag = "groups",
+    params(("name" = String, Path)),
+    responses((status = 200, body = chime_common::api::GroupReply),
+        (status = 400, body = ErrorReply), (status = 401)))]
+async fn get_group(
+    State(web): State<Web>,
+    method: Method,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    let request = with_path_field(b"", "name", &name);
+    call(&web, &method, &headers, "groups.get", request).await
+}
+
+/// Sets a group's limits (admin): `{"max_concurrent"?, "max_per_second"?}`;
+/// a limit left out is removed.
+#[utoipa::path(put, path = "/api/v1/groups/{name}", tag = "groups",
+    params(("name" = String, Path)),
+    request_body(content = Object, description = "`{\"max_concurrent\"?: N, \"max_per_second\"?: N}`"),
+    responses((status = 200, body = chime_common::api::GroupReply),
+        (status = 400, body = ErrorReply), (status = 401), (status = 403)))]
+async fn put_group(
+    State(web): State<Web>,
+    method: Method,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Response {
+    let request = with_path_field(&body, "name", &name);
+    call(&web, &method, &headers, "groups.put", request).await
 }
 
 /// Any verb of the NATS API by its name, with the NATS request body:

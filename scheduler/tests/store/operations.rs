@@ -328,6 +328,6 @@ async fn cancel_of_a_queued_firing_frees_the_queue(db: &TestDb) {
         .expect("job");
     assert!(!start(&store, &next, "w1", t(5)).await.reply.accepted);
     let ended = finish(&store, &first, "w1", Outcome::Succeeded, t(6)).await;
-    assert_eq!(ended.released, Some(next));
+    assert_eq!(ended.released, vec![next]);
     assert_eq!(firing(&store, &queued).await.state, FiringState::Cancelled);
 }
