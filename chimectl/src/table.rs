@@ -26,8 +26,25 @@ fn text(v: &Value) -> String {
     }
 }
 
-fn schedule(v: &Value) -> String {
-    if let Some(cron) = v.get("cron") {
+/// A job's schedule in a few words; a fan-in names the jobs it waits for
+/// and those of them that do not exist (`upstream_missing`).
+fn schedule(job: &Value) -> String {
+    let v = &job["schedule"];
+    if let Some(after) = v.get("after") {
+        let ids = |list: &Value| {
+            list.as_array()
+                .map(|ids| ids.iter().map(text).collect::<Vec<_>>().join(","))
+                .unwrap_or_else(|| text(list))
+        };
+        let mut s = format!("after {}", ids(after));
+        if let Some(within) = v.get("within") {
+            s.push_str(&format!(" within {}", text(within)));
+        }
+        if let Some(missing) = job.get("upstream_missing") {
+            s.push_str(&format!(" (missing: {})", ids(missing)));
+        }
+        s
+    } else if let Some(cron) = v.get("cron") {
         format!("cron {} {}", text(cron), text(&v["tz"]))
     } else if let Some(every) = v.get("every") {
         format!("every {}", text(every))
@@ -74,7 +91,7 @@ pub fn print_jobs(jobs: &[Value], next: Option<&Value>) {
                 text(&j["id"]),
                 text(&j["group"]),
                 text(&j["state"]),
-                schedule(&j["schedule"]),
+                schedule(j),
                 text(&j["handler"]),
                 text(&j["next_fire_at"]),
                 text(&j["version"]),
@@ -161,6 +178,20 @@ pub fn print_workers(workers: &[Value]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_fan_in_schedule_names_its_upstreams_and_the_missing_ones() {
+        assert_eq!(
+            schedule(&json!({"schedule": {"after": ["a", "b"], "within": "1h"}})),
+            "after a,b within 1h"
+        );
+        assert_eq!(
+            schedule(&json!({"schedule": {"after": ["a", "b"]}, "upstream_missing": ["b"]})),
+            "after a,b (missing: b)"
+        );
+        assert_eq!(schedule(&json!({"schedule": {"every": "1m"}})), "every 1m");
+    }
 
     #[test]
     fn control_characters_are_shown_escaped() {

@@ -28,6 +28,9 @@ pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(30 * DAY);
 pub const MAX_MISFIRE_THRESHOLD: Duration = Duration::from_secs(30 * DAY);
 /// The longest period of an `every` schedule.
 pub const MAX_EVERY: Duration = Duration::from_secs(3650 * DAY);
+/// The longest `within` of a fan-in (`after`) schedule: as long as the
+/// longest `every` period, the other window a schedule may span.
+pub const MAX_WITHIN: Duration = Duration::from_secs(3650 * DAY);
 /// The largest `count` of an `every` schedule.
 pub const MAX_COUNT: u64 = 1_000_000_000_000;
 

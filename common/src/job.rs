@@ -165,13 +165,17 @@ impl<'de> Deserialize<'de> for JobSpec {
 
 /// Fields of a [`Job`] that are not part of the spec; accepted and ignored on put,
 /// so a client can get a job, edit it and put it back.
-const READ_ONLY_FIELDS: [&str; 5] = [
+const READ_ONLY_FIELDS: [&str; 6] = [
     "state",
     "next_fire_at",
     "version",
     "created_at",
     "updated_at",
+    UPSTREAM_MISSING_FIELD,
 ];
+
+/// The [`Job`] field listing the `after` jobs that do not exist.
+pub const UPSTREAM_MISSING_FIELD: &str = "upstream_missing";
 
 /// A put's condition (CONTRACT.md v1.1): not part of the spec, accepted in
 /// the put body and read by [`if_version`].
@@ -599,6 +603,7 @@ impl JobSpec {
             if let Err(e) = Schedule::compile_with(schedule, DateTime::UNIX_EPOCH, &options) {
                 errors.push(e);
             }
+            errors.extend(check_fan_in(id, schedule, time));
         }
 
         match (
@@ -673,6 +678,31 @@ impl JobSpec {
     }
 }
 
+/// What a fan-in (`after`) schedule refuses of the rest of its job: naming
+/// the job itself, and calendars (a fan-in firing has no local date of its
+/// own to exclude; it fires when its upstreams have succeeded).
+fn check_fan_in(id: &str, schedule: &ScheduleSpec, time: &TimeRules) -> Vec<FieldError> {
+    let mut errors: Vec<FieldError> = schedule
+        .after()
+        .iter()
+        .enumerate()
+        .filter(|(_, upstream)| *upstream == id)
+        .map(|(i, _)| {
+            FieldError::new(
+                format!("schedule.after[{i}]"),
+                "names the job itself; a job cannot wait for its own success",
+            )
+        })
+        .collect();
+    if schedule.is_fan_in() && !time.exclude.is_empty() {
+        errors.push(FieldError::new(
+            "exclude",
+            "does not apply to a fan-in (\"after\") schedule, which has no instants",
+        ));
+    }
+    errors
+}
+
 /// A job's lifecycle state.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, utoipa::ToSchema,
@@ -709,6 +739,10 @@ pub struct Job {
     pub created_at: DateTime<Utc>,
     #[serde(with = "rfc3339_ms")]
     pub updated_at: DateTime<Utc>,
+    /// The jobs of a fan-in `schedule.after` that do not exist (never put,
+    /// or deleted): the job cannot fire until they are put. Absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstream_missing: Vec<String>,
 }
 
 #[cfg(test)]
@@ -902,6 +936,26 @@ mod tests {
 
     fn minimal_spec() -> JobSpec {
         JobSpec::from_json(&minimal(), &Limits::default()).unwrap()
+    }
+
+    #[test]
+    fn a_fan_in_refuses_itself_and_calendars() {
+        let mut v = minimal();
+        v["schedule"] = json!({"after": ["a", "nightly-report"], "within": "1h"});
+        let errors = JobSpec::from_json(&v, &Limits::default()).unwrap_err();
+        assert_eq!(fields(&errors), vec!["schedule.after[1]"]);
+        v["schedule"] = json!({"after": ["a"]});
+        assert!(JobSpec::from_json(&v, &Limits::default()).is_ok());
+        v["exclude"] = json!(["holidays"]);
+        let errors = JobSpec::from_json(&v, &Limits::default()).unwrap_err();
+        assert_eq!(fields(&errors), vec!["exclude"]);
+        v["exclude"] = json!([]);
+        v["jitter"] = json!("1s");
+        let errors = JobSpec::from_json(&v, &Limits::default()).unwrap_err();
+        assert_eq!(fields(&errors), vec!["jitter"]);
+        v["jitter"] = Value::Null;
+        v["upstream_missing"] = json!(["a"]);
+        assert!(JobSpec::from_json(&v, &Limits::default()).is_ok());
     }
 
     #[test]

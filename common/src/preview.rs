@@ -48,6 +48,15 @@ impl Preview {
         }
         let spec = ScheduleSpec::from_json(&req.schedule, "schedule")
             .map_err(ApiError::from_field_errors)?;
+        if spec.is_fan_in() {
+            // Refused rather than answered with no times: an empty list
+            // reads as "this schedule never fires".
+            return Err(ApiError::invalid(
+                "schedule.after",
+                "a fan-in schedule has no instants to preview: it fires once every \
+                 listed job has succeeded since it last fired",
+            ));
+        }
         let mut fields = Map::new();
         for (key, value) in [
             ("dst", &req.dst),
@@ -92,5 +101,30 @@ impl Preview {
             marks
         };
         PreviewReply { times, marks }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_fan_in_schedule_is_refused_saying_why() {
+        let req = PreviewRequest {
+            schedule: json!({"after": ["a", "b"]}),
+            from: None,
+            count: None,
+            id: None,
+            dst: None,
+            jitter: None,
+            exclude: None,
+        };
+        let e = Preview::compute(&req, Utc::now(), 100).unwrap_err();
+        let text = serde_json::to_string(&e).unwrap();
+        assert!(
+            text.contains("schedule.after") && text.contains("no instants"),
+            "{text}"
+        );
     }
 }

@@ -239,7 +239,7 @@ async function jobsPage(params) {
   const rows = jobs.map((j) => {
     const box = h("input", { type: "checkbox", value: j.id, "aria-label": "select " + j.id });
     boxes.push(box);
-    const schedule = j.schedule.cron ? `${j.schedule.cron} (${j.schedule.tz})` : j.schedule.every ? "every " + j.schedule.every : "at " + j.schedule.at;
+    const schedule = scheduleText(j);
     return h("tr", {}, h("td", {}, box),
       h("td", {}, h("a", { href: "#/jobs/" + encodeURIComponent(j.id), text: j.id })),
       h("td", { text: j.group }), h("td", {}, stateBadge(j.state)), h("td", { class: "hide-narrow", text: schedule }),
@@ -280,6 +280,17 @@ async function jobsPage(params) {
     r.data.next ? h("button", { type: "button", id: "next-page", onclick: () => go({ after: r.data.next }), text: "Next page" }) : null);
   render(h("h1", { text: "Jobs" }), toolbar, actions,
     table(["", "id", "group", "state", "schedule", "next (UTC)", "labels"], rows, "jobs"), pages);
+}
+
+// A job's schedule in a few words; a fan-in names the jobs it waits for and
+// those of them that do not exist.
+function scheduleText(j) {
+  const s = j.schedule;
+  if (s.after) {
+    const missing = (j.upstream_missing || []).length ? ` (missing: ${j.upstream_missing.join(", ")})` : "";
+    return "after " + s.after.join(", ") + (s.within ? " within " + s.within : "") + missing;
+  }
+  return s.cron ? `${s.cron} (${s.tz})` : s.every ? "every " + s.every : "at " + s.at;
 }
 
 async function jobPage(id) {
@@ -349,6 +360,8 @@ async function jobPage(id) {
     h("div", {}, h("label", { for: "backfill-to", text: "to (not included)" }), backfillTo),
     h("button", { type: "submit", id: "backfill-submit", disabled: !canOperate, text: "Backfill" }), backfillError);
   const loadNext = async () => {
+    // A fan-in has no instants: it fires when its upstream jobs have succeeded.
+    if (job.schedule.after) { nextBox.replaceChildren(h("p", { class: "muted", text: "Fires once every job it waits for has succeeded: " + scheduleText(job) })); return; }
     const p = await api("POST", "/api/v1/preview", previewRequest(job, 10));
     if (!p.ok) { nextBox.replaceChildren(h("p", { class: "error", text: p.error.message })); return; }
     nextBox.replaceChildren(instantsTable(p.data.times, tz, p.data.marks));
@@ -403,7 +416,7 @@ function previewRequest(spec, count) {
   return { schedule: spec.schedule, count, id: spec.id || undefined, dst: spec.dst, jitter: spec.jitter, exclude: spec.exclude };
 }
 
-const READ_ONLY = ["state", "next_fire_at", "version", "created_at", "updated_at"];
+const READ_ONLY = ["state", "next_fire_at", "version", "created_at", "updated_at", "upstream_missing"];
 function specOf(job) {
   const spec = {};
   for (const [k, v] of Object.entries(job)) if (!READ_ONLY.includes(k)) spec[k] = v;
@@ -417,7 +430,7 @@ function jobForm(existing) {
     id: "", group: "default", schedule: { cron: "0 * * * * *", tz: "UTC" }, handler: "shell",
     payload: { argv: ["echo", "hello"] }, priority: 5, timeout: "1h", overlap: "allow", misfire: "fire_once",
   };
-  const kind = spec.schedule.cron !== undefined ? "cron" : spec.schedule.every !== undefined ? "every" : "at";
+  const kind = spec.schedule.cron !== undefined ? "cron" : spec.schedule.every !== undefined ? "every" : spec.schedule.after !== undefined ? "after" : "at";
   const fields = {};
   const errors = {};
   const field = (name, label, control, wide) => {
@@ -430,12 +443,12 @@ function jobForm(existing) {
   };
   const input = (value, attrs) => h("input", Object.assign({ value: value === undefined ? "" : value }, attrs || {}));
   const select = (value, options) => h("select", {}, options.map((o) => h("option", { value: o, text: o, selected: o === value })));
-  const scheduleValue = kind === "cron" ? spec.schedule.cron : kind === "every" ? spec.schedule.every : spec.schedule.at;
+  const scheduleValue = kind === "cron" ? spec.schedule.cron : kind === "every" ? spec.schedule.every : kind === "after" ? spec.schedule.after.join(", ") : spec.schedule.at;
   const general = h("div", { class: "form" },
     field("id", "Id", input(spec.id, { readonly: existing ? true : null, required: true })),
     field("group", "Group", input(spec.group)),
-    field("schedule.kind", "Schedule kind", select(kind, ["cron", "every", "at"])),
-    field("schedule.value", "Cron expression, interval or time", input(scheduleValue, { required: true })),
+    field("schedule.kind", "Schedule kind", select(kind, ["cron", "every", "at", "after"])),
+    field("schedule.value", "Cron expression, interval, time or job ids (after)", input(scheduleValue, { required: true })),
     field("schedule.tz", "Time zone", input(spec.schedule.tz || "UTC")),
     field("handler", "Handler", input(spec.handler)),
     field("priority", "Priority (0–9)", input(spec.priority, { type: "number", min: 0, max: 9 })),
@@ -455,7 +468,9 @@ function jobForm(existing) {
     out.id = fields.id.value.trim();
     out.group = fields.group.value.trim();
     const k = fields["schedule.kind"].value, v = fields["schedule.value"].value.trim();
-    out.schedule = k === "cron" ? { cron: v, tz: fields["schedule.tz"].value.trim() || "UTC" } : k === "every" ? { every: v } : { at: v };
+    // A fan-in's `within` has no form field: kept as it was (the JSON tab edits it).
+    const after = () => Object.assign({ after: v.split(",").map((x) => x.trim()).filter((x) => x) }, spec.schedule.within ? { within: spec.schedule.within } : {});
+    out.schedule = k === "cron" ? { cron: v, tz: fields["schedule.tz"].value.trim() || "UTC" } : k === "every" ? { every: v } : k === "after" ? after() : { at: v };
     out.handler = fields.handler.value.trim();
     out.priority = Number(fields.priority.value);
     out.timeout = fields.timeout.value.trim();
@@ -477,7 +492,7 @@ function jobForm(existing) {
   };
   // Server field paths to form fields: schedule.cron/every/at are the value field.
   const showError = (path, message) => {
-    const name = /^schedule\.(cron|every|at)$/.test(path) ? "schedule.value" : path;
+    const name = /^schedule\.(cron|every|at|after(\[\d+\])?|within)$/.test(path) ? "schedule.value" : path;
     if (mode === "form" && errors[name]) {
       errors[name].textContent = message;
       errors[name].parentElement.classList.add("invalid");
@@ -494,6 +509,7 @@ function jobForm(existing) {
       let candidate;
       try { candidate = current(); } catch (e) { return; }
       if (!candidate || !candidate.schedule) return;
+      if (candidate.schedule.after) { preview.replaceChildren(h("h2", { text: "Preview" }), h("p", { class: "muted", text: "A fan-in has no instants: it fires once every job it waits for has succeeded." })); return; }
       const p = await api("POST", "/api/v1/preview", previewRequest(candidate, 5));
       const tz = candidate.schedule.tz || "UTC";
       if (p.ok) {

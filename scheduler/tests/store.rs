@@ -279,6 +279,9 @@ mod maintenance;
 #[path = "store/limits.rs"]
 mod limits;
 
+#[path = "store/fan_in.rs"]
+mod fan_in;
+
 both_backends!(
     a_start_must_ask_for_what_was_staged,
     a_start_later_than_max_lateness_raises_one_late_alert,

@@ -17,11 +17,14 @@
 //! - `every.rs`: fixed-rate schedules.
 //! - `seed.rs`: the number a job id gives `H` and `jitter`; `jitter.rs`
 //!   moves each instant by its share of it.
+//! - `fan_in.rs`: the `after` schedule's fields; it compiles to a schedule
+//!   without instants (the store fires it when its upstreams succeed).
 
 mod calendar;
 mod cron;
 mod dst;
 mod every;
+mod fan_in;
 mod jitter;
 mod masks;
 mod seed;
@@ -36,6 +39,7 @@ mod proptests;
 mod syntax_tests;
 
 pub use dst::{DstMark, DstPolicy, Gap, Repeat};
+pub use fan_in::MAX_AFTER;
 pub use spec::ScheduleSpec;
 
 use crate::duration::format_duration;
@@ -65,6 +69,8 @@ enum Kind {
     },
     Every(FixedRate),
     At(DateTime<Utc>),
+    /// Fan-in: no instants (its upstreams' successes fire it).
+    After,
 }
 
 /// The job fields besides `schedule` that decide its instants.
@@ -128,9 +134,16 @@ impl Schedule {
                 count,
             } => Kind::Every(FixedRate::new(*every, *start_at, *end_at, *count, anchor)?),
             ScheduleSpec::At { at } => Kind::At(*at),
+            ScheduleSpec::After { .. } => Kind::After,
         };
         let mut schedule = Schedule { kind, jitter: None };
         if let Some(width) = options.jitter.filter(|w| !w.is_zero()) {
+            if schedule.kind == Kind::After {
+                return Err(FieldError::new(
+                    "jitter",
+                    "a fan-in (\"after\") schedule has no instants to move",
+                ));
+            }
             let Some(seed) = seed else {
                 return Err(FieldError::new(
                     "id",
@@ -155,12 +168,12 @@ impl Schedule {
     /// The most a jitter may be: for `every`, the period; for cron, the
     /// smallest distance between neighbouring values of the finest of
     /// second, minute and hour that has more than one, else one day;
-    /// `None` for a one-off `at`.
+    /// `None` for a one-off `at` and a fan-in.
     pub fn shortest_period(&self) -> Option<Duration> {
         match &self.kind {
             Kind::Cron { expr, .. } => Some(expr.shortest_step()),
             Kind::Every(rate) => Some(rate.period()),
-            Kind::At(_) => None,
+            Kind::At(_) | Kind::After => None,
         }
     }
 
@@ -184,6 +197,7 @@ impl Schedule {
             Kind::Cron { expr, tz, dst } => zone::next_after(expr, *tz, *dst, after),
             Kind::Every(rate) => rate.next_after(after).map(|t| (t, None)),
             Kind::At(at) => (*at > after).then_some((*at, None)),
+            Kind::After => None,
         }
     }
 
@@ -224,6 +238,21 @@ mod tests {
         );
         assert_eq!(s.next_after(t("2026-05-01T09:00:00Z")), None);
         assert_eq!(s.iter_after(t("2020-01-01T00:00:00Z")).count(), 1);
+    }
+
+    #[test]
+    fn after_has_no_instants_and_no_jitter() {
+        let s = compile(json!({"after": ["a", "b"]}), "2026-01-01T00:00:00Z");
+        assert_eq!(s.next_after(t("2000-01-01T00:00:00Z")), None);
+        assert_eq!(s.shortest_period(), None);
+        let spec = ScheduleSpec::from_json(&json!({"after": ["a"]}), "schedule").unwrap();
+        let options = ScheduleOptions {
+            id: Some("c"),
+            jitter: Some(std::time::Duration::from_secs(1)),
+            ..ScheduleOptions::default()
+        };
+        let e = Schedule::compile_with(&spec, Utc::now(), &options).unwrap_err();
+        assert_eq!(e.field, "jitter");
     }
 
     #[test]

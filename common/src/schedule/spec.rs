@@ -7,6 +7,7 @@
 //! with the same messages.
 
 use super::every::{check_count, check_every, check_window};
+use super::fan_in::{check_within, parse_after};
 use super::masks::CronExpr;
 use super::seed::Seed;
 use crate::bounds::check_time;
@@ -33,14 +34,25 @@ pub enum ScheduleSpec {
     },
     /// `{"at": TIME}`: once.
     At { at: DateTime<Utc> },
+    /// `{"after": [job ids], "within"?: DURATION}`: fan-in, no instants of
+    /// its own; fires once every listed job has succeeded since it last
+    /// fired (or was put), counting only successes within `within`.
+    After {
+        after: Vec<String>,
+        within: Option<Duration>,
+    },
 }
 
 /// Which keys belong to which kind of schedule.
-const KINDS: [(&str, &[&str]); 3] = [
+const KINDS: [(&str, &[&str]); 4] = [
     ("cron", &["tz"]),
     ("every", &["start_at", "end_at", "count"]),
     ("at", &[]),
+    ("after", &["within"]),
 ];
+
+/// The kinds, as error messages list them.
+const KIND_NAMES: &str = "\"cron\", \"every\", \"at\" or \"after\"";
 
 impl ScheduleSpec {
     /// Parses and fully validates (cron syntax, tz name, every > 0, count >= 1,
@@ -63,7 +75,7 @@ impl ScheduleSpec {
             return Err(vec![FieldError::new(
                 whole,
                 format!(
-                    "expected an object with one of \"cron\", \"every\" or \"at\", found {}",
+                    "expected an object with one of {KIND_NAMES}, found {}",
                     json_kind(value)
                 ),
             )]);
@@ -78,7 +90,8 @@ impl ScheduleSpec {
                 errors.push(FieldError::new(
                     at(key),
                     "unknown field; a schedule is {\"cron\", \"tz\"?}, \
-                     {\"every\", \"start_at\"?, \"end_at\"?, \"count\"?} or {\"at\"}",
+                     {\"every\", \"start_at\"?, \"end_at\"?, \"count\"?}, {\"at\"} \
+                     or {\"after\", \"within\"?}",
                 ));
             }
         }
@@ -90,7 +103,7 @@ impl ScheduleSpec {
         match kinds.as_slice() {
             [] => errors.push(FieldError::new(
                 whole,
-                "needs exactly one of \"cron\", \"every\" or \"at\"",
+                format!("needs exactly one of {KIND_NAMES}"),
             )),
             [kind] => {
                 // Options of the other kinds are mistakes, not silently ignored.
@@ -106,7 +119,7 @@ impl ScheduleSpec {
             many => errors.push(FieldError::new(
                 whole,
                 format!(
-                    "has {}; give exactly one of \"cron\", \"every\" or \"at\"",
+                    "has {}; give exactly one of {KIND_NAMES}",
                     many.iter()
                         .map(|k| format!("\"{k}\""))
                         .collect::<Vec<_>>()
@@ -177,6 +190,28 @@ impl ScheduleSpec {
                 }
             }
         });
+        let after = obj.get("after").and_then(|v| {
+            parse_after(v)
+                .map_err(|es| {
+                    errors.extend(
+                        es.into_iter()
+                            .map(|(i, m)| FieldError::new(format!("{}{i}", at("after")), m)),
+                    )
+                })
+                .ok()
+        });
+        let within = optional(obj, "within").and_then(|v| {
+            let d = parse_duration(v)
+                .map_err(|m| errors.push(FieldError::new(at("within"), m)))
+                .ok()?;
+            match check_within(d) {
+                Some(m) => {
+                    errors.push(FieldError::new(at("within"), m));
+                    None
+                }
+                None => Some(d),
+            }
+        });
 
         if !errors.is_empty() {
             return Err(errors);
@@ -193,6 +228,7 @@ impl ScheduleSpec {
                 count,
             }),
             ["at"] => at_time.map(|at| ScheduleSpec::At { at }),
+            ["after"] => after.map(|after| ScheduleSpec::After { after, within }),
             _ => None,
         };
         spec.ok_or_else(|| {
@@ -205,6 +241,19 @@ impl ScheduleSpec {
 }
 
 impl ScheduleSpec {
+    /// The upstream jobs of a fan-in schedule; empty for the others.
+    pub fn after(&self) -> &[String] {
+        match self {
+            ScheduleSpec::After { after, .. } => after,
+            _ => &[],
+        }
+    }
+
+    /// Whether this is a fan-in schedule (`after`), which has no instants.
+    pub fn is_fan_in(&self) -> bool {
+        matches!(self, ScheduleSpec::After { .. })
+    }
+
     /// The zone whose local dates the schedule lives in: a cron schedule's
     /// `tz`, UTC for the others (their instants have no local time).
     pub fn time_zone(&self) -> Tz {
@@ -282,6 +331,14 @@ impl Serialize for ScheduleSpec {
                 m.serialize_entry("at", &format_time(*at))?;
                 m.end()
             }
+            ScheduleSpec::After { after, within } => {
+                let mut m = s.serialize_map(None)?;
+                m.serialize_entry("after", after)?;
+                if let Some(d) = within {
+                    m.serialize_entry("within", &format_duration(*d))?;
+                }
+                m.end()
+            }
         }
     }
 }
@@ -333,11 +390,27 @@ impl utoipa::PartialSchema for ScheduleSpec {
         let at = ObjectBuilder::new()
             .property("at", string("RFC 3339"))
             .required("at");
+        let after = ObjectBuilder::new()
+            .property(
+                "after",
+                utoipa::openapi::schema::ArrayBuilder::new()
+                    .items(string("a job id"))
+                    .min_items(Some(1))
+                    .max_items(Some(super::fan_in::MAX_AFTER)),
+            )
+            .property(
+                "within",
+                string("DURATION: upstream successes older than this no longer count"),
+            )
+            .required("after");
         OneOfBuilder::new()
             .item(cron)
             .item(every)
             .item(at)
-            .description(Some("Exactly one of cron, every and at (docs/API.md)"))
+            .item(after)
+            .description(Some(
+                "Exactly one of cron, every, at and after (docs/API.md)",
+            ))
             .into()
     }
 }
@@ -534,6 +607,8 @@ mod tests {
             json!({"every": "1h 30m"}),
             json!({"every": "250ms", "start_at": "2026-01-01T00:00:00.000Z", "end_at": "2026-02-01T00:00:00.000Z", "count": 5}),
             json!({"at": "2026-05-01T09:00:00.000Z"}),
+            json!({"after": ["a", "b"]}),
+            json!({"after": ["a"], "within": "1h"}),
         ] {
             let spec = parse(v.clone()).unwrap();
             assert_eq!(serde_json::to_value(&spec).unwrap(), v);
@@ -543,6 +618,38 @@ mod tests {
         assert_eq!(
             serde_json::to_value(parse(json!({"cron": "@hourly"})).unwrap()).unwrap(),
             json!({"cron": "@hourly", "tz": "UTC"})
+        );
+    }
+
+    #[test]
+    fn after_and_within_are_checked_with_their_paths() {
+        assert_eq!(
+            parse(json!({"after": ["a", "b"], "within": "30m"})).unwrap(),
+            ScheduleSpec::After {
+                after: vec!["a".into(), "b".into()],
+                within: Some(Duration::from_secs(1800))
+            }
+        );
+        assert_eq!(
+            fields(json!({"after": ["a", "a", 3], "within": "0s"})),
+            ["schedule.after[1]", "schedule.after[2]", "schedule.within"]
+        );
+        assert_eq!(fields(json!({"after": []})), ["schedule.after"]);
+        assert_eq!(
+            fields(json!({"after": ["a"], "within": "300000y"})),
+            ["schedule.within"]
+        );
+        assert_eq!(
+            fields(json!({"every": "1m", "within": "1m"})),
+            ["schedule.within"]
+        );
+        assert_eq!(
+            fields(json!({"after": ["a"], "tz": "UTC"})),
+            ["schedule.tz"]
+        );
+        assert_eq!(
+            fields(json!({"after": ["a"], "cron": "@daily"})),
+            ["schedule"]
         );
     }
 

@@ -2,16 +2,19 @@
 //! `succeeded`, `failed` or `cancelled`, once, and only while that worker
 //! holds the attempt's executing row. A failure is retried or alerted on
 //! (and counted towards `alert_after_failures`); a success resets that count
-//! and triggers the job's `on_success`; either releases a queued firing.
+//! and triggers the job's `on_success` and the fan-in jobs it completes
+//! (`fan_in.rs`); either releases a queued firing.
 //!
 //! A batch's plain successes (reported by the worker running the firing,
-//! whose job has no `on_success` and nothing queued) need no policy
+//! whose job has no `on_success`, no fan-in job waiting for it and nothing
+//! queued) need no policy
 //! decision; where the backend can, they are first applied in one statement
 //! outside any transaction (see `start.rs` for why). What is left takes one
 //! transaction: the plain successes set-based, the rest one by one.
 
 use super::dialect::Col;
 use super::executing::Lease;
+use super::fan_in::NO_FAN_IN_DEPENDENTS;
 use super::hold::NOTHING_HELD_IN_GROUP;
 use super::jobs::write_spec_and_state;
 use super::locks::{complete, split_batch, FiringRow, JobRow, Tx};
@@ -193,6 +196,7 @@ impl Store {
                      AND {NOTHING_HELD_IN_GROUP} \
                      AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = f.job_id \
                          AND COALESCE(jsonb_array_length(j.spec::jsonb -> 'on_success'), 0) = 0) \
+                     AND {NO_FAN_IN_DEPENDENTS} \
                  RETURNING f.id, f.job_id), \
              ended AS (DELETE FROM executing e USING succeeded s WHERE e.firing_id = s.id), \
              reset AS ({RESET_FAILURES} (SELECT job_id FROM succeeded)) \
@@ -403,6 +407,8 @@ impl Store {
                     }
                 }
             }
+            let fanned_in = self.count_fan_in_success(tx, job_id, now).await?;
+            outcome.triggered.extend(fanned_in);
         }
         outcome.released = self.release_held(tx, job_id, &firing.group, now).await?;
         Ok(outcome)

@@ -206,10 +206,8 @@ impl Store {
         let next = next_ms(&schedule, now_ms);
         let state = if spec.paused {
             JobState::Paused
-        } else if next.is_none() {
-            JobState::Completed
         } else {
-            JobState::Active
+            unpaused_state(spec, next)
         };
         let text = spec_text(spec)?;
         let partition = i64::from(self.partition_of(&spec.id));
@@ -222,10 +220,22 @@ impl Store {
             next,
         };
         let row = match if_version {
-            None => self.retrying(|| self.upsert_job(&put)).await?,
+            // A fan-in's rows are written with it, in one transaction.
+            None if spec.schedule.is_fan_in() => self
+                .retrying(|| self.put_job_on_condition(&put, None))
+                .await?
+                .ok_or_else(|| StoreError::Internal("an unconditional put wrote nothing".into()))?,
+            None => {
+                let row = self.retrying(|| self.upsert_job(&put)).await?;
+                // Left over from when it was a fan-in, if it was: never
+                // counted (finish reads the spec), but kept out of the way of
+                // the set-based success paths and the cycle check.
+                self.retrying(|| self.forget_fan_in(&spec.id)).await?;
+                row
+            }
             Some(expected) => {
                 let written = self
-                    .retrying(|| self.put_job_on_condition(&put, expected))
+                    .retrying(|| self.put_job_on_condition(&put, Some(expected)))
                     .await?;
                 match written {
                     Some(row) => row,
@@ -249,7 +259,7 @@ impl Store {
             None
         };
         let created_ms = row.int(&spec.id, "created_at")?;
-        Ok(Job {
+        let mut job = [Job {
             spec: spec.clone(),
             state,
             next_fire_at: next.map(at_ms),
@@ -257,26 +267,39 @@ impl Store {
             version: row.int(&spec.id, "version")?,
             created_at: super::instant(&spec.id, "created_at", created_ms)?,
             updated_at: now,
-        })
+            upstream_missing: Vec::new(),
+        }];
+        self.mark_upstream_missing(&mut job).await?;
+        let [job] = job;
+        Ok(job)
     }
 
-    /// Both halves of a put, if the stored job has version `expected` (0:
-    /// if there is none); `None`, and nothing written, if not.
+    /// Both halves of a put and its fan-in rows in one transaction; with
+    /// `Some(expected)`, only if the stored job has version `expected` (0:
+    /// if there is none): `None`, and nothing written, if not.
     async fn put_job_on_condition(
         &self,
         put: &Put<'_>,
-        expected: i64,
+        expected: Option<i64>,
     ) -> Result<Option<AnyRow>, StoreError> {
         let mut tx = self.begin().await?;
-        let row = if expected == 0 {
-            put.bind_job(sqlx::query(INSERT_JOB_IF_ABSENT))
-                .fetch_optional(&mut *tx)
-                .await?
-        } else {
-            put.bind_job(sqlx::query(UPDATE_JOB_IF_VERSION))
-                .bind(expected)
-                .fetch_optional(&mut *tx)
-                .await?
+        let row = match expected {
+            None => Some(
+                put.bind_job(sqlx::query(UPSERT_JOB))
+                    .fetch_one(&mut *tx)
+                    .await?,
+            ),
+            Some(0) => {
+                put.bind_job(sqlx::query(INSERT_JOB_IF_ABSENT))
+                    .fetch_optional(&mut *tx)
+                    .await?
+            }
+            Some(expected) => {
+                put.bind_job(sqlx::query(UPDATE_JOB_IF_VERSION))
+                    .bind(expected)
+                    .fetch_optional(&mut *tx)
+                    .await?
+            }
         };
         let Some(row) = row else {
             return Ok(None);
@@ -284,6 +307,7 @@ impl Store {
         put.bind_schedule(sqlx::query(UPSERT_SCHEDULE_ALONE))
             .execute(&mut *tx)
             .await?;
+        self.replace_fan_in(&mut tx, put.spec).await?;
         tx.commit().await?;
         Ok(Some(row))
     }
@@ -313,7 +337,13 @@ impl Store {
         .bind(id)
         .fetch_optional(&self.read)
         .await?;
-        row.as_ref().map(rows::job).transpose()
+        let Some(job) = row.as_ref().map(rows::job).transpose()? else {
+            return Ok(None);
+        };
+        let mut job = [job];
+        self.mark_upstream_missing(&mut job).await?;
+        let [job] = job;
+        Ok(Some(job))
     }
 
     /// One page of jobs, newest first (`created_at`, then id, descending),
@@ -348,7 +378,8 @@ impl Store {
             .bind(sqlx::query(&sql))
             .fetch_all(&self.read)
             .await?;
-        let items = rows.iter().map(rows::job).collect::<Result<Vec<_>, _>>()?;
+        let mut items = rows.iter().map(rows::job).collect::<Result<Vec<_>, _>>()?;
+        self.mark_upstream_missing(&mut items).await?;
         Ok(page_of(items, limit, job_cursor))
     }
 
@@ -376,6 +407,12 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         sqlx::query("DELETE FROM jobs WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        // Its own fan-in rows; those of jobs waiting for it stay, and it
+        // shows in their `upstream_missing`.
+        sqlx::query("DELETE FROM fan_in WHERE job_id = $1")
             .bind(id)
             .execute(&mut *tx)
             .await?;
@@ -520,6 +557,17 @@ impl Store {
         Err(StoreError::Conflict(format!(
             "job {job_id:?} was triggered too often this second; try again"
         )))
+    }
+}
+
+/// The state of a job that is not paused: `completed` once its schedule
+/// has no further instant (`next`), except a fan-in, which has none and
+/// stays `active` (its upstreams' successes fire it).
+pub(crate) fn unpaused_state(spec: &JobSpec, next: Option<i64>) -> JobState {
+    if next.is_none() && !spec.schedule.is_fan_in() {
+        JobState::Completed
+    } else {
+        JobState::Active
     }
 }
 

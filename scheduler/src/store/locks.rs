@@ -6,6 +6,7 @@
 //! only after its firing row. The rare deadlock that is left is retried by [`Store::retrying`].
 
 use super::dialect::Col;
+use super::fan_in::NO_FAN_IN_DEPENDENTS;
 use super::hold::NOTHING_HELD_IN_GROUP;
 use super::rows;
 use super::rows::JOB_TABLES;
@@ -81,6 +82,8 @@ pub(super) struct BatchRow {
     /// Whether a firing of its group is held by a limit (a finish may
     /// have to release it).
     pub held_in_group: bool,
+    /// Whether a fan-in job waits for its job's success.
+    pub fan_in_dependents: bool,
     /// A start that needs no policy decision ([`PLAIN_START`], not running
     /// anywhere): decided by the database, in the same words as the fast path.
     pub plain_start: bool,
@@ -88,11 +91,13 @@ pub(super) struct BatchRow {
 
 impl BatchRow {
     /// A finish that needs no policy decision: a success reported by the
-    /// worker that runs it, for a job that triggers and releases nothing.
+    /// worker that runs it, for a job that triggers, counts towards a
+    /// fan-in and releases nothing.
     pub fn plain_success(&self, event: &Finished) -> bool {
         event.outcome == Outcome::Succeeded
             && self.running_on.as_deref() == Some(event.worker_id.as_str())
             && !self.held_in_group
+            && !self.fan_in_dependents
             && self.on_success == Some(0)
     }
 }
@@ -127,6 +132,8 @@ impl Store {
                  e.worker_id, j.spec, \
                  CAST(CASE WHEN {NOTHING_HELD_IN_GROUP} THEN 0 ELSE 1 END AS BIGINT) \
                      AS held_in_group, \
+                 CAST(CASE WHEN {NO_FAN_IN_DEPENDENTS} THEN 0 ELSE 1 END AS BIGINT) \
+                     AS fan_in_dependents, \
                  CAST(CASE WHEN e.worker_id IS NULL AND {} THEN 1 ELSE 0 END AS BIGINT) \
                      AS plain_start \
              FROM firings f \
@@ -164,6 +171,7 @@ impl Store {
                     running_on: row.opt_text(&text, "worker_id")?,
                     on_success,
                     held_in_group: row.int(&text, "held_in_group")? != 0,
+                    fan_in_dependents: row.int(&text, "fan_in_dependents")? != 0,
                     plain_start: row.int(&text, "plain_start")? != 0,
                 })
             };

@@ -20,9 +20,10 @@
 //! (held back by a concurrency limit, and released), `finish.rs`, `retry.rs`, `requeue.rs`
 //! (lost), `cancel.rs` (an operator's cancel). `locks.rs` reads and locks what they decide on; `waiting.rs` and
 //! `executing.rs` keep the two small tables that say which firings wait and
-//! which run. Jobs are `jobs.rs`, `dependencies.rs` (`on_success`) and
-//! `plan.rs` (misfire planning); `calendars.rs` keeps the exclusion
-//! calendars staging applies; `groups.rs` the limits of whole groups.
+//! which run. Jobs are `jobs.rs`, `dependencies.rs` (cycles through
+//! `on_success` and `after`), `fan_in.rs` (what counted towards a fan-in
+//! schedule) and `plan.rs` (misfire planning); `calendars.rs` keeps the
+//! exclusion calendars staging applies; `groups.rs` the limits of whole groups.
 //!
 //! Batches travel as one JSON parameter (`json_to_recordset` on PostgreSQL,
 //! `json_each` on SQLite) rather than as arrays for `UNNEST`, which `Any`
@@ -72,6 +73,7 @@ mod dependencies;
 mod dialect;
 mod error;
 mod executing;
+mod fan_in;
 mod finish;
 mod groups;
 mod history;

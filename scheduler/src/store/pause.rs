@@ -6,7 +6,7 @@
 //! policy to the instants the pause covered. Firings already staged still
 //! fire.
 
-use super::jobs::write_spec_and_state;
+use super::jobs::{unpaused_state, write_spec_and_state};
 use super::types::JobFilter;
 use super::{ms, truncate, Store, StoreError};
 use chime_common::bounds::check_time;
@@ -64,8 +64,16 @@ impl Store {
     ) -> Result<Option<Job>, StoreError> {
         pause.check(now)?;
         let now = truncate(now);
-        self.retrying(|| self.set_paused_once(id, pause, now, false))
-            .await
+        let Some(job) = self
+            .retrying(|| self.set_paused_once(id, pause, now, false))
+            .await?
+        else {
+            return Ok(None);
+        };
+        let mut job = [job];
+        self.mark_upstream_missing(&mut job).await?;
+        let [job] = job;
+        Ok(Some(job))
     }
 
     /// [`Store::set_paused`] for every job of `selection` (a group, a label
@@ -115,6 +123,7 @@ impl Store {
                 jobs.push(job);
             }
         }
+        self.mark_upstream_missing(&mut jobs).await?;
         Ok(jobs)
     }
 
@@ -171,10 +180,8 @@ impl Store {
         };
         job.state = if paused {
             JobState::Paused
-        } else if job.next_fire_at.is_some() {
-            JobState::Active
         } else {
-            JobState::Completed
+            unpaused_state(&job.spec, job.next_fire_at.map(ms))
         };
         job.version += 1;
         job.updated_at = now;

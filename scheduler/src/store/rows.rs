@@ -122,6 +122,8 @@ pub(crate) fn job(row: &AnyRow) -> Result<Job, StoreError> {
         version: row.int(&id, "version")?,
         created_at: instant(&id, "created_at", row.int(&id, "created_at")?)?,
         updated_at: instant(&id, "updated_at", row.int(&id, "updated_at")?)?,
+        // Filled in by the reads that answer requests (`fan_in.rs`).
+        upstream_missing: Vec::new(),
     })
 }
 
