@@ -660,6 +660,54 @@ async function calendarsPage() {
       h("div", { class: "actions" }, h("button", { type: "submit", class: "primary", id: "calendar-save", disabled: !canAdmin, text: "Save" }))));
 }
 
+async function groupsPage() {
+  const r = await api("GET", "/api/v1/groups");
+  if (!r.ok) { render(h("h1", { text: "Groups" }), h("p", { class: "error", text: r.error.message })); return; }
+  const canAdmin = mayDo("admin");
+  const limit = (n) => (n === undefined || n === null ? "–" : String(n));
+  const name = h("input", { id: "group-name", required: true });
+  const concurrent = h("input", { id: "group-max-concurrent", inputmode: "numeric", placeholder: "no limit" });
+  const perSecond = h("input", { id: "group-max-per-second", inputmode: "numeric", placeholder: "no limit" });
+  const error = h("div", { class: "error", id: "group-error", role: "alert" });
+  const edit = (g) => {
+    name.value = g.name;
+    concurrent.value = g.max_concurrent ?? "";
+    perSecond.value = g.max_per_second ?? "";
+    name.focus();
+  };
+  const rows = r.data.groups.map((g) => h("tr", {}, h("td", { text: g.name }),
+    h("td", { text: limit(g.max_concurrent) }), h("td", { text: limit(g.max_per_second) }),
+    h("td", { text: String(g.running) }), h("td", { text: String(g.held) }),
+    h("td", {}, h("button", { type: "button", onclick: () => edit(g), disabled: !canAdmin, text: "Edit" }))));
+  const save = async (e) => {
+    e.preventDefault();
+    error.textContent = "";
+    // An empty field removes that limit; the server checks the ranges.
+    const body = {};
+    const number = (text) => (/^\d+$/.test(text) ? Number(text) : text);
+    if (concurrent.value.trim()) body.max_concurrent = number(concurrent.value.trim());
+    if (perSecond.value.trim()) body.max_per_second = number(perSecond.value.trim());
+    const result = await api("PUT", "/api/v1/groups/" + encodeURIComponent(name.value.trim()), body);
+    if (!result.ok) {
+      const details = result.error.details && result.error.details.length ? result.error.details : [result.error];
+      error.textContent = details.map((d) => (d.field ? d.field + ": " : "") + d.message).join("; ");
+      return;
+    }
+    flash(`Saved the limits of group ${result.data.group.name}.`);
+    groupsPage();
+  };
+  render(h("h1", { text: "Groups" }),
+    h("p", { class: "muted", text: "Limits for all firings of a group together, on every replica and worker: a firing over a limit waits (held) and starts when a slot frees." }),
+    table(["group", "max concurrent", "max per second", "running", "held", ""], rows, "groups"),
+    h("h2", { text: "Set limits" }),
+    h("form", { class: "panel form", id: "group-form", onsubmit: save },
+      h("div", { class: "field" }, h("label", { for: "group-name", text: "Group" }), name),
+      h("div", { class: "field" }, h("label", { for: "group-max-concurrent", text: "Max concurrent (empty: none)" }), concurrent),
+      h("div", { class: "field" }, h("label", { for: "group-max-per-second", text: "Max per second (empty: none)" }), perSecond),
+      error,
+      h("div", { class: "actions" }, h("button", { type: "submit", class: "primary", id: "group-save", disabled: !canAdmin, text: "Save" }))));
+}
+
 // ---- Routing -----------------------------------------------------------------
 
 function route() {
@@ -682,6 +730,7 @@ function route() {
   else if (parts[0] === "alerts") alertsPage();
   else if (parts[0] === "audit") auditPage();
   else if (parts[0] === "calendars") calendarsPage();
+  else if (parts[0] === "groups") groupsPage();
   else render(h("h1", { text: "Not found" }), h("a", { href: "#/", text: "Overview" }));
   document.getElementById("view").focus({ preventScroll: true });
 }

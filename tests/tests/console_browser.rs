@@ -372,6 +372,33 @@ async fn a_user_drives_the_console_in_a_real_browser() {
     click(&client, "#calendar-save").await;
     until(&client, "document.querySelector('#calendars') && document.querySelector('#calendars').textContent.includes('2027-01-01')", "the saved calendar").await;
     photograph(&client, "calendars").await;
+    client.goto(&format!("{base}/#/groups")).await.unwrap();
+    until(
+        &client,
+        "document.querySelector('#group-form')",
+        "the groups page",
+    )
+    .await;
+    all_controls_labelled(&client).await;
+    type_into(&client, "#group-name", "reports").await;
+    type_into(&client, "#group-max-concurrent", "0").await;
+    click(&client, "#group-save").await;
+    until(
+        &client,
+        "document.querySelector('#group-error').textContent.includes('max_concurrent')",
+        "the bad limit named",
+    )
+    .await;
+    type_into(&client, "#group-max-concurrent", "4").await;
+    type_into(&client, "#group-max-per-second", "20").await;
+    click(&client, "#group-save").await;
+    until(
+        &client,
+        "[...document.querySelectorAll('#groups tbody tr')].some(r => r.textContent.startsWith('reports4'))",
+        "the group's limits in the list",
+    )
+    .await;
+    photograph(&client, "groups").await;
     client.goto(&format!("{base}/#/audit")).await.unwrap();
     until(&client, "document.querySelector('#audit') && document.querySelector('#audit').textContent.includes('jobs.pause')", "the audit trail").await;
     photograph(&client, "audit").await;
