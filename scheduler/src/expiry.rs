@@ -16,7 +16,7 @@ use chime_common::service::{Service, ServiceError};
 use chime_common::FiringId;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// Expiry monitor settings.
@@ -75,6 +75,9 @@ pub struct ExpiryOutcome {
     pub not_started: Vec<FiringId>,
     /// Firings the store refused to re-queue (not for an outage); retried next scan.
     pub failed: Vec<FiringId>,
+    /// Firings whose worker's heartbeat is gone but whose worker's finished
+    /// events are still to be applied: judged again next scan.
+    pub deferred: Vec<FiringId>,
 }
 
 /// A scan could not finish.
@@ -135,6 +138,43 @@ impl ExpiryMonitor {
         Ok(live)
     }
 
+    /// Whether finished events of the worker wait in the events stream,
+    /// not yet applied (the stream keeps an event until a replica applied
+    /// it). On an error, false: the firing is judged as before.
+    async fn has_unapplied_reports(&self, group: &str, worker_id: &str) -> bool {
+        let subject = self.reports.subjects.finished_as(group, worker_id);
+        let stream = match self
+            .reports
+            .jetstream
+            .get_stream(self.reports.subjects.events_stream())
+            .await
+        {
+            Ok(stream) => stream,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read the events stream");
+                return false;
+            }
+        };
+        let mut subjects = match stream.info_with_subjects(&subject).await {
+            Ok(subjects) => subjects,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot count a worker's finished events");
+                return false;
+            }
+        };
+        while let Some(counted) = subjects.next().await {
+            match counted {
+                Ok((_, count)) if count > 0 => return true,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot count a worker's finished events");
+                    return false;
+                }
+            }
+        }
+        false
+    }
+
     /// One scan. Returns what it did, for logs, metrics and tests.
     pub async fn run_once(&self, now: DateTime<Utc>) -> Result<ExpiryOutcome, ExpiryError> {
         let mut outcome = ExpiryOutcome::default();
@@ -144,10 +184,26 @@ impl ExpiryMonitor {
             let grace = chrono::Duration::from_std(self.config.start_grace).unwrap_or_default();
             let deadline_grace =
                 chrono::Duration::from_std(self.config.deadline_grace).unwrap_or_default();
+            let mut reporting: HashMap<(String, String), bool> = HashMap::new();
             for row in rows {
                 let reason = if row.deadline_at + deadline_grace < now {
                     format!("worker {} did not report by the deadline", row.worker_id)
                 } else if !live.contains(&row.worker_id) && row.started_at + grace < now {
+                    let key = (row.group.clone(), row.worker_id.clone());
+                    let pending = match reporting.get(&key) {
+                        Some(pending) => *pending,
+                        None => {
+                            let pending = self.has_unapplied_reports(&key.0, &key.1).await;
+                            reporting.insert(key, pending);
+                            pending
+                        }
+                    };
+                    if pending {
+                        // A worker that stops reports its runs, then deletes
+                        // its heartbeat: what it reported is applied soon.
+                        outcome.deferred.push(row.firing_id.clone());
+                        continue;
+                    }
                     format!("worker {} vanished (no heartbeat)", row.worker_id)
                 } else {
                     continue;

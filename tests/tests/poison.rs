@@ -460,6 +460,66 @@ backend_tests! {
 }
 
 backend_tests! {
+    /// A worker that stops reports its runs, then deletes its heartbeat
+    /// key. While its finished events still wait in the events stream (the
+    /// replica that applies them is slow, or restarting), the expiry monitor
+    /// does not judge its firings lost; once they are gone, it does.
+    async fn a_vanished_worker_whose_reports_wait_is_not_judged_lost(db: TestDatabase) {
+        init_tracing();
+        let nats = NatsServer::start().await;
+        let client = nats.connect().await;
+        let js = jetstream::new(client.clone());
+        let subjects = Subjects::default();
+        let topology = Topology::new(js.clone(), subjects.clone(), TopologyConfig::default());
+        topology.ensure().await.expect("streams");
+        let store = Store::connect(&db.url(), StoreOptions::default()).await.expect("store");
+        let firings = triggered(&store, &["a-left"]).await;
+        let request = StartRequest { firing_id: firings[0].clone(), worker_id: "left".into(), group: "default".into(), handler: None, payload_sha256: None };
+        let started = Utc::now();
+        store.start(&[request], started).await.expect("start");
+        let event = Finished {
+            firing_id: firings[0].clone(),
+            worker_id: "left".into(),
+            outcome: Outcome::Succeeded,
+            error: None,
+            output: None,
+            started_at: started,
+            finished_at: started,
+        };
+        js.publish(subjects.finished_as("default", "left"), serde_json::to_vec(&event).expect("json").into())
+            .await.expect("publish").await.expect("stored");
+        let metrics = Metrics::new();
+        let reports = WorkerReports {
+            config: WorkerReportsConfig::default(),
+            store: store.clone(),
+            nats: client.clone(),
+            jetstream: js.clone(),
+            subjects: subjects.clone(),
+            metrics: metrics.clone(),
+            finished: Default::default(),
+        };
+        let monitor = ExpiryMonitor::new(
+            ExpiryConfig::default(),
+            store.clone(),
+            topology.workers().await.expect("workers bucket"),
+            reports,
+            metrics,
+        );
+        let later = started + chrono::Duration::seconds(30);
+        let outcome = monitor.run_once(later).await.expect("scan");
+        assert!(outcome.lost.is_empty(), "{outcome:?}");
+        assert_eq!(outcome.deferred, [firings[0].clone()]);
+        assert_eq!(firing_state(&store, &firings[0]).await, Some(FiringState::Executing));
+
+        // The event is applied elsewhere (here: removed unapplied): the
+        // firing is judged by its heartbeat again.
+        js.get_stream(subjects.events_stream()).await.expect("events stream").purge().await.expect("purge");
+        let outcome = monitor.run_once(later).await.expect("scan");
+        assert_eq!(outcome.lost, [firings[0].clone()]);
+    }
+}
+
+backend_tests! {
     /// A valid submission the store keeps failing on for a reason that is
     /// neither the spec's fault nor an outage is retried `max_deliveries`
     /// times, then dead-lettered, not rejected and not retried forever.
