@@ -151,6 +151,41 @@ async fn refuse(db: &TestDatabase, table: &str, operation: &str, condition: &str
     conn.close().await.expect("close");
 }
 
+/// A store on `db` and an expiry monitor over it and `nats` (streams and
+/// buckets made), with no replica applying anything: what a test puts in
+/// the events stream stays there.
+async fn expiry_monitor(
+    nats: &NatsServer,
+    db: &TestDatabase,
+) -> (Store, ExpiryMonitor, jetstream::Context) {
+    let client = nats.connect().await;
+    let js = jetstream::new(client.clone());
+    let subjects = Subjects::default();
+    let topology = Topology::new(js.clone(), subjects.clone(), TopologyConfig::default());
+    topology.ensure().await.expect("streams");
+    let store = Store::connect(&db.url(), StoreOptions::default())
+        .await
+        .expect("store");
+    let metrics = Metrics::new();
+    let reports = WorkerReports {
+        config: WorkerReportsConfig::default(),
+        store: store.clone(),
+        nats: client,
+        jetstream: js.clone(),
+        subjects,
+        metrics: metrics.clone(),
+        finished: Default::default(),
+    };
+    let monitor = ExpiryMonitor::new(
+        ExpiryConfig::default(),
+        store.clone(),
+        topology.workers().await.expect("workers bucket"),
+        reports,
+        metrics,
+    );
+    (store, monitor, js)
+}
+
 async fn firing_state(store: &Store, id: &FiringId) -> Option<FiringState> {
     let page = store
         .list_firings(&FiringFilter {
@@ -415,12 +450,7 @@ backend_tests! {
     async fn a_firing_that_cannot_be_requeued_holds_back_no_other(db: TestDatabase) {
         init_tracing();
         let nats = NatsServer::start().await;
-        let client = nats.connect().await;
-        let js = jetstream::new(client.clone());
-        let subjects = Subjects::default();
-        let topology = Topology::new(js.clone(), subjects.clone(), TopologyConfig::default());
-        topology.ensure().await.expect("streams");
-        let store = Store::connect(&db.url(), StoreOptions::default()).await.expect("store");
+        let (store, monitor, _) = expiry_monitor(&nats, &db).await;
         // Same start, same timeout: the scan meets them in firing-id order, poison first.
         let firings = triggered(&store, &["a-poison", "b-good"]).await;
         let requests: Vec<StartRequest> = firings
@@ -430,23 +460,6 @@ backend_tests! {
         let started = Utc::now();
         store.start(&requests, started).await.expect("start");
         poison(&db, &firings[0]).await;
-        let metrics = Metrics::new();
-        let reports = WorkerReports {
-            config: WorkerReportsConfig::default(),
-            store: store.clone(),
-            nats: client.clone(),
-            jetstream: js.clone(),
-            subjects: subjects.clone(),
-            metrics: metrics.clone(),
-            finished: Default::default(),
-        };
-        let monitor = ExpiryMonitor::new(
-            ExpiryConfig::default(),
-            store.clone(),
-            topology.workers().await.expect("workers bucket"),
-            reports,
-            metrics,
-        );
 
         let outcome = monitor
             .run_once(started + chrono::Duration::hours(2))
@@ -467,12 +480,7 @@ backend_tests! {
     async fn a_vanished_worker_whose_reports_wait_is_not_judged_lost(db: TestDatabase) {
         init_tracing();
         let nats = NatsServer::start().await;
-        let client = nats.connect().await;
-        let js = jetstream::new(client.clone());
-        let subjects = Subjects::default();
-        let topology = Topology::new(js.clone(), subjects.clone(), TopologyConfig::default());
-        topology.ensure().await.expect("streams");
-        let store = Store::connect(&db.url(), StoreOptions::default()).await.expect("store");
+        let (store, monitor, js) = expiry_monitor(&nats, &db).await;
         let firings = triggered(&store, &["a-left"]).await;
         let request = StartRequest { firing_id: firings[0].clone(), worker_id: "left".into(), group: "default".into(), handler: None, payload_sha256: None };
         let started = Utc::now();
@@ -486,25 +494,9 @@ backend_tests! {
             started_at: started,
             finished_at: started,
         };
+        let subjects = Subjects::default();
         js.publish(subjects.finished_as("default", "left"), serde_json::to_vec(&event).expect("json").into())
             .await.expect("publish").await.expect("stored");
-        let metrics = Metrics::new();
-        let reports = WorkerReports {
-            config: WorkerReportsConfig::default(),
-            store: store.clone(),
-            nats: client.clone(),
-            jetstream: js.clone(),
-            subjects: subjects.clone(),
-            metrics: metrics.clone(),
-            finished: Default::default(),
-        };
-        let monitor = ExpiryMonitor::new(
-            ExpiryConfig::default(),
-            store.clone(),
-            topology.workers().await.expect("workers bucket"),
-            reports,
-            metrics,
-        );
         let later = started + chrono::Duration::seconds(30);
         let outcome = monitor.run_once(later).await.expect("scan");
         assert!(outcome.lost.is_empty(), "{outcome:?}");

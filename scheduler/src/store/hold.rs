@@ -142,18 +142,7 @@ impl Store {
         tx: &mut Tx,
         ids: &[impl AsRef<str>],
     ) -> Result<(), StoreError> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let sql = format!(
-            "DELETE FROM held WHERE firing_id IN (SELECT r.id FROM {})",
-            self.backend.json_rows(1, &[("id", Col::Text)])
-        );
-        sqlx::query(&sql)
-            .bind(id_batch(ids)?)
-            .execute(&mut **tx)
-            .await?;
-        Ok(())
+        self.delete_rows_of(tx, "held", ids).await
     }
 
     /// Forgets every held firing of a job (deleted).

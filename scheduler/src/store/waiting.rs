@@ -61,11 +61,21 @@ impl Store {
         tx: &mut Transaction<'static, Any>,
         ids: &[impl AsRef<str>],
     ) -> Result<(), StoreError> {
+        self.delete_rows_of(tx, "waiting", ids).await
+    }
+
+    /// Deletes the rows of `table` (keyed by `firing_id`) of firings `ids`.
+    pub(crate) async fn delete_rows_of(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        table: &str,
+        ids: &[impl AsRef<str>],
+    ) -> Result<(), StoreError> {
         if ids.is_empty() {
             return Ok(());
         }
         let sql = format!(
-            "DELETE FROM waiting WHERE firing_id IN (SELECT r.id FROM {})",
+            "DELETE FROM {table} WHERE firing_id IN (SELECT r.id FROM {})",
             self.backend.json_rows(1, &[("id", Col::Text)])
         );
         sqlx::query(&sql)
