@@ -12,6 +12,7 @@ both_backends!(
     on_success_fires_once_after_the_last_shard,
     a_failed_shard_means_no_on_success,
     forbid_lets_one_instant_s_shards_run_by_default,
+    misfire_skips_and_backfills_make_every_shard,
 );
 
 fn sharded(id: &str, shards: u32, extra: Value) -> JobSpec {
@@ -254,4 +255,66 @@ async fn forbid_lets_one_instant_s_shards_run_by_default(db: &TestDb) {
     start_all(&store, &shards_of(&first, 3), 2).await;
     let refused = start(&store, &later, "w9", t(3)).await;
     assert_eq!(refused.reply.refusal, Some(StartRefusal::Skipped));
+}
+
+async fn misfire_skips_and_backfills_make_every_shard(db: &TestDb) {
+    let store = db.store().await;
+    store
+        .put_job(
+            &every(
+                "scan",
+                "10s",
+                json!({"shards": 2, "misfire": "skip", "misfire_threshold": "5s"}),
+            ),
+            t(0),
+        )
+        .await
+        .expect("put");
+    // Found at 32 s: 10 and 20 are misfired, 30 is on time.
+    let outcome = store
+        .stage_slice(&stage("s", t(33), t(32)))
+        .await
+        .expect("stage");
+    assert_eq!(outcome.skipped, 2, "counted per instant");
+    assert_eq!(outcome.missed.len(), 2, "one alert per instant");
+    assert!(outcome
+        .missed
+        .iter()
+        .all(|m| m.alert.firing_id.as_ref().and_then(|id| id.shard) == Some(0)));
+    let staged: Vec<String> = outcome.firings.iter().map(|f| f.id.to_string()).collect();
+    let at = t(30).timestamp_millis();
+    assert_eq!(staged, [format!("scan@{at}.0#1"), format!("scan@{at}.1#1")]);
+    let all = firings_of(&store, "scan").await;
+    let skipped: Vec<&chime_common::Firing> = all
+        .iter()
+        .filter(|f| f.state == FiringState::Skipped)
+        .collect();
+    assert_eq!(skipped.len(), 4, "both shards of both misfired instants");
+
+    // A backfill of the two skipped instants makes both shards of each, as
+    // the next attempt.
+    let ids = store
+        .backfill("scan", t(10), t(21), 1000, t(40))
+        .await
+        .expect("backfill")
+        .expect("job");
+    let mut texts: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    texts.sort();
+    let (ten, twenty) = (t(10).timestamp_millis(), t(20).timestamp_millis());
+    assert_eq!(
+        texts,
+        [
+            format!("scan@{ten}.0#2"),
+            format!("scan@{ten}.1#2"),
+            format!("scan@{twenty}.0#2"),
+            format!("scan@{twenty}.1#2"),
+        ]
+    );
+    for id in &ids {
+        assert_eq!(staged_firing_shards(&store, id).await, 2);
+    }
+}
+
+async fn staged_firing_shards(store: &Store, id: &FiringId) -> u32 {
+    staged(store, id).await.shards
 }
