@@ -427,21 +427,31 @@ impl Store {
         Ok(outcome)
     }
 
-    /// Whether every shard of `firing`'s instant has a succeeded attempt
-    /// (its own success written already). The instant's shard count is the
-    /// one its firings were staged with, whatever the job says now.
+    /// Whether this success of `firing` (written already) completes its
+    /// instant: every shard has succeeded as many times as this shard now
+    /// has. The first run of an instant completes when its last shard
+    /// first succeeds; a re-run of the whole instant (`jobs.backfill`, one
+    /// more attempt of every shard) completes once more, when its last
+    /// shard succeeds, not at each shard of it. The instant's shard count
+    /// is the one its firings were staged with, whatever the job says now.
     async fn all_shards_succeeded(
         &self,
         tx: &mut Tx,
         firing: &FiringRow,
     ) -> Result<bool, StoreError> {
         let missing: i64 = sqlx::query_scalar(
-            "SELECT (SELECT shards FROM firings WHERE id = $3) - COUNT(DISTINCT shard) \
-             FROM firings WHERE job_id = $1 AND scheduled_at = $2 AND state = 'succeeded'",
+            "SELECT (SELECT shards FROM firings WHERE id = $3) - COUNT(*) \
+             FROM (SELECT shard, COUNT(*) AS n FROM firings \
+                 WHERE job_id = $1 AND scheduled_at = $2 AND state = 'succeeded' \
+                 GROUP BY shard) done \
+             WHERE done.n >= (SELECT COUNT(*) FROM firings \
+                 WHERE job_id = $1 AND scheduled_at = $2 AND state = 'succeeded' \
+                     AND shard = $4)",
         )
         .bind(firing.id.job_id.as_str())
         .bind(firing.id.scheduled_ms)
         .bind(firing.text.as_str())
+        .bind(i64::from(firing.id.shard.unwrap_or(0)))
         .fetch_one(&mut **tx)
         .await?;
         Ok(missing <= 0)

@@ -13,6 +13,7 @@ both_backends!(
     a_failed_shard_means_no_on_success,
     forbid_lets_one_instant_s_shards_run_by_default,
     misfire_skips_and_backfills_make_every_shard,
+    a_re_run_instant_triggers_once_more_at_its_last_shard,
 );
 
 fn sharded(id: &str, shards: u32, extra: Value) -> JobSpec {
@@ -317,4 +318,61 @@ async fn misfire_skips_and_backfills_make_every_shard(db: &TestDb) {
 
 async fn staged_firing_shards(store: &Store, id: &FiringId) -> u32 {
     staged(store, id).await.shards
+}
+
+async fn a_re_run_instant_triggers_once_more_at_its_last_shard(db: &TestDb) {
+    let store = db.store().await;
+    store
+        .put_job(&every("next", "1h", json!({})), t(0))
+        .await
+        .expect("put");
+    store
+        .put_job(&sharded("scan", 2, json!({"on_success": ["next"]})), t(0))
+        .await
+        .expect("put");
+    let first = store
+        .stage_slice(&stage("s", t(3601), t(3600)))
+        .await
+        .expect("stage")
+        .firings;
+    let ids: Vec<FiringId> = first
+        .iter()
+        .filter(|f| f.job_id == "scan")
+        .map(|f| f.id.clone())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    start_all(&store, &ids, 3600).await;
+    assert!(finish_shard(&store, &ids[0], Outcome::Succeeded, 3601)
+        .await
+        .triggered
+        .is_empty());
+    assert_eq!(
+        finish_shard(&store, &ids[1], Outcome::Succeeded, 3602)
+            .await
+            .triggered
+            .len(),
+        1
+    );
+    // The same instant again, every shard as attempt 2.
+    let again = store
+        .backfill("scan", t(3600), t(3601), 10, t(3700))
+        .await
+        .expect("backfill")
+        .expect("job");
+    assert_eq!(again.len(), 2);
+    start_all(&store, &again, 3700).await;
+    let one = finish_shard(&store, &again[0], Outcome::Succeeded, 3701).await;
+    assert!(
+        one.triggered.is_empty(),
+        "not at the re-run's first shard: {one:?}"
+    );
+    let last = finish_shard(&store, &again[1], Outcome::Succeeded, 3702).await;
+    assert_eq!(
+        last.triggered.len(),
+        1,
+        "once more at its last shard: {last:?}"
+    );
+    // Two triggered runs of `next`, besides its own instant.
+    let triggered = firings_of(&store, "next").await;
+    assert_eq!(triggered.len(), 3, "{triggered:?}");
 }
