@@ -15,6 +15,8 @@ use serde_json::{Map, Value};
 pub const MAX_JOB_CONCURRENT: u64 = 1000;
 /// The largest `queue_limit`.
 pub const MAX_QUEUE_LIMIT: u64 = 10_000;
+/// The largest `shards` of a job.
+pub const MAX_SHARDS: u64 = 1000;
 /// The largest `max_concurrent` of a group.
 pub const MAX_GROUP_CONCURRENT: u64 = 100_000;
 /// The largest `max_per_second` of a group.
@@ -31,11 +33,14 @@ pub struct Concurrency {
     /// With `overlap: queue`: at most this many firings wait; more are skipped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue_limit: Option<u32>,
+    /// Each instant becomes this many firings, shard 0…N-1 (default 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
 }
 
 impl Concurrency {
     /// The keys this reads from a job object.
-    pub const FIELDS: [&'static str; 2] = ["max_concurrent", "queue_limit"];
+    pub const FIELDS: [&'static str; 3] = ["max_concurrent", "queue_limit", "shards"];
 
     /// Reads the fields present in `obj` (absent and `null` are the same)
     /// for a job with `overlap` (`None`: the overlap was itself invalid, so
@@ -48,6 +53,7 @@ impl Concurrency {
         let mut errors = Vec::new();
         let max_concurrent = bounded(obj, "max_concurrent", MAX_JOB_CONCURRENT, &mut errors);
         let queue_limit = bounded(obj, "queue_limit", MAX_QUEUE_LIMIT, &mut errors);
+        let shards = bounded(obj, "shards", MAX_SHARDS, &mut errors);
         if queue_limit.is_some() && overlap.is_some_and(|o| o != Overlap::Queue) {
             errors.push(FieldError::new(
                 "queue_limit",
@@ -58,20 +64,31 @@ impl Concurrency {
             Ok(Concurrency {
                 max_concurrent,
                 queue_limit,
+                shards,
             })
         } else {
             Err(errors)
         }
     }
 
+    /// How many firings each instant becomes (`shards`, default 1).
+    pub fn shard_count(&self) -> u32 {
+        self.shards.unwrap_or(1).max(1)
+    }
+
     /// How many of the job's firings may execute at once under `overlap`:
-    /// `max_concurrent`, else 1 with `forbid`, `queue` and `replace` and no
-    /// limit with `allow`.
+    /// `max_concurrent`, else one instant's worth (its [`shard_count`],
+    /// 1 for an unsharded job) with `forbid`, `queue` and `replace`, and no
+    /// limit with `allow`. Each shard is a firing for every limit; an
+    /// explicit `max_concurrent` below `shards` is the user's choice (the
+    /// shards beyond it wait or are skipped, as `overlap` says).
+    ///
+    /// [`shard_count`]: Concurrency::shard_count
     pub fn limit(&self, overlap: Overlap) -> Option<u32> {
         match (self.max_concurrent, overlap) {
             (Some(n), _) => Some(n),
             (None, Overlap::Allow) => None,
-            (None, _) => Some(1),
+            (None, _) => Some(self.shard_count()),
         }
     }
 
@@ -212,6 +229,24 @@ mod tests {
     }
 
     #[test]
+    fn a_sharded_job_runs_one_instant_at_once_by_default() {
+        let eight = concurrency(json!({"shards": 8}), Some(Overlap::Forbid)).unwrap();
+        assert_eq!(eight.shard_count(), 8);
+        assert_eq!(Concurrency::default().shard_count(), 1);
+        for o in [Overlap::Forbid, Overlap::Queue, Overlap::Replace] {
+            assert_eq!(eight.limit(o), Some(8));
+        }
+        assert_eq!(eight.limit(Overlap::Allow), None);
+        // Below `shards` is the user's choice: the extra shards wait or skip.
+        let two = concurrency(
+            json!({"shards": 8, "max_concurrent": 2}),
+            Some(Overlap::Queue),
+        )
+        .unwrap();
+        assert_eq!(two.limit(Overlap::Queue), Some(2));
+    }
+
+    #[test]
     fn out_of_range_and_misplaced_values_name_their_field() {
         for (v, field) in [
             (json!({"max_concurrent": 0}), "max_concurrent"),
@@ -221,6 +256,9 @@ mod tests {
             (json!({"max_concurrent": "3"}), "max_concurrent"),
             (json!({"queue_limit": 10001}), "queue_limit"),
             (json!({"queue_limit": 0}), "queue_limit"),
+            (json!({"shards": 0}), "shards"),
+            (json!({"shards": 1001}), "shards"),
+            (json!({"shards": "8"}), "shards"),
         ] {
             let e = concurrency(v.clone(), Some(Overlap::Queue)).unwrap_err();
             assert_eq!(e[0].field, field, "{v}");

@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-/// A firing's identity, `<job id>@<scheduled ms>#<attempt>`.
+/// A firing's identity, `<job id>@<scheduled ms>#<attempt>`, or
+/// `<job id>@<scheduled ms>.<shard>#<attempt>` for a shard of a sharded job
+/// (`shards` above 1; shard 0 included).
 ///
 /// It is also the `Nats-Msg-Id` of the firing message, so JetStream drops a
 /// second publish of the same attempt inside its duplicate window.
@@ -14,6 +16,8 @@ use std::str::FromStr;
 pub struct FiringId {
     pub job_id: String,
     pub scheduled_ms: i64,
+    /// The shard of a sharded job's instant; `None` for an unsharded job.
+    pub shard: Option<u32>,
     pub attempt: u32,
 }
 
@@ -23,23 +27,45 @@ impl FiringId {
         FiringId {
             job_id: job_id.into(),
             scheduled_ms,
+            shard: None,
             attempt,
         }
     }
 
-    /// The same instant, next attempt.
+    /// The identity of shard `shard` of `shards` at that instant: the plain
+    /// id when the job has one shard only.
+    pub fn of_shard(
+        job_id: impl Into<String>,
+        scheduled_ms: i64,
+        shard: u32,
+        shards: u32,
+        attempt: u32,
+    ) -> Self {
+        FiringId {
+            shard: (shards > 1).then_some(shard),
+            ..FiringId::new(job_id, scheduled_ms, attempt)
+        }
+    }
+
+    /// The same instant and shard, next attempt.
     pub fn next_attempt(&self) -> Self {
-        FiringId::new(
-            self.job_id.clone(),
-            self.scheduled_ms,
-            self.attempt.saturating_add(1),
-        )
+        FiringId {
+            attempt: self.attempt.saturating_add(1),
+            ..self.clone()
+        }
     }
 }
 
 impl fmt::Display for FiringId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}@{}#{}", self.job_id, self.scheduled_ms, self.attempt)
+        match self.shard {
+            Some(shard) => write!(
+                f,
+                "{}@{}.{}#{}",
+                self.job_id, self.scheduled_ms, shard, self.attempt
+            ),
+            None => write!(f, "{}@{}#{}", self.job_id, self.scheduled_ms, self.attempt),
+        }
     }
 }
 
@@ -47,16 +73,32 @@ impl FromStr for FiringId {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || format!("{s:?} is not a firing id (<job id>@<scheduled ms>#<attempt>)");
+        let bad = || {
+            format!(
+                "{s:?} is not a firing id (<job id>@<scheduled ms>#<attempt> or \
+                 <job id>@<scheduled ms>.<shard>#<attempt>)"
+            )
+        };
         // Job ids cannot contain '@' or '#', so the last ones are the separators.
         let (job_id, rest) = s.rsplit_once('@').ok_or_else(bad)?;
-        let (ms, attempt) = rest.split_once('#').ok_or_else(bad)?;
+        let (instant, attempt) = rest.split_once('#').ok_or_else(bad)?;
         if job_id.is_empty() {
             return Err(bad());
         }
+        let (ms, shard) = match instant.split_once('.') {
+            Some((ms, shard)) => {
+                // Digits only: one shard has one spelling (no sign, no blank).
+                if shard.is_empty() || !shard.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(bad());
+                }
+                (ms, Some(shard.parse().map_err(|_| bad())?))
+            }
+            None => (instant, None),
+        };
         Ok(FiringId {
             job_id: job_id.to_string(),
             scheduled_ms: ms.parse().map_err(|_| bad())?,
+            shard,
             attempt: attempt.parse().map_err(|_| bad())?,
         })
     }
@@ -153,6 +195,10 @@ pub struct Firing {
     pub job_id: String,
     #[serde(with = "rfc3339_ms")]
     pub scheduled_at: DateTime<Utc>,
+    /// The shard of a sharded job's instant (0…`shards`-1); written only
+    /// for a sharded job's firings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
     pub attempt: u32,
     pub state: FiringState,
     /// The node group the firing was published to.
@@ -203,11 +249,75 @@ mod tests {
     }
 
     #[test]
+    fn sharded_firing_ids_round_trip_through_text() {
+        let id = FiringId::of_shard("scan.v2", 1_774_661_400_000, 0, 8, 1);
+        assert_eq!(id.shard, Some(0));
+        assert_eq!(id.to_string(), "scan.v2@1774661400000.0#1");
+        assert_eq!(
+            "scan.v2@1774661400000.0#1".parse::<FiringId>(),
+            Ok(id.clone())
+        );
+        let next = id.next_attempt();
+        assert_eq!(next.to_string(), "scan.v2@1774661400000.0#2");
+        // One shard: the plain id, exactly as before shards existed.
+        let plain = FiringId::of_shard("scan", 5, 0, 1, 3);
+        assert_eq!(plain, FiringId::new("scan", 5, 3));
+        assert_eq!(plain.to_string(), "scan@5#3");
+        assert_eq!(
+            "j@7.999#2".parse::<FiringId>().map(|id| id.shard),
+            Ok(Some(999))
+        );
+    }
+
+    #[test]
     fn malformed_firing_ids_are_rejected() {
         for bad in [
-            "", "job", "job@", "@1#1", "job@x#1", "job@1#", "job@1#-1", "job@1",
+            "",
+            "job",
+            "job@",
+            "@1#1",
+            "job@x#1",
+            "job@1#",
+            "job@1#-1",
+            "job@1",
+            "job@1.#1",
+            "job@.1#1",
+            "job@1.x#1",
+            "job@1.-1#1",
+            "job@1.+1#1",
+            "job@1.1.1#1",
+            "job@1. 1#1",
+            "job@1.99999999999#1",
+            "@1.0#1",
+            "job@1.0#",
+            "job@1.0",
         ] {
             assert!(bad.parse::<FiringId>().is_err(), "{bad:?} parsed");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn firing_ids_round_trip_in_both_forms(
+            job in "[A-Za-z0-9._-]{1,20}",
+            ms in proptest::num::i64::ANY,
+            shard in proptest::option::of(0u32..1000),
+            attempt in proptest::num::u32::ANY,
+        ) {
+            let id = FiringId { job_id: job, scheduled_ms: ms, shard, attempt };
+            proptest::prop_assert_eq!(id.to_string().parse::<FiringId>(), Ok(id));
+        }
+
+        #[test]
+        fn parsing_any_text_never_panics(s in "\\PC{0,40}") {
+            let _ = s.parse::<FiringId>();
+        }
+
+        #[test]
+        fn parsing_near_ids_never_panics(s in "[a-z]{0,3}[@#.0-9+-]{0,12}") {
+            if let Ok(id) = s.parse::<FiringId>() {
+                proptest::prop_assert_eq!(id.to_string().parse::<FiringId>(), Ok(id));
+            }
         }
     }
 

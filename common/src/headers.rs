@@ -20,5 +20,9 @@ pub const PRIORITY: &str = "Chime-Priority";
 pub const DEADLINE: &str = "Chime-Deadline";
 /// The job's execution limit in milliseconds, so a worker can compute its own deadline.
 pub const TIMEOUT_MS: &str = "Chime-Timeout-Ms";
+/// A sharded job's firing: its shard, 0…`Chime-Shards`-1 (absent when unsharded).
+pub const SHARD: &str = "Chime-Shard";
+/// A sharded job's firing: how many shards its instant has (absent when unsharded).
+pub const SHARDS: &str = "Chime-Shards";
 /// On `chime.submit.rejected`: the error JSON.
 pub const ERROR: &str = "Chime-Error";

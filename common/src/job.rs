@@ -128,7 +128,7 @@ pub struct JobSpec {
     pub timeout: Duration,
     pub retry: RetryPolicy,
     pub overlap: Overlap,
-    /// `max_concurrent`, `queue_limit`.
+    /// `max_concurrent`, `queue_limit`, `shards`.
     #[serde(flatten)]
     pub concurrency: Concurrency,
     pub misfire: Misfire,

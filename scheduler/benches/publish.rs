@@ -21,6 +21,7 @@ fn firing() -> StagedFiring {
         id: FiringId {
             job_id: "burst-0012345".into(),
             scheduled_ms: scheduled_at.timestamp_millis(),
+            shard: None,
             attempt: 1,
         },
         job_id: "burst-0012345".into(),
@@ -33,6 +34,7 @@ fn firing() -> StagedFiring {
         attempt: 1,
         timeout: Duration::from_secs(3600),
         publish_seq: 0,
+        shards: 1,
     }
 }
 

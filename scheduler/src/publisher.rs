@@ -121,6 +121,8 @@ mod names {
     pub const PRIORITY: HeaderName = HeaderName::from_static(headers::PRIORITY);
     pub const DEADLINE: HeaderName = HeaderName::from_static(headers::DEADLINE);
     pub const TIMEOUT_MS: HeaderName = HeaderName::from_static(headers::TIMEOUT_MS);
+    pub const SHARD: HeaderName = HeaderName::from_static(headers::SHARD);
+    pub const SHARDS: HeaderName = HeaderName::from_static(headers::SHARDS);
 }
 
 /// The headers of a firing message (CONTRACT.md, "Firing messages").
@@ -145,6 +147,10 @@ pub fn firing_headers(firing: &StagedFiring, now: chrono::DateTime<Utc>) -> Head
     h.insert(names::PRIORITY, firing.priority.to_string());
     h.insert(names::DEADLINE, format_time(deadline));
     h.insert(names::TIMEOUT_MS, firing.timeout.as_millis().to_string());
+    if let Some(shard) = firing.id.shard {
+        h.insert(names::SHARD, shard.to_string());
+        h.insert(names::SHARDS, firing.shards.to_string());
+    }
     h
 }
 
@@ -560,6 +566,7 @@ mod tests {
             id: FiringId {
                 job_id: "nightly".into(),
                 scheduled_ms: scheduled_at.timestamp_millis(),
+                shard: None,
                 attempt: 2,
             },
             job_id: "nightly".into(),
@@ -572,6 +579,7 @@ mod tests {
             attempt: 2,
             timeout: Duration::from_secs(600),
             publish_seq: 0,
+            shards: 1,
         };
         let now = scheduled_at + chrono::Duration::seconds(5);
         let h = firing_headers(&firing, now);
@@ -599,6 +607,32 @@ mod tests {
             Some("nightly@1774661400250#2~3")
         );
         assert_eq!(h.get(headers::FIRING_ID).map(|v| v.as_str()), Some(id));
+        assert!(h.get(headers::SHARD).is_none() && h.get(headers::SHARDS).is_none());
+    }
+
+    #[test]
+    fn a_shard_carries_its_shard_and_the_instant_s_count() {
+        let now = Utc::now();
+        let id = FiringId::of_shard("scan", now.timestamp_millis(), 3, 8, 1);
+        let firing = StagedFiring {
+            id: id.clone(),
+            job_id: "scan".into(),
+            group: "default".into(),
+            priority: 5,
+            handler: "shell".into(),
+            payload: serde_json::Value::Null,
+            scheduled_at: now,
+            due_at: now,
+            attempt: 1,
+            timeout: Duration::from_secs(60),
+            publish_seq: 0,
+            shards: 8,
+        };
+        let h = firing_headers(&firing, now);
+        let value = |name: &str| h.get(name).map(|v| v.as_str().to_string());
+        assert_eq!(value(headers::SHARD).as_deref(), Some("3"));
+        assert_eq!(value(headers::SHARDS).as_deref(), Some("8"));
+        assert_eq!(value(headers::NATS_MSG_ID), Some(id.to_string()));
     }
 
     #[test]
@@ -608,6 +642,7 @@ mod tests {
             id: FiringId {
                 job_id: "huge".into(),
                 scheduled_ms: now.timestamp_millis(),
+                shard: None,
                 attempt: 1,
             },
             job_id: "huge".into(),
@@ -620,6 +655,7 @@ mod tests {
             attempt: 1,
             timeout: Duration::from_secs(300_000 * 365 * 24 * 3600),
             publish_seq: 0,
+            shards: 1,
         };
         let h = firing_headers(&firing, now);
         let deadline = now + chrono::Duration::from_std(MAX_TIMEOUT).unwrap();

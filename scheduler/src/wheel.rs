@@ -140,6 +140,7 @@ mod tests {
             attempt: 1,
             timeout: Duration::from_secs(60),
             publish_seq: 0,
+            shards: 1,
         }
     }
 

@@ -282,6 +282,9 @@ mod limits;
 #[path = "store/fan_in.rs"]
 mod fan_in;
 
+#[path = "store/shards.rs"]
+mod shards;
+
 both_backends!(
     a_start_must_ask_for_what_was_staged,
     a_start_later_than_max_lateness_raises_one_late_alert,

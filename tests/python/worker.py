@@ -62,11 +62,19 @@ def consumer_name(group, band):
 
 
 def parse_firing_id(text):
+    """`<job id>@<ms>#<attempt>`, or `<job id>@<ms>.<shard>#<attempt>` for a
+    shard of a sharded job; the shard is None when there is none."""
     job, rest = text.rsplit("@", 1)
-    ms, attempt = rest.split("#", 1)
+    instant, attempt = rest.split("#", 1)
     if not job:
         raise ValueError("empty job id")
-    return job, int(ms), int(attempt)
+    shard = None
+    if "." in instant:
+        instant, shard_text = instant.split(".", 1)
+        if not shard_text.isdigit():
+            raise ValueError("bad shard %r" % shard_text)
+        shard = int(shard_text)
+    return job, int(instant), shard, int(attempt)
 
 
 class BadMessage(Exception):
@@ -85,7 +93,9 @@ def read_firing(msg):
 
     try:
         firing_id = need("Chime-Firing-Id")
-        job, _ms, attempt = parse_firing_id(firing_id)
+        job, _ms, shard, attempt = parse_firing_id(firing_id)
+        if shard is not None and int(need("Chime-Shard")) != shard:
+            raise BadMessage("Chime-Shard does not match the firing id")
         if need("Chime-Job-Id") != job:
             raise BadMessage("Chime-Job-Id does not match the firing id")
         if int(need("Chime-Attempt")) != attempt:

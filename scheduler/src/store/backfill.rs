@@ -93,7 +93,7 @@ impl Store {
         let payload = serde_json::to_string(&spec.payload)
             .map_err(|e| StoreError::Internal(format!("encoding a payload: {e}")))?;
         let timeout_ms = i64::try_from(spec.timeout.as_millis()).unwrap_or(i64::MAX);
-        let mut ids = Vec::with_capacity(instants.len());
+        let shards = spec.concurrency.shard_count();
         let mut firings = Vec::with_capacity(instants.len());
         for at in instants {
             let last = last_attempts.get(&at).copied().unwrap_or(0);
@@ -103,9 +103,9 @@ impl Store {
                 .ok_or_else(|| {
                     StoreError::corrupt(job_id, format!("attempt {last} at {at} is out of range"))
                 })?;
-            let id = FiringId::new(job_id, at, attempt);
-            firings.push(NewFiring {
-                id: id.to_string(),
+            // Every shard of the instant, as one attempt after its latest.
+            let first = NewFiring {
+                id: FiringId::new(job_id, at, attempt).to_string(),
                 job_id,
                 scheduled_at: at,
                 attempt,
@@ -119,8 +119,10 @@ impl Store {
                 error: None,
                 finished_at: None,
                 backfill: 1,
-            });
-            ids.push(id);
+                shard: 0,
+                shards: 1,
+            };
+            firings.extend(first.sharded(shards));
         }
         let inserted = self.insert_firings(&mut tx, &firings, now_ms).await?;
         // A firing inserted since the attempts were read (a retry, another
@@ -141,10 +143,9 @@ impl Store {
         let inserted: HashSet<&str> = inserted.iter().map(String::as_str).collect();
         let firing_ids = firings
             .iter()
-            .zip(ids)
-            .filter(|(firing, _)| inserted.contains(firing.id.as_str()))
-            .map(|(_, id)| id)
-            .collect();
+            .filter(|firing| inserted.contains(firing.id.as_str()))
+            .map(|firing| rows::firing_id(&firing.id))
+            .collect::<Result<_, _>>()?;
         Ok(Some(firing_ids))
     }
 }

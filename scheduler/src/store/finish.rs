@@ -5,9 +5,13 @@
 //! and triggers the job's `on_success` and the fan-in jobs it completes
 //! (`fan_in.rs`); either releases a queued firing.
 //!
+//! A shard of a sharded job (`shards` above 1) succeeds on its own, but its
+//! instant succeeds (and triggers `on_success` and fan-in counts, once) only
+//! when its last shard does.
+//!
 //! A batch's plain successes (reported by the worker running the firing,
-//! whose job has no `on_success`, no fan-in job waiting for it and nothing
-//! queued) need no policy
+//! of an unsharded job with no `on_success`, no fan-in job waiting for it
+//! and nothing queued) need no policy
 //! decision; where the backend can, they are first applied in one statement
 //! outside any transaction (see `start.rs` for why). What is left takes one
 //! transaction: the plain successes set-based, the rest one by one.
@@ -194,6 +198,7 @@ impl Store {
                      AND EXISTS (SELECT 1 FROM executing e \
                          WHERE e.firing_id = f.id AND e.worker_id = r.worker_id) \
                      AND {NOTHING_HELD_IN_GROUP} \
+                     AND f.shards = 1 \
                      AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = f.job_id \
                          AND COALESCE(jsonb_array_length(j.spec::jsonb -> 'on_success'), 0) = 0) \
                      AND {NO_FAN_IN_DEPENDENTS} \
@@ -378,7 +383,15 @@ impl Store {
             .await?;
         }
 
-        let job = self.read_job(tx, job_id, false).await?;
+        // A shard's success decides its instant's: the job row is locked
+        // first, so two last shards finishing at once decide one after the
+        // other and exactly one of them sees every shard succeeded.
+        let sharded = firing.id.shard.is_some();
+        let job = self
+            .read_job(tx, job_id, sharded && state == FiringState::Succeeded)
+            .await?;
+        let instant_succeeded = state == FiringState::Succeeded
+            && (!sharded || self.all_shards_succeeded(tx, &firing).await?);
         if state == FiringState::Failed {
             outcome.retry = self
                 .retry(tx, &firing, job.as_ref(), now, retry_delay)
@@ -399,7 +412,7 @@ impl Store {
                     }
                 }
             }
-        } else if state == FiringState::Succeeded {
+        } else if instant_succeeded {
             if let Some(job) = job {
                 for target in &job.spec.on_success {
                     if let Some(triggered) = self.trigger_in(tx, target, None, now).await? {
@@ -412,6 +425,36 @@ impl Store {
         }
         outcome.released = self.release_held(tx, job_id, &firing.group, now).await?;
         Ok(outcome)
+    }
+
+    /// Whether this success of `firing` (written already) completes its
+    /// instant: every shard has succeeded as many times as this shard now
+    /// has. The first run of an instant completes when its last shard
+    /// first succeeds; a re-run of the whole instant (`jobs.backfill`, one
+    /// more attempt of every shard) completes once more, when its last
+    /// shard succeeds, not at each shard of it. The instant's shard count
+    /// is the one its firings were staged with, whatever the job says now.
+    async fn all_shards_succeeded(
+        &self,
+        tx: &mut Tx,
+        firing: &FiringRow,
+    ) -> Result<bool, StoreError> {
+        let missing: i64 = sqlx::query_scalar(
+            "SELECT (SELECT shards FROM firings WHERE id = $3) - COUNT(*) \
+             FROM (SELECT shard, COUNT(*) AS n FROM firings \
+                 WHERE job_id = $1 AND scheduled_at = $2 AND state = 'succeeded' \
+                 GROUP BY shard) done \
+             WHERE done.n >= (SELECT COUNT(*) FROM firings \
+                 WHERE job_id = $1 AND scheduled_at = $2 AND state = 'succeeded' \
+                     AND shard = $4)",
+        )
+        .bind(firing.id.job_id.as_str())
+        .bind(firing.id.scheduled_ms)
+        .bind(firing.text.as_str())
+        .bind(i64::from(firing.id.shard.unwrap_or(0)))
+        .fetch_one(&mut **tx)
+        .await?;
+        Ok(missing <= 0)
     }
 
     /// Counts a firing that failed for good against its job; at

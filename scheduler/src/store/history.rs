@@ -11,8 +11,9 @@ use chrono::{DateTime, Utc};
 const FINAL_STATES: &str = "('succeeded', 'failed', 'lost', 'skipped', 'cancelled')";
 
 impl Store {
-    /// One page of firings, newest first (`scheduled_at`, then attempt, then
-    /// id, descending). The cursor is the last firing's id.
+    /// One page of firings, newest first (`scheduled_at`, then shard, then
+    /// attempt, then id, descending: a sharded instant's firings together).
+    /// The cursor is the last firing's id.
     pub async fn list_firings(&self, filter: &FiringFilter) -> Result<Page<Firing>, StoreError> {
         let limit = page_limit(filter.limit);
         let after: Option<FiringId> = filter
@@ -37,19 +38,20 @@ impl Store {
             conditions.push(format!("state = {state}"));
         }
         if let Some(cursor) = &after {
-            let (scheduled, attempt, id) = (
+            let (scheduled, shard, attempt, id) = (
                 conditions.param(cursor.scheduled_ms),
+                conditions.param(i64::from(cursor.shard.unwrap_or(0))),
                 conditions.param(i64::from(cursor.attempt)),
                 conditions.param(cursor.to_string().as_str()),
             );
             conditions.push(format!(
-                "(scheduled_at, attempt, id) < ({scheduled}, {attempt}, {id})"
+                "(scheduled_at, shard, attempt, id) < ({scheduled}, {shard}, {attempt}, {id})"
             ));
         }
         let limit_param = conditions.param(i64::from(limit) + 1);
         let sql = format!(
             "SELECT {FIRING_COLUMNS} FROM firings {} \
-             ORDER BY scheduled_at DESC, attempt DESC, id DESC LIMIT {limit_param}",
+             ORDER BY scheduled_at DESC, shard DESC, attempt DESC, id DESC LIMIT {limit_param}",
             conditions.where_clause()
         );
         let found = conditions
@@ -75,7 +77,8 @@ impl Store {
             "DELETE FROM firings WHERE id IN ( \
                  SELECT id FROM ( \
                      SELECT id, finished_at, ROW_NUMBER() OVER ( \
-                         PARTITION BY job_id ORDER BY scheduled_at DESC, attempt DESC) AS newest \
+                         PARTITION BY job_id ORDER BY scheduled_at DESC, shard DESC, attempt DESC) \
+                         AS newest \
                      FROM firings WHERE state IN {FINAL_STATES} \
                  ) ranked \
                  WHERE ranked.newest > $2 AND ranked.finished_at < $1)"
@@ -148,7 +151,7 @@ impl Store {
         let found = sqlx::query(
             "SELECT state, scheduled_at, due_at, started_at FROM firings \
              WHERE scheduled_at >= $1 AND scheduled_at <= $2 \
-             ORDER BY scheduled_at DESC, attempt DESC, id DESC LIMIT $3",
+             ORDER BY scheduled_at DESC, shard DESC, attempt DESC, id DESC LIMIT $3",
         )
         .bind(since)
         .bind(now_ms)

@@ -523,10 +523,11 @@ impl Store {
             else {
                 break;
             };
-            let id = FiringId::new(job_id, at, 1);
-            let text = id.to_string();
-            let firing = NewFiring {
-                id: text.clone(),
+            // A sharded job's trigger runs every shard; the reply names shard 0.
+            let shards = spec.concurrency.shard_count();
+            let id = FiringId::of_shard(job_id, at, 0, shards, 1);
+            let first = NewFiring {
+                id: id.to_string(),
                 job_id,
                 scheduled_at: at,
                 attempt: 1,
@@ -540,17 +541,24 @@ impl Store {
                 error: None,
                 finished_at: None,
                 backfill: 0,
+                shard: 0,
+                shards: 1,
             };
-            let inserted = self.insert_firings(tx, &[firing], now_ms).await?;
+            let firings: Vec<NewFiring> = first.sharded(shards).collect();
+            let inserted = self.insert_firings(tx, &firings, now_ms).await?;
             if !inserted.is_empty() {
-                let waiting = Waiting {
-                    id: &text,
-                    group_name: &spec.group,
-                    part: self.partition_of(job_id),
-                    due_at: now_ms,
-                    slice: None,
-                };
-                self.add_waiting(tx, &[waiting]).await?;
+                let part = self.partition_of(job_id);
+                let waiting: Vec<Waiting> = inserted
+                    .iter()
+                    .map(|text| Waiting {
+                        id: text,
+                        group_name: &spec.group,
+                        part,
+                        due_at: now_ms,
+                        slice: None,
+                    })
+                    .collect();
+                self.add_waiting(tx, &waiting).await?;
                 return Ok(Some(id));
             }
         }

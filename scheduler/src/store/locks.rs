@@ -92,9 +92,11 @@ pub(super) struct BatchRow {
 impl BatchRow {
     /// A finish that needs no policy decision: a success reported by the
     /// worker that runs it, for a job that triggers, counts towards a
-    /// fan-in and releases nothing.
+    /// fan-in and releases nothing, and not a shard (whose instant's
+    /// success is decided in `finish_one`).
     pub fn plain_success(&self, event: &Finished) -> bool {
         event.outcome == Outcome::Succeeded
+            && self.firing.id.shard.is_none()
             && self.running_on.as_deref() == Some(event.worker_id.as_str())
             && !self.held_in_group
             && !self.fan_in_dependents

@@ -47,9 +47,10 @@ impl Store {
         let id = next.to_string();
         let group: Option<String> = sqlx::query_scalar(
             "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, handler, \
-                 payload, payload_sha256, timeout_ms, due_at, state, created_at, backfill) \
+                 payload, payload_sha256, timeout_ms, due_at, state, created_at, backfill, \
+                 shard, shards) \
              SELECT $1, job_id, scheduled_at, attempt + 1, group_name, priority, handler, payload, \
-                 payload_sha256, timeout_ms, $3, 'staged', $4, backfill \
+                 payload_sha256, timeout_ms, $3, 'staged', $4, backfill, shard, shards \
              FROM firings WHERE id = $2 ON CONFLICT DO NOTHING RETURNING group_name",
         )
         .bind(id.as_str())

@@ -21,7 +21,7 @@ pub(crate) const FIRING_COLUMNS: &str = "id, job_id, scheduled_at, attempt, stat
 
 /// Columns [`staged`] reads.
 pub(crate) const STAGED_COLUMNS: &str = "id, job_id, group_name, priority, handler, payload, \
-     scheduled_at, due_at, attempt, timeout_ms, publish_seq";
+     scheduled_at, due_at, attempt, timeout_ms, publish_seq, shards";
 
 /// Columns [`executing`] reads.
 pub(crate) const EXECUTING_COLUMNS: &str =
@@ -158,6 +158,7 @@ pub(crate) fn firing(row: &AnyRow) -> Result<Firing, StoreError> {
         error: row.opt_text(i, "error")?,
         output: row.opt_text(i, "output")?,
         backfill: row.int(i, "backfill")? != 0,
+        shard: id.shard,
         id,
     })
 }
@@ -175,6 +176,11 @@ pub(crate) fn staged(row: &AnyRow) -> Result<StagedFiring, StoreError> {
         .map(Duration::from_millis)
         .map_err(|_| StoreError::corrupt(i, format!("timeout_ms {timeout_ms} is negative")))?;
     let publish_seq = row.int(i, "publish_seq")?;
+    let shards = row.int(i, "shards")?;
+    let shards = u32::try_from(shards)
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| StoreError::corrupt(i, format!("shards {shards} is not positive")))?;
     Ok(StagedFiring {
         job_id: row.text(i, "job_id")?,
         group: row.text(i, "group_name")?,
@@ -188,6 +194,7 @@ pub(crate) fn staged(row: &AnyRow) -> Result<StagedFiring, StoreError> {
         publish_seq: u32::try_from(publish_seq).map_err(|_| {
             StoreError::corrupt(i, format!("publish_seq {publish_seq} is out of range"))
         })?,
+        shards,
         id,
     })
 }

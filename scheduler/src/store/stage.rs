@@ -24,7 +24,7 @@ use std::time::Duration;
 pub(super) const BATCH_ROWS: usize = 10_000;
 
 /// Columns of a batch of new firings, as [`NewFiring`] serializes them.
-const NEW_FIRING_COLUMNS: [(&str, Col); 15] = [
+const NEW_FIRING_COLUMNS: [(&str, Col); 17] = [
     ("id", Col::Text),
     ("job_id", Col::Text),
     ("scheduled_at", Col::Int),
@@ -40,10 +40,12 @@ const NEW_FIRING_COLUMNS: [(&str, Col); 15] = [
     ("finished_at", Col::Int),
     ("payload_sha256", Col::Text),
     ("backfill", Col::Int),
+    ("shard", Col::Int),
+    ("shards", Col::Int),
 ];
 
 /// One row of a firings batch insert.
-#[derive(Serialize)]
+#[derive(Clone, Serialize)]
 pub(super) struct NewFiring<'a> {
     pub id: String,
     pub job_id: &'a str,
@@ -60,6 +62,26 @@ pub(super) struct NewFiring<'a> {
     pub finished_at: Option<i64>,
     /// 1 for a backfill firing, else 0 (the column's own encoding).
     pub backfill: i64,
+    /// The shard of its instant, 0…`shards`-1 (0 when unsharded).
+    pub shard: u32,
+    /// How many shards its instant has (1: unsharded).
+    pub shards: u32,
+}
+
+impl NewFiring<'_> {
+    /// This first attempt of an instant as every shard of it, shard 0…
+    /// `shards`-1, each with its own id (the row itself when `shards` is 1).
+    /// They go into the same batch insert: one statement for all.
+    pub(super) fn sharded(self, shards: u32) -> impl Iterator<Item = Self> {
+        let shards = shards.max(1);
+        (0..shards).map(move |shard| NewFiring {
+            id: FiringId::of_shard(self.job_id, self.scheduled_at, shard, shards, self.attempt)
+                .to_string(),
+            shard,
+            shards,
+            ..self.clone()
+        })
+    }
 }
 
 /// One row of the job_schedule batch update.
@@ -279,26 +301,32 @@ impl Store {
                 error: None,
                 finished_at: None,
                 backfill: 0,
+                shard: 0,
+                shards: 1,
             };
+            let shards = spec.concurrency.shard_count();
             for &(scheduled_at, due_at) in &job.plan.staged {
-                new.push(NewFiring {
+                let first = NewFiring {
                     payload: &job.payload,
                     ..base(scheduled_at, due_at, FiringState::Staged.as_str())
-                });
+                };
+                new.extend(first.sharded(shards));
             }
             for (scheduled_at, error) in &job.excluded {
-                new.push(NewFiring {
+                let first = NewFiring {
                     error: Some(error.clone()),
                     finished_at: Some(now),
                     ..base(*scheduled_at, *scheduled_at, FiringState::Skipped.as_str())
-                });
+                };
+                new.extend(first.sharded(shards));
             }
             for &scheduled_at in &job.plan.skipped {
-                new.push(NewFiring {
+                let first = NewFiring {
                     error: Some(misfire_error(spec, scheduled_at, now)),
                     finished_at: Some(now),
                     ..base(scheduled_at, scheduled_at, FiringState::Skipped.as_str())
-                });
+                };
+                new.extend(first.sharded(shards));
             }
             advances.push(Advance {
                 id: &spec.id,
@@ -357,11 +385,19 @@ impl Store {
         batch.advanced = jobs.len();
         for job in jobs {
             let spec = &job.spec;
-            for &(scheduled_at, due_at) in &job.plan.staged {
-                let id = FiringId::new(spec.id.as_str(), scheduled_at, 1);
+            let shards = spec.concurrency.shard_count();
+            let shard_ids = |scheduled_at| {
+                (0..shards).map(move |shard| {
+                    FiringId::of_shard(spec.id.as_str(), scheduled_at, shard, shards, 1)
+                })
+            };
+            for (id, due_at) in job.plan.staged.iter().flat_map(|&(scheduled_at, due_at)| {
+                shard_ids(scheduled_at).map(move |id| (id, due_at))
+            }) {
                 if !inserted.contains(&id.to_string()) {
                     continue;
                 }
+                let scheduled_at = id.scheduled_ms;
                 batch.firings.push(StagedFiring {
                     id,
                     job_id: spec.id.clone(),
@@ -374,6 +410,7 @@ impl Store {
                     attempt: 1,
                     timeout: spec.timeout,
                     publish_seq: 0,
+                    shards,
                 });
             }
             let misfired = job
@@ -386,8 +423,9 @@ impl Store {
                 .iter()
                 .filter(|_| spec.time.alert_on_excluded)
                 .map(|(t, error)| (*t, MissCause::Calendar, error.clone()));
+            // One alert per instant, naming its first shard.
             for (scheduled_at, cause, error) in misfired.chain(excluded) {
-                let id = FiringId::new(spec.id.as_str(), scheduled_at, 1);
+                let id = FiringId::of_shard(spec.id.as_str(), scheduled_at, 0, shards, 1);
                 if inserted.contains(&id.to_string()) {
                     batch.missed.push(missed(spec, id, cause, &error, now));
                 }
@@ -423,10 +461,10 @@ impl Store {
         let insert = format!(
             "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
                  handler, payload, timeout_ms, due_at, state, error, finished_at, \
-                 payload_sha256, backfill, created_at) \
+                 payload_sha256, backfill, shard, shards, created_at) \
              SELECT r.id, r.job_id, r.scheduled_at, r.attempt, r.group_name, r.priority, \
                  r.handler, r.payload, r.timeout_ms, r.due_at, r.state, r.error, r.finished_at, \
-                 r.payload_sha256, r.backfill, $2 \
+                 r.payload_sha256, r.backfill, r.shard, r.shards, $2 \
              FROM {} WHERE true ON CONFLICT DO NOTHING RETURNING id",
             self.backend.json_rows(1, &NEW_FIRING_COLUMNS)
         );

@@ -175,6 +175,8 @@ pub struct StagedFiring {
     pub timeout: Duration,
     /// 0 for the first publish; bumped each time a queued firing is released.
     pub publish_seq: u32,
+    /// How many shards its instant has (1: unsharded); its shard is `id.shard`.
+    pub shards: u32,
 }
 
 /// What `stage_slice` did.

@@ -245,6 +245,7 @@ mod tests {
                 attempt: 1,
                 priority: 5,
                 payload: serde_json::Value::Null,
+                shard: None,
             },
             deadline: now + chrono::Duration::hours(1),
             timeout: Some(Duration::from_secs(60)),

@@ -12,7 +12,8 @@ use std::time::Duration;
 /// its [`FiringContext`](crate::FiringContext).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FiringDetails {
-    /// `<job id>@<scheduled ms>#<attempt>`.
+    /// `<job id>@<scheduled ms>#<attempt>`, or
+    /// `<job id>@<scheduled ms>.<shard>#<attempt>` for a shard.
     pub firing_id: FiringId,
     pub job_id: String,
     /// The handler name the firing asked for.
@@ -28,6 +29,17 @@ pub struct FiringDetails {
     pub priority: u8,
     /// The job's payload (JSON `null` when the message had no body).
     pub payload: serde_json::Value,
+    /// A sharded job's shard (`Chime-Shard`, `Chime-Shards`); `None` when unsharded.
+    pub shard: Option<Shard>,
+}
+
+/// Which shard of its instant a firing is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// 0…`count`-1.
+    pub index: u32,
+    /// How many shards the instant has.
+    pub count: u32,
 }
 
 /// A firing message, checked: the firing, and the two headers that only
@@ -108,6 +120,7 @@ impl FiringMessage {
                 invalid(headers::TIMEOUT_MS)(format!("not a whole number of milliseconds ({e})"))
             })?)),
         };
+        let shard = read_shard(headers, &firing_id)?;
         let payload = if body.iter().all(u8::is_ascii_whitespace) {
             serde_json::Value::Null
         } else {
@@ -123,11 +136,55 @@ impl FiringMessage {
                 attempt,
                 priority,
                 payload,
+                shard,
             },
             deadline,
             timeout,
         })
     }
+}
+
+/// The shard headers, checked against the firing id: both present exactly
+/// when the id names a shard, the shard below the count and the id's own.
+fn read_shard(headers: &HeaderMap, firing_id: &FiringId) -> Result<Option<Shard>, BadMessage> {
+    let value = |name| {
+        headers
+            .get(name)
+            .map(|v| v.as_str().trim())
+            .filter(|v| !v.is_empty())
+    };
+    let invalid = |header: &'static str, reason: String| BadMessage::Invalid { header, reason };
+    let (index, count) = match (
+        firing_id.shard,
+        value(headers::SHARD),
+        value(headers::SHARDS),
+    ) {
+        (None, None, None) => return Ok(None),
+        (None, Some(_), _) | (None, _, Some(_)) => {
+            return Err(invalid(
+                headers::SHARD,
+                format!("firing {firing_id} is not a shard"),
+            ))
+        }
+        (Some(_), None, _) => return Err(BadMessage::Missing(headers::SHARD)),
+        (Some(_), _, None) => return Err(BadMessage::Missing(headers::SHARDS)),
+        (Some(_), Some(index), Some(count)) => (index, count),
+    };
+    let index: u32 = index
+        .parse()
+        .map_err(|e| invalid(headers::SHARD, format!("not a whole number ({e})")))?;
+    let count: u32 = count
+        .parse()
+        .ok()
+        .filter(|n| *n >= 2)
+        .ok_or_else(|| invalid(headers::SHARDS, "must be a whole number above 1".into()))?;
+    if Some(index) != firing_id.shard || index >= count {
+        return Err(invalid(
+            headers::SHARD,
+            format!("{index} of {count} is not the shard of firing {firing_id}"),
+        ));
+    }
+    Ok(Some(Shard { index, count }))
 }
 
 #[cfg(test)]
@@ -160,6 +217,58 @@ mod tests {
         assert_eq!(m.priority, 5);
         assert_eq!(m.payload, serde_json::json!({"x": 1}));
         assert!(m.due_at > m.scheduled_at);
+    }
+
+    #[test]
+    fn a_shard_is_read_and_checked_against_its_id() {
+        let sharded = || {
+            let mut h = good();
+            h.insert(headers::FIRING_ID, "job-1@1774661400000.3#2");
+            h.insert(headers::SHARD, "3");
+            h.insert(headers::SHARDS, "8");
+            h
+        };
+        let m = FiringMessage::parse(Some(&sharded()), b"").unwrap().firing;
+        assert_eq!(m.shard, Some(Shard { index: 3, count: 8 }));
+        assert_eq!(m.firing_id.shard, Some(3));
+        assert_eq!(
+            FiringMessage::parse(Some(&good()), b"")
+                .unwrap()
+                .firing
+                .shard,
+            None
+        );
+        for (name, value, header) in [
+            (headers::SHARD, "4", headers::SHARD),
+            (headers::SHARD, "x", headers::SHARD),
+            (headers::SHARDS, "3", headers::SHARD),
+            (headers::SHARDS, "1", headers::SHARDS),
+            (headers::SHARDS, "-8", headers::SHARDS),
+        ] {
+            let mut h = sharded();
+            h.insert(name, value);
+            match FiringMessage::parse(Some(&h), b"") {
+                Err(BadMessage::Invalid { header: found, .. }) => assert_eq!(found, header),
+                other => panic!("{name}={value}: {other:?}"),
+            }
+        }
+        let mut h = sharded();
+        h.insert(headers::SHARDS, "");
+        assert_eq!(
+            FiringMessage::parse(Some(&h), b""),
+            Err(BadMessage::Missing(headers::SHARDS))
+        );
+        // Shard headers on a firing that is not a shard.
+        let mut h = good();
+        h.insert(headers::SHARD, "0");
+        h.insert(headers::SHARDS, "2");
+        assert!(matches!(
+            FiringMessage::parse(Some(&h), b""),
+            Err(BadMessage::Invalid {
+                header: headers::SHARD,
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -177,6 +177,7 @@ mod tests {
                 attempt: 1,
                 priority: 5,
                 payload: serde_json::Value::Null,
+                shard: None,
             },
             deadline: now + chrono::Duration::from_std(deadline_in).unwrap(),
             cancel: CancellationToken::new(),

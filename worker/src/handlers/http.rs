@@ -3,7 +3,8 @@
 //! Payload `{"url": "https://…", "method"?: "GET", "headers"?: {"Name": "value"},
 //! "body"?: "text" | JSON}`. A JSON body that is not a string is sent as JSON
 //! (`Content-Type: application/json` unless set). The request also carries
-//! `Chime-Firing-Id`, `Chime-Job-Id`, `Chime-Scheduled-At` and `Chime-Attempt`.
+//! `Chime-Firing-Id`, `Chime-Job-Id`, `Chime-Scheduled-At` and `Chime-Attempt`,
+//! and for a shard of a sharded job `Chime-Shard` and `Chime-Shards`.
 //! A 2xx status is success; the response body's tail is the output (at most
 //! 16 MiB of it is read). The firing's deadline is the request's timeout.
 //!
@@ -202,12 +203,16 @@ fn prepare(ctx: &FiringContext) -> Result<Prepared, HandlerError> {
             .map_err(|_| bad(format!("the value of header {name} is invalid")))?;
         headers.insert(header_name, header_value);
     }
-    let chime = [
+    let mut chime = vec![
         ("chime-firing-id", ctx.firing.firing_id.to_string()),
         ("chime-job-id", ctx.firing.job_id.clone()),
         ("chime-scheduled-at", format_time(ctx.firing.scheduled_at)),
         ("chime-attempt", ctx.firing.attempt.to_string()),
     ];
+    if let Some(shard) = ctx.firing.shard {
+        chime.push(("chime-shard", shard.index.to_string()));
+        chime.push(("chime-shards", shard.count.to_string()));
+    }
     for (name, value) in chime {
         if let Ok(value) = HeaderValue::from_str(&value) {
             headers.insert(HeaderName::from_static(name), value);
@@ -340,6 +345,7 @@ mod tests {
                 attempt: 1,
                 priority: 5,
                 payload,
+                shard: None,
             },
             deadline: now + chrono::Duration::seconds(30),
             cancel: CancellationToken::new(),
@@ -453,7 +459,15 @@ mod tests {
         assert_eq!(p.method, Method::POST);
         assert_eq!(p.headers[CONTENT_TYPE], "application/json");
         assert_eq!(p.headers["chime-firing-id"], "job-1@1700000000000#1");
+        assert!(!p.headers.contains_key("chime-shard"));
         assert_eq!(p.body.as_deref(), Some(&b"{\"a\":1}"[..]));
+        let mut sharded = ctx(json!({"url": "http://example.test/x"}));
+        sharded.firing.firing_id = FiringId::of_shard("job-1", 1_700_000_000_000, 2, 4, 1);
+        sharded.firing.shard = Some(crate::firing::message::Shard { index: 2, count: 4 });
+        let p = prepare(&sharded).unwrap();
+        assert_eq!(p.headers["chime-firing-id"], "job-1@1700000000000.2#1");
+        assert_eq!(p.headers["chime-shard"], "2");
+        assert_eq!(p.headers["chime-shards"], "4");
         let p = prepare(&ctx(
             json!({"url": "https://example.test", "body": "raw", "headers": {"X-A": "b"}}),
         ))

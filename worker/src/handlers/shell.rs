@@ -3,7 +3,8 @@
 //! Payload `{"argv": ["program", "arg", …], "env"?: {"NAME": "value"}, "cwd"?: "dir"}`.
 //! Exit 0 is success. stdout and stderr are captured together (last
 //! `max_output_bytes` kept). The environment also carries `CHIME_FIRING_ID`,
-//! `CHIME_JOB_ID`, `CHIME_SCHEDULED_AT` and `CHIME_ATTEMPT`; of the worker's
+//! `CHIME_JOB_ID`, `CHIME_SCHEDULED_AT` and `CHIME_ATTEMPT`, and for a shard
+//! of a sharded job `CHIME_SHARD` and `CHIME_SHARDS`; of the worker's
 //! own environment it sees only the variables the handler is told to pass
 //! (`PATH`, `HOME`, `LANG`, `TZ` by default), never the worker's credentials.
 //! The program runs
@@ -172,7 +173,13 @@ impl Handler for ShellHandler {
             .env("CHIME_FIRING_ID", ctx.firing.firing_id.to_string())
             .env("CHIME_JOB_ID", &ctx.firing.job_id)
             .env("CHIME_SCHEDULED_AT", format_time(ctx.firing.scheduled_at))
-            .env("CHIME_ATTEMPT", ctx.firing.attempt.to_string())
+            .env("CHIME_ATTEMPT", ctx.firing.attempt.to_string());
+        if let Some(shard) = ctx.firing.shard {
+            command
+                .env("CHIME_SHARD", shard.index.to_string())
+                .env("CHIME_SHARDS", shard.count.to_string());
+        }
+        command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -263,12 +270,30 @@ mod tests {
                 attempt: 3,
                 priority: 5,
                 payload,
+                shard: None,
             },
             deadline: now + chrono::Duration::seconds(30),
             cancel: CancellationToken::new(),
             max_output_bytes: 64 * 1024,
             worker_id: "w".into(),
         }
+    }
+
+    #[tokio::test]
+    async fn a_shard_sees_its_shard_and_count() {
+        let argv =
+            json!({"argv": ["sh", "-c", "echo shard=${CHIME_SHARD-none}/${CHIME_SHARDS-none}"]});
+        let mut sharded = ctx(argv.clone());
+        sharded.firing.firing_id = FiringId::of_shard("job-1", 1_700_000_000_000, 5, 8, 3);
+        sharded.firing.shard = Some(crate::firing::message::Shard { index: 5, count: 8 });
+        let output = ShellHandler::enabled().run(sharded).await.unwrap().unwrap();
+        assert!(output.contains("shard=5/8"), "{output}");
+        let output = ShellHandler::enabled()
+            .run(ctx(argv))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(output.contains("shard=none/none"), "{output}");
     }
 
     #[tokio::test]
