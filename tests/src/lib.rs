@@ -23,6 +23,7 @@
 //! | what the publisher really put in the firing stream | [`read_fire_stream`], [`count_by_instant`] |
 //! | instants on whole seconds | [`aligned_start`], [`rfc3339`] |
 //! | a counter from a metrics page | [`metric_sum`] |
+//! | a job's firings, as the API lists them | [`firings_of`] |
 //! | a worker without a scheduler: stand-in start service, finished events, firing messages | [`worker_env`] |
 //! | a mixed load and the check that every instant ended final, no attempt twice | [`guarantees`] |
 //! | the fuzz targets' bodies | [`fuzz_targets`] (docs/FUZZING.md) |
@@ -61,6 +62,7 @@ mod database;
 mod fire_stream;
 pub mod fuzz_targets;
 pub mod guarantees;
+mod history;
 mod instants;
 mod logfile;
 mod metrics;
@@ -80,6 +82,7 @@ pub mod worker_env;
 pub use binaries::{Binary, BIN_DIR_ENV};
 pub use database::{DatabaseKind, TestDatabase};
 pub use fire_stream::{count_by_instant, read_fire_stream, Published};
+pub use history::firings_of;
 pub use instants::{aligned_start, rfc3339};
 pub use metrics::metric_sum;
 pub use nats::{

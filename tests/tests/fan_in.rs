@@ -4,24 +4,11 @@
 //! Real NATS, real PostgreSQL, the built scheduler and worker binaries.
 
 use chime_common::api::PreviewRequest;
-use chime_common::client::{Client, ListFiringsRequest};
-use chime_common::{ErrorCode, Firing, FiringState};
+use chime_common::client::Client;
+use chime_common::{ErrorCode, FiringState};
 use chime_tests::*;
 use serde_json::json;
 use std::time::Duration;
-
-/// The firings of `job`.
-async fn history(client: &Client, job: &str) -> Vec<Firing> {
-    client
-        .list_firings(&ListFiringsRequest {
-            job_id: Some(job.into()),
-            limit: Some(100),
-            ..Default::default()
-        })
-        .await
-        .expect("firings.list")
-        .firings
-}
 
 /// Triggers `job` and waits until that firing succeeded. A fan-in is
 /// decided in the transaction that records the success, so once it shows,
@@ -32,7 +19,7 @@ async fn run_to_success(client: &Client, job: &str) {
         Duration::from_secs(30),
         &format!("{id} succeeds"),
         || async {
-            history(client, job)
+            firings_of(client, job)
                 .await
                 .iter()
                 .any(|f| f.id.to_string() == id && f.state == FiringState::Succeeded)
@@ -82,7 +69,7 @@ async fn after_a_and_b_fires_once_per_pair_and_survives_a_scheduler_kill() {
     assert_eq!(refused.field.as_deref(), Some("schedule.after"));
 
     run_to_success(&client, "a").await;
-    assert!(history(&client, "c").await.is_empty(), "not on a alone");
+    assert!(firings_of(&client, "c").await.is_empty(), "not on a alone");
 
     // The replica dies with a's success counted; another one starts.
     scheduler.kill9();
@@ -93,7 +80,7 @@ async fn after_a_and_b_fires_once_per_pair_and_survives_a_scheduler_kill() {
         Duration::from_secs(30),
         "c runs once and succeeds",
         || async {
-            let c = history(&client, "c").await;
+            let c = firings_of(&client, "c").await;
             c.len() == 1 && c[0].state == FiringState::Succeeded
         },
     )
@@ -102,10 +89,10 @@ async fn after_a_and_b_fires_once_per_pair_and_survives_a_scheduler_kill() {
     // The next pair: a alone fires nothing, then b fires c a second time.
     run_to_success(&client, "a").await;
     run_to_success(&client, "a").await;
-    assert_eq!(history(&client, "c").await.len(), 1, "not on a alone");
+    assert_eq!(firings_of(&client, "c").await.len(), 1, "not on a alone");
     run_to_success(&client, "b").await;
     eventually(Duration::from_secs(30), "c runs a second time", || async {
-        let c = history(&client, "c").await;
+        let c = firings_of(&client, "c").await;
         c.len() == 2 && c.iter().all(|f| f.state == FiringState::Succeeded)
     })
     .await;

@@ -4,7 +4,7 @@
 //! replica is killed. Real NATS, both databases, the built scheduler and
 //! worker running `shell` jobs that write when each run starts and ends.
 
-use chime_common::client::{Client, ListFiringsRequest};
+use chime_common::client::Client;
 use chime_common::{Firing, FiringState};
 use chime_tests::*;
 use serde_json::{json, Value};
@@ -80,19 +80,6 @@ fn most_in_window(starts: &[i64], window_ms: i64) -> usize {
     most
 }
 
-/// Every firing of `job_id`.
-async fn firings(client: &Client, job_id: &str) -> Vec<Firing> {
-    client
-        .list_firings(&ListFiringsRequest {
-            job_id: Some(job_id.into()),
-            limit: Some(1000),
-            ..Default::default()
-        })
-        .await
-        .expect("firings.list")
-        .firings
-}
-
 /// Waits until every firing of `jobs` is final and there are `expected`
 /// instants in all; returns them.
 async fn all_final(client: &Client, jobs: &[&str], expected: usize) -> Vec<Firing> {
@@ -100,7 +87,7 @@ async fn all_final(client: &Client, jobs: &[&str], expected: usize) -> Vec<Firin
     loop {
         let mut all = Vec::new();
         for job in jobs {
-            all.extend(firings(client, job).await);
+            all.extend(firings_of(client, job).await);
         }
         if all.len() >= expected && all.iter().all(|f| f.state.is_final()) {
             return all;
@@ -143,7 +130,7 @@ backend_tests! {
             async move {
                 let group = client.get_group("default").await.expect("groups.get");
                 most_held.fetch_max(group.held, std::sync::atomic::Ordering::Relaxed);
-                let all = firings(&client, "q").await;
+                let all = firings_of(&client, "q").await;
                 all.len() == 16
                     && all.iter().all(|f| f.state.is_final() || f.state == FiringState::Executing)
             }

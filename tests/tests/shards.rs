@@ -4,26 +4,13 @@
 //! message the `Chime-Shard`/`Chime-Shards` headers. Real NATS, both
 //! databases, the built scheduler and workers running `shell` jobs.
 
-use chime_common::client::{Client, ListFiringsRequest};
-use chime_common::{headers, Firing, FiringState};
+use chime_common::client::Client;
+use chime_common::{headers, FiringState};
 use chime_tests::*;
 use futures::StreamExt;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
-
-/// Every firing of `job_id`.
-async fn firings(client: &Client, job_id: &str) -> Vec<Firing> {
-    client
-        .list_firings(&ListFiringsRequest {
-            job_id: Some(job_id.into()),
-            limit: Some(1000),
-            ..Default::default()
-        })
-        .await
-        .expect("firings.list")
-        .firings
-}
 
 backend_tests! {
     /// `shards: 8`, three instants, three workers of four threads each (so
@@ -63,12 +50,12 @@ backend_tests! {
         eventually(Duration::from_secs(60), "every shard of every instant final", || {
             let client = client.clone();
             async move {
-                let all = firings(&client, "scan").await;
+                let all = firings_of(&client, "scan").await;
                 all.len() == expected && all.iter().all(|f| f.state.is_final())
             }
         })
         .await;
-        let all = firings(&client, "scan").await;
+        let all = firings_of(&client, "scan").await;
         assert!(all.iter().all(|f| f.state == FiringState::Succeeded), "{all:#?}");
 
         // 8 firings per instant, shards 0…7, distinct ids.

@@ -210,6 +210,17 @@ impl Store {
         group: &str,
         now: i64,
     ) -> Result<Vec<FiringId>, StoreError> {
+        // Most finishes free a slot nobody waits for: one probe, and done.
+        // (Every held firing of the job is in its group.)
+        let waiting: Option<String> = sqlx::query_scalar(
+            "SELECT firing_id FROM held WHERE group_name = $1 AND released_at IS NULL LIMIT 1",
+        )
+        .bind(group)
+        .fetch_optional(&mut **tx)
+        .await?;
+        if waiting.is_none() {
+            return Ok(Vec::new());
+        }
         let mut released = Vec::new();
         let job_limit = self
             .read_job(tx, job_id, false)
