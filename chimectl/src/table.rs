@@ -113,7 +113,7 @@ pub fn print_jobs(jobs: &[Value], next: Option<&Value>) {
     print_next(next);
 }
 
-/// Firings, one attempt per line.
+/// Firings, one attempt per line; SHARD is `-` for an unsharded job.
 pub fn print_firings(firings: &[Value], next: Option<&Value>) {
     let rows = firings
         .iter()
@@ -129,6 +129,7 @@ pub fn print_firings(firings: &[Value], next: Option<&Value>) {
             vec![
                 text(&f["job_id"]),
                 text(&f["scheduled_at"]),
+                text(&f["shard"]),
                 text(&f["attempt"]),
                 text(&f["state"]),
                 text(&f["worker"]),
@@ -142,6 +143,7 @@ pub fn print_firings(firings: &[Value], next: Option<&Value>) {
         &[
             "JOB",
             "SCHEDULED",
+            "SHARD",
             "ATTEMPT",
             "STATE",
             "WORKER",

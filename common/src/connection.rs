@@ -20,6 +20,20 @@ use std::time::Duration;
 /// The NATS URL used when none is given.
 pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 
+/// Returns once the server has processed everything sent on `jetstream`'s
+/// connection before the call, its subscriptions included.
+///
+/// async-nats' `flush` only writes the socket, so a request another
+/// connection sends right after it can still find no interest ("no
+/// responders"). The server reads one connection's protocol in order: the
+/// reply to a request sent after the subscriptions proves they are in place.
+/// The request is JetStream's account info, which every Chime user may send.
+pub async fn confirm_subscriptions(
+    jetstream: &async_nats::jetstream::Context,
+) -> Result<(), async_nats::jetstream::context::AccountError> {
+    jetstream.query_account().await.map(drop)
+}
+
 /// How to reach NATS: servers, credentials and TLS.
 ///
 /// `global` lets chimectl take these flags after its subcommand too; it

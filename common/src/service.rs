@@ -108,6 +108,26 @@ pub enum RunError<E: ServiceError> {
     },
 }
 
+/// Asks a periodic service for a pass now, not at its next tick: the work
+/// it handles has just appeared (a commit that another service made).
+/// Wakes that come while a pass runs ask for one more pass after it.
+#[derive(Clone, Default, Debug)]
+pub struct Wake(Arc<tokio::sync::Notify>);
+
+impl Wake {
+    /// Asks for a pass as soon as the running one (if any) ends.
+    pub fn wake(&self) {
+        self.0.notify_one();
+    }
+
+    async fn woken(wake: Option<&Wake>) {
+        match wake {
+            Some(wake) => wake.0.notified().await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
 /// Told of every failed pass (a metric).
 type OnFailure<E> = Arc<dyn Fn(&E) + Send + Sync>;
 
@@ -119,6 +139,7 @@ pub struct Periodic<S: Service> {
     lease: Option<Arc<dyn Leadership>>,
     signal: TestSignal<Pass<S::Outcome>>,
     on_failure: OnFailure<S::Error>,
+    wake: Option<Wake>,
 }
 
 impl<S: Service> Clone for Periodic<S> {
@@ -130,6 +151,7 @@ impl<S: Service> Clone for Periodic<S> {
             lease: self.lease.clone(),
             signal: self.signal.clone(),
             on_failure: self.on_failure.clone(),
+            wake: self.wake.clone(),
         }
     }
 }
@@ -144,6 +166,7 @@ impl<S: Service> Periodic<S> {
             lease: None,
             signal: TestSignal::default(),
             on_failure: Arc::new(|_| {}),
+            wake: None,
         }
     }
 
@@ -164,6 +187,12 @@ impl<S: Service> Periodic<S> {
         self
     }
 
+    /// Also runs a pass whenever `wake` is woken, between ticks.
+    pub fn with_wake(mut self, wake: Wake) -> Self {
+        self.wake = Some(wake);
+        self
+    }
+
     /// Calls `count` on every failed pass (a metric).
     pub fn on_failure(mut self, count: impl Fn(&S::Error) + Send + Sync + 'static) -> Self {
         self.on_failure = Arc::new(count);
@@ -180,6 +209,7 @@ impl<S: Service> Periodic<S> {
         let ended = loop {
             tokio::select! {
                 _ = tick.tick() => {}
+                _ = Wake::woken(self.wake.as_ref()) => {}
                 _ = shutdown.cancelled() => break Ok(()),
             }
             if let Some(lease) = &self.lease {
@@ -301,6 +331,34 @@ mod tests {
         shutdown.cancel();
         assert!(run.await.unwrap().is_ok());
         assert_eq!(runner.service.passes.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_runs_a_pass_between_ticks() {
+        let wake = Wake::default();
+        let runner = runner(vec![], 3).with_wake(wake.clone());
+        let mut passes = runner.signal.subscribe();
+        let shutdown = CancellationToken::new();
+        let run = tokio::spawn({
+            let (runner, shutdown) = (runner.clone(), shutdown.clone());
+            async move { runner.run(shutdown).await }
+        });
+        passes
+            .wait_for(Duration::from_millis(10), "the first pass at once", |p| {
+                *p == Pass::Done(1)
+            })
+            .await;
+        wake.wake();
+        passes
+            .wait_for(
+                Duration::from_millis(10),
+                "a pass long before the next tick",
+                |p| *p == Pass::Done(2),
+            )
+            .await;
+        shutdown.cancel();
+        assert!(run.await.unwrap().is_ok());
+        assert_eq!(runner.service.passes.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test(start_paused = true)]

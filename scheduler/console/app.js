@@ -318,9 +318,12 @@ async function jobPage(id) {
     const f = await api("GET", `/api/v1/firings?job_id=${encodeURIComponent(id)}&limit=20`);
     if (!f.ok) { historyBox.replaceChildren(h("p", { class: "error", text: f.error.message })); return; }
     const cancellable = ["staged", "published", "executing"];
-    historyBox.replaceChildren(table(["scheduled (UTC)", "attempt", "state", "worker", "duration", "output / error", ""],
+    const sharded = f.data.firings.some((x) => x.shard !== undefined && x.shard !== null);
+    historyBox.replaceChildren(table(["scheduled (UTC)", ...(sharded ? ["shard"] : []), "attempt", "state", "worker", "duration", "output / error", ""],
       f.data.firings.map((x) => h("tr", { "data-firing": x.id },
-        h("td", { text: fmtTime(x.scheduled_at) + (x.backfill ? " (backfill)" : "") }), h("td", { text: x.attempt }), h("td", {}, stateBadge(x.state)),
+        h("td", { text: fmtTime(x.scheduled_at) + (x.backfill ? " (backfill)" : "") }),
+        ...(sharded ? [h("td", { class: "shard", text: x.shard ?? "" })] : []),
+        h("td", { text: x.attempt }), h("td", {}, stateBadge(x.state)),
         h("td", { text: x.worker || "" }), h("td", { text: duration(x.started_at, x.finished_at) }),
         h("td", {}, x.error ? h("span", { class: "error", text: x.error }) : "",
           x.output ? h("details", {}, h("summary", { text: "output" }), h("pre", { text: x.output })) : ""),

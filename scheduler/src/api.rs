@@ -4,6 +4,7 @@
 //! Validation comes from `chime-common`; a request that fails validation
 //! changes nothing. Failures reply `{"error": {"code", "message", "field"?}}`.
 
+use crate::immediate::Wake;
 use crate::metrics::Metrics;
 use crate::store::{
     AuditFilter, AuditRecord, FiringFilter, JobFilter, JobSelection, Pause, Store,
@@ -68,6 +69,8 @@ pub struct Api {
     pub workers: kv::Store,
     pub jetstream: async_nats::jetstream::Context,
     pub metrics: Metrics,
+    /// Woken after a trigger or a backfill, so its firings leave at once.
+    pub immediate: Wake,
 }
 
 /// Who sent a request, for the audit trail.
@@ -540,6 +543,7 @@ impl Api {
                     .trigger(&req.id, req.payload, now)
                     .await?
                     .ok_or_else(|| not_found(&req.id))?;
+                self.immediate.wake();
                 Ok(Reply::Trigger(TriggerReply {
                     firing_id: id.to_string(),
                 }))
@@ -556,6 +560,7 @@ impl Api {
                     )
                     .await?
                     .ok_or_else(|| not_found(&req.id))?;
+                self.immediate.wake();
                 Ok(Reply::Backfill(BackfillReply {
                     firing_ids: ids.iter().map(ToString::to_string).collect(),
                 }))

@@ -216,6 +216,7 @@ impl ExpiryMonitor {
                         match requeued.retry {
                             Some((next, _)) => {
                                 self.metrics.retries.inc();
+                                self.reports.immediate.wake();
                                 outcome.retried.push(next);
                             }
                             None => self.metrics.lost.inc(),

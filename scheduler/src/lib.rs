@@ -3,7 +3,8 @@
 //! A replica is a set of small services, one per file:
 //! [`api`] (request/reply), [`submit`] (durable submissions), [`slicer`]
 //! (claims time slices, see [`claim`]), [`wheel`] (holds staged firings),
-//! [`publisher`] (publishes each at its instant), [`worker_reports`] (start
+//! [`publisher`] (publishes each at its instant), [`immediate`] (puts
+//! firings staged outside a slice in the wheel at once), [`worker_reports`] (start
 //! decisions and finished events), [`expiry`] (re-queues lost firings),
 //! [`housekeeping`] (rescue and retention), over the [`store`]. [`web`]
 //! serves the same API over HTTP with the console, [`probes`] the metrics
@@ -18,6 +19,7 @@ pub mod consumers;
 pub mod dead_letter;
 pub mod expiry;
 pub mod housekeeping;
+pub mod immediate;
 pub mod lease;
 pub mod limits;
 pub mod maintenance;

@@ -6,6 +6,7 @@
 //! only as long as its limit says, whatever else happens. One replica runs
 //! it at a time (see `lease.rs`).
 
+use crate::immediate::Wake;
 use crate::store::{Store, StoreError};
 use chime_common::service::{Service, ServiceError};
 use chime_common::FiringId;
@@ -70,6 +71,8 @@ impl ServiceError for LimitsError {
 pub struct LimitRelease {
     pub config: LimitsConfig,
     pub store: Store,
+    /// Woken when a pass released firings, so they are published at once.
+    pub immediate: Wake,
 }
 
 impl LimitRelease {
@@ -82,6 +85,7 @@ impl LimitRelease {
         }
         if !released.is_empty() {
             tracing::debug!(count = released.len(), "held firings released");
+            self.immediate.wake();
         }
         Ok(LimitsOutcome { released })
     }

@@ -360,13 +360,15 @@ impl Collector {
         let firing = &entry.firing;
         match result {
             Ok(ack) => {
+                // A copy JetStream dropped was counted when it was first published.
                 if ack.duplicate {
                     self.metrics.publish_duplicates.inc();
+                } else {
+                    self.metrics
+                        .firings_published
+                        .with_label_values(&[firing.group.as_str()])
+                        .inc();
                 }
-                self.metrics
-                    .firings_published
-                    .with_label_values(&[firing.group.as_str()])
-                    .inc();
                 let rung = (firing.group.clone(), Band::of_priority(firing.priority));
                 if let Some(slice) = &entry.slice {
                     self.progress.acked(slice);

@@ -9,6 +9,7 @@ use crate::clock::{ClockConfig, ClockMonitor, ClockStatus};
 use crate::consumers::{Consumers, ConsumersConfig};
 use crate::expiry::{ExpiryConfig, ExpiryMonitor};
 use crate::housekeeping::{Housekeeping, HousekeepingConfig};
+use crate::immediate::{Immediate, ImmediateConfig, Wake};
 use crate::lease::Lease;
 use crate::limits::{LimitRelease, LimitsConfig};
 use crate::maintenance::{MaintenanceConfig, MaintenanceWindows};
@@ -22,7 +23,7 @@ use crate::web::WebConfig;
 use crate::wheel::Wheel;
 use crate::worker_reports::{WorkerReports, WorkerReportsConfig};
 use anyhow::Context as _;
-use chime_common::connection::NatsConnection;
+use chime_common::connection::{confirm_subscriptions, NatsConnection};
 use chime_common::service::{Periodic, PeriodicConfig};
 use chime_common::supervisor::{Health, Supervisor, SupervisorConfig};
 use chime_common::topology::{Topology, TopologyConfig};
@@ -58,6 +59,8 @@ pub struct SchedulerConfig {
     pub maintenance: MaintenanceConfig,
     /// Releasing firings held by concurrency limits.
     pub limits: LimitsConfig,
+    /// Publishing firings staged outside a slice at once.
+    pub immediate: ImmediateConfig,
     /// How failed services are restarted and when they make `/healthz` fail.
     pub supervisor: SupervisorConfig,
     /// The clock offset check (`--max-clock-offset`).
@@ -91,6 +94,7 @@ impl SchedulerConfig {
             housekeeping: HousekeepingConfig::default(),
             maintenance: MaintenanceConfig::default(),
             limits: LimitsConfig::default(),
+            immediate: ImmediateConfig::default(),
             supervisor: SupervisorConfig::default(),
             clock: ClockConfig::default(),
             consumers: ConsumersConfig::default(),
@@ -112,6 +116,7 @@ impl SchedulerConfig {
         }
         self.maintenance.validate()?;
         self.limits.validate()?;
+        self.immediate.validate()?;
         self.supervisor.validate()?;
         self.clock.validate()?;
         self.consumers.validate()?;
@@ -223,9 +228,11 @@ impl Replica {
             shutdown.clone(),
             move |service| restarts.with_label_values(&[service]).inc(),
         );
+        let immediate = Wake::default();
         let reports = WorkerReports {
             config: config.worker_reports.clone(),
             finished: signals.finished.clone(),
+            immediate: immediate.clone(),
             store: store.clone(),
             nats: nats.clone(),
             jetstream: jetstream.clone(),
@@ -277,6 +284,7 @@ impl Replica {
             workers: workers.clone(),
             jetstream: jetstream.clone(),
             metrics: metrics.clone(),
+            immediate: immediate.clone(),
         };
         let http_addr = match config.web.clone() {
             Some(web) => {
@@ -332,13 +340,14 @@ impl Replica {
             .await
             .context("cannot create the firing consumers of the known groups")?;
 
-        // Subscribed and flushed before "ready": a request sent the moment
-        // start returns finds a responder. Later runs subscribe again.
+        // Subscribed, and the server has them, before "ready": a request
+        // sent the moment start returns finds a responder. Later runs
+        // subscribe again.
         let start_requests = first_run(reports.subscribe_starts().await?);
         let api_requests = first_run(api.subscribe().await?);
         let submit_consumer = first_run(submit_consumer);
         let finished_consumer = first_run(finished_consumer);
-        nats.flush()
+        confirm_subscriptions(&jetstream)
             .await
             .context("cannot reach NATS to confirm subscriptions")?;
 
@@ -462,7 +471,7 @@ impl Replica {
         let housekeeping = Housekeeping::new(
             config.housekeeping.clone(),
             store.clone(),
-            wheel,
+            wheel.clone(),
             metrics.clone(),
         );
         let housekeeping_lease = Lease::new(
@@ -516,12 +525,29 @@ impl Replica {
                 Arc::new(LimitRelease {
                     config: config.limits.clone(),
                     store: store.clone(),
+                    immediate: immediate.clone(),
                 }),
                 PeriodicConfig::every(config.limits.interval),
             )
             .with_lease(Arc::new(limits_lease))
             .with_signal(signals.limits.clone())
             .on_failure(move |_| store_errors.with_label_values(&["limits"]).inc()),
+        );
+        let store_errors = metrics.store_errors.clone();
+        supervisor.spawn_periodic(
+            Periodic::new(
+                "immediate",
+                Arc::new(Immediate::new(
+                    config.immediate.clone(),
+                    config.slicer.slice,
+                    store.clone(),
+                    wheel.clone(),
+                )),
+                PeriodicConfig::every(config.immediate.interval),
+            )
+            .with_wake(immediate)
+            .with_signal(signals.immediate.clone())
+            .on_failure(move |_| store_errors.with_label_values(&["immediate"]).inc()),
         );
         supervisor.spawn_periodic(
             Periodic::new(
@@ -583,7 +609,7 @@ impl Replica {
 }
 
 /// Every supervised service, by the name its metrics and `/healthz` use.
-pub const SERVICES: [&str; 12] = [
+pub const SERVICES: [&str; 13] = [
     "lifecycle_starts",
     "lifecycle_finished",
     "api",
@@ -594,6 +620,7 @@ pub const SERVICES: [&str; 12] = [
     "housekeeping",
     "maintenance",
     "limits",
+    "immediate",
     "clock",
     "consumers",
 ];

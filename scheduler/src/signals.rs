@@ -7,6 +7,7 @@
 use crate::consumers::ConsumersOutcome;
 use crate::expiry::ExpiryOutcome;
 use crate::housekeeping::HousekeepingOutcome;
+use crate::immediate::ImmediateOutcome;
 use crate::limits::LimitsOutcome;
 use crate::maintenance::MaintenanceOutcome;
 use chime_common::service::Pass;
@@ -21,6 +22,8 @@ pub struct Signals {
     pub housekeeping: TestSignal<Pass<HousekeepingOutcome>>,
     /// Each maintenance window pass (only on the lease holder).
     pub maintenance: TestSignal<Pass<MaintenanceOutcome>>,
+    /// Each pass putting unadopted due firings in the wheel.
+    pub immediate: TestSignal<Pass<ImmediateOutcome>>,
     /// Each pass releasing held firings (only on the lease holder).
     pub limits: TestSignal<Pass<LimitsOutcome>>,
     /// Each clock offset measurement.

@@ -16,6 +16,7 @@
 //! nobody's fault: events wait and workers are told to retry, without limit.
 
 use crate::dead_letter::{exhausted, DeadLetter, DeadLetterKind};
+use crate::immediate::Wake;
 use crate::metrics::Metrics;
 use crate::retry::retry_delay;
 use crate::store::{StartOutcome, Store, StoreError};
@@ -81,6 +82,9 @@ pub struct WorkerReports {
     pub metrics: Metrics,
     /// Reports how many finished events each applied batch changed (tests wait on it).
     pub finished: TestSignal<usize>,
+    /// Woken when a finish staged firings outside a slice (a retry, a
+    /// release, an `on_success` or fan-in firing), so they leave at once.
+    pub immediate: Wake,
 }
 
 impl WorkerReports {
@@ -399,11 +403,15 @@ impl WorkerReports {
                     .inc();
             })?;
         let mut applied = 0;
+        let mut staged = false;
         for outcome in outcomes {
             if !outcome.applied {
                 continue;
             }
             applied += 1;
+            staged |= outcome.retry.is_some()
+                || !outcome.released.is_empty()
+                || !outcome.triggered.is_empty();
             if let Some(state) = outcome.state {
                 self.metrics
                     .firings_finished
@@ -419,6 +427,9 @@ impl WorkerReports {
             for alert in &outcome.alerts {
                 self.alert(alert).await;
             }
+        }
+        if staged {
+            self.immediate.wake();
         }
         self.finished.emit(|| applied);
         Ok(applied)

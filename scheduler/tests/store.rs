@@ -285,6 +285,9 @@ mod fan_in;
 #[path = "store/shards.rs"]
 mod shards;
 
+#[path = "store/immediate.rs"]
+mod immediate;
+
 both_backends!(
     a_start_must_ask_for_what_was_staged,
     a_start_later_than_max_lateness_raises_one_late_alert,

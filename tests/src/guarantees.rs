@@ -77,6 +77,19 @@ impl Cast {
         .await
     }
 
+    /// Starts `schedulers` schedulers and one worker per entry of
+    /// `worker_groups`, and places them in the cast.
+    pub async fn staff(&mut self, schedulers: usize, worker_groups: &[&str]) {
+        for _ in 0..schedulers {
+            let s = self.scheduler().await;
+            self.schedulers.push(s);
+        }
+        for group in worker_groups {
+            let w = self.worker(group).await;
+            self.workers.push((group.to_string(), w));
+        }
+    }
+
     /// Ends every scheduler and worker with SIGTERM, each within `timeout`.
     pub async fn terminate_all(&mut self, timeout: Duration) {
         for s in &mut self.schedulers {

@@ -60,14 +60,7 @@ async fn a_three_node_cluster_loses_and_repeats_nothing_through_crashes_restarts
     let runs = dir.path().join("runs.log");
     let mut cast = Cast::new(cluster.urls(), db.url().to_string(), runs.clone());
     cast.scheduler_args = vec!["--stream-replicas".into(), "3".into()];
-    for _ in 0..3 {
-        let s = cast.scheduler().await;
-        cast.schedulers.push(s);
-    }
-    for group in ["alpha", "beta", "alpha"] {
-        let w = cast.worker(group).await;
-        cast.workers.push((group.to_string(), w));
-    }
+    cast.staff(3, &["alpha", "beta", "alpha"]).await;
     let connection = cluster.connect().await;
     let js = jetstream::new(connection.clone());
     cluster.wait_healthy(&js, HEAL).await;

@@ -14,7 +14,10 @@ use chime_tests::{
     free_port, init_tracing, start_worker, Binary, ChimeProcess, NatsServer, SqliteDatabase,
 };
 use fantoccini::{Client, ClientBuilder, Locator};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
 use serde_json::{json, Value};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -22,7 +25,9 @@ use std::time::Duration;
 const PASSWORD: &str = "console test password";
 const WAIT: Duration = Duration::from_secs(20);
 
-/// A ChromeDriver process, killed on drop.
+/// A ChromeDriver process in a process group of its own, killed on drop
+/// with the Chromium it started (a failed test must not leave a browser
+/// running).
 struct Driver {
     child: Child,
     url: String,
@@ -30,7 +35,9 @@ struct Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        }
         let _ = self.child.wait();
     }
 }
@@ -50,6 +57,7 @@ async fn start_driver() -> Driver {
     let port = free_port();
     let child = Command::new(program("chromedriver", "/usr/bin/chromedriver"))
         .arg(format!("--port={port}"))
+        .process_group(0)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -25,14 +25,7 @@ async fn chaos_on_postgres_every_instant_final_no_attempt_twice() {
     let dir = tempfile::tempdir().expect("tmp");
     let runs = dir.path().join("runs.log");
     let mut cast = Cast::new(nats.url(), db.url().to_string(), runs.clone());
-    for _ in 0..3 {
-        let s = cast.scheduler().await;
-        cast.schedulers.push(s);
-    }
-    for group in ["alpha", "beta", "alpha"] {
-        let w = cast.worker(group).await;
-        cast.workers.push((group.to_string(), w));
-    }
+    cast.staff(3, &["alpha", "beta", "alpha"]).await;
     let connection = nats.connect().await;
     let seen = watch_publishes(connection.clone());
     let client = Client::new(connection);
@@ -86,12 +79,7 @@ async fn chaos_on_sqlite_with_one_scheduler() {
     let dir = tempfile::tempdir().expect("tmp");
     let runs = dir.path().join("runs.log");
     let mut cast = Cast::new(nats.url(), db.url(), runs.clone());
-    let s = cast.scheduler().await;
-    cast.schedulers.push(s);
-    for group in ["alpha", "beta"] {
-        let w = cast.worker(group).await;
-        cast.workers.push((group.to_string(), w));
-    }
+    cast.staff(1, &["alpha", "beta"]).await;
     let connection = nats.connect().await;
     let seen = watch_publishes(connection.clone());
     let client = Client::new(connection);
@@ -137,12 +125,7 @@ async fn a_nats_restart_mid_run_loses_nothing() {
     let dir = tempfile::tempdir().expect("tmp");
     let runs = dir.path().join("runs.log");
     let mut cast = Cast::new(nats.url(), db.url().to_string(), runs.clone());
-    let s = cast.scheduler().await;
-    cast.schedulers.push(s);
-    for group in ["alpha", "beta"] {
-        let w = cast.worker(group).await;
-        cast.workers.push((group.to_string(), w));
-    }
+    cast.staff(1, &["alpha", "beta"]).await;
     let seconds = 24;
     let start_ms = aligned_start(Duration::from_secs(3));
     let jobs = load(&runs, start_ms, seconds);
@@ -192,12 +175,7 @@ async fn a_postgres_outage_does_not_need_a_scheduler_restart() {
     let dir = tempfile::tempdir().expect("tmp");
     let runs = dir.path().join("runs.log");
     let mut cast = Cast::new(nats.url(), proxied, runs.clone());
-    let s = cast.scheduler().await;
-    cast.schedulers.push(s);
-    for group in ["alpha", "beta"] {
-        let w = cast.worker(group).await;
-        cast.workers.push((group.to_string(), w));
-    }
+    cast.staff(1, &["alpha", "beta"]).await;
     let client = Client::new(nats.connect().await);
     let seconds = 20;
     let start_ms = aligned_start(Duration::from_secs(3));

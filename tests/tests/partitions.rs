@@ -84,14 +84,7 @@ async fn cut_one_replica(link: Link) {
     let runs = dir.path().join("runs.log");
     let mut cast = Cast::new(nats.url(), db.url().to_string(), runs.clone());
     let mut victim = start_scheduler(&victim_nats, &victim_db, VICTIM).await;
-    for _ in 0..2 {
-        let s = cast.scheduler().await;
-        cast.schedulers.push(s);
-    }
-    for group in ["alpha", "beta"] {
-        let w = cast.worker(group).await;
-        cast.workers.push((group.to_string(), w));
-    }
+    cast.staff(2, &["alpha", "beta"]).await;
     let connection = nats.connect().await;
     let seen = watch_publishes(connection.clone());
     let client = Client::new(connection.clone());

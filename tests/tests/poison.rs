@@ -9,6 +9,7 @@
 //! lock held past `lock_timeout`, a terminated connection).
 
 use async_nats::jetstream;
+use chime_common::connection::confirm_subscriptions;
 use chime_common::error::ErrorReply;
 use chime_common::protocol::{Alert, AlertKind, Finished, Outcome, StartReply, StartRequest};
 use chime_common::topology::{Topology, TopologyConfig};
@@ -175,6 +176,7 @@ async fn expiry_monitor(
         subjects,
         metrics: metrics.clone(),
         finished: Default::default(),
+        immediate: Default::default(),
     };
     let monitor = ExpiryMonitor::new(
         ExpiryConfig::default(),
@@ -260,7 +262,9 @@ backend_tests! {
             js.publish(subjects.finished(), body.clone().into()).await.expect("publish").await.expect("ack");
         }
         let mut alerts = client.subscribe(subjects.alerts()).await.expect("subscribe");
-        client.flush().await.expect("flush");
+        confirm_subscriptions(&async_nats::jetstream::new(client.clone()))
+            .await
+            .expect("subscriptions confirmed");
 
         let max_deliveries = 3;
         let reports = WorkerReports {
@@ -275,6 +279,7 @@ backend_tests! {
             subjects: subjects.clone(),
             metrics: Metrics::new(),
             finished: Default::default(),
+        immediate: Default::default(),
         };
         let consumer = topology
             .durable(&subjects.events_stream(), "chime-lifecycle", vec![subjects.finished(), subjects.finished_wildcard()], Duration::from_secs(30))
@@ -379,11 +384,14 @@ backend_tests! {
             subjects: subjects.clone(),
             metrics: Metrics::new(),
             finished: Default::default(),
+        immediate: Default::default(),
         };
 
         // The reports answers exactly this batch, as `serve_starts` would.
         let mut inbox = client.subscribe(subjects.worker_start()).await.expect("subscribe");
-        client.flush().await.expect("flush");
+        confirm_subscriptions(&async_nats::jetstream::new(client.clone()))
+            .await
+            .expect("subscriptions confirmed");
         let mut bodies: Vec<Vec<u8>> = firings
             .iter()
             .map(|id| {
@@ -527,7 +535,9 @@ backend_tests! {
         let replica = Replica::start(config).await.expect("replica");
         refuse(&db, "jobs", "INSERT", "NEW.id = 'refused'").await;
         let mut alerts = client.subscribe("chime.alerts").await.expect("subscribe");
-        client.flush().await.expect("flush");
+        confirm_subscriptions(&async_nats::jetstream::new(client.clone()))
+            .await
+            .expect("subscriptions confirmed");
 
         let body = serde_json::to_vec(&json!({"id": "refused", "handler": "noop", "schedule": {"every": "1h"}})).expect("json");
         js.publish("chime.submit", body.clone().into()).await.expect("publish").await.expect("ack");
@@ -738,6 +748,7 @@ async fn a_finished_event_that_meets_a_busy_store_is_never_dead_lettered() {
         subjects: subjects.clone(),
         metrics: Metrics::new(),
         finished: Default::default(),
+        immediate: Default::default(),
     };
     let consumer = topology
         .durable(

@@ -36,14 +36,7 @@ async fn killing_the_primary_and_promoting_the_standby_loses_and_repeats_nothing
     let dir = tempfile::tempdir().expect("tmp");
     let runs = dir.path().join("runs.log");
     let mut cast = Cast::new(nats.url(), database_url, runs.clone());
-    for _ in 0..2 {
-        let s = cast.scheduler().await;
-        cast.schedulers.push(s);
-    }
-    for group in ["alpha", "beta"] {
-        let w = cast.worker(group).await;
-        cast.workers.push((group.to_string(), w));
-    }
+    cast.staff(2, &["alpha", "beta"]).await;
     let connection = nats.connect().await;
     let seen = watch_publishes(connection.clone());
     let client = Client::new(connection);

@@ -108,6 +108,25 @@ backend_tests! {
             headed += 1;
         }
         assert!(headed >= expected, "saw {headed} firing messages");
+
+        // chimectl's history table shows each firing's shard.
+        let mut command = Binary::Ctl.command();
+        command
+            .args(["--nats-url", &nats.url(), "history", "scan", "--limit", "24"])
+            .stdin(std::process::Stdio::null());
+        let output = tokio::process::Command::from(command)
+            .output()
+            .await
+            .expect("chimectl runs");
+        assert!(output.status.success(), "{output:?}");
+        let table = String::from_utf8_lossy(&output.stdout);
+        let mut lines = table.lines();
+        let header: Vec<&str> = lines.next().expect("a header").split_whitespace().collect();
+        let column = header.iter().position(|h| *h == "SHARD").expect("a SHARD column");
+        let shown: BTreeSet<u32> = lines
+            .filter_map(|line| line.split_whitespace().nth(column)?.parse().ok())
+            .collect();
+        assert_eq!(shown, (0..8).collect::<BTreeSet<u32>>(), "{table}");
         scheduler.terminate(Duration::from_secs(10)).await;
     }
 }

@@ -694,3 +694,97 @@ async fn failures_publish_alerts_and_repeated_failures_pause_the_job() {
     worker.shutdown().await;
     replica.shutdown().await;
 }
+
+/// A trigger, a due retry and a firing released from a queue leave as soon
+/// as they are stored (`scheduler/src/immediate.rs`), not when the next
+/// slice claim adopts them: with 30 s slices that adoption is up to 30 s
+/// away, and each of the three must succeed within 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triggers_retries_and_releases_do_not_wait_for_a_slice() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = PgDatabase::create().await;
+    let mut config = SchedulerConfig::new(nats.url(), db.url());
+    config.slicer.slice = Duration::from_secs(30);
+    config.slicer.lookahead = Duration::from_secs(30);
+    config.slicer.dense_horizon = Duration::from_secs(30);
+    // Nor may the overdue rescue publish them.
+    config.housekeeping.rescue_after = Duration::from_secs(60);
+    let replica = Replica::start(config).await.expect("replica starts");
+    let client = Client::new(nats.connect().await);
+    let worker = Worker::builder()
+        .nats(nats.connect().await)
+        .group("now")
+        .threads(4)
+        .handler_fn("now", |ctx: FiringContext| async move {
+            let fails_first = ctx.firing.payload.get("fail_first") == Some(&json!(true));
+            if fails_first && ctx.firing.attempt == 1 {
+                return Err(HandlerError::new("the first attempt fails"));
+            }
+            if let Some(ms) = ctx.firing.payload.get("ms").and_then(Value::as_u64) {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            Ok(None)
+        })
+        .build()
+        .expect("worker config")
+        .start()
+        .await
+        .expect("worker starts");
+    let job = |id: &str, payload: Value, extra: Value| {
+        let mut spec = json!({
+            "id": id, "group": "now", "handler": "now", "payload": payload,
+            "schedule": {"every": "24h", "start_at": "2099-01-01T00:00:00Z"},
+        });
+        if let (Value::Object(spec), Value::Object(extra)) = (&mut spec, extra) {
+            spec.extend(extra);
+        }
+        spec
+    };
+    let succeeded = |client: &Client, job: &'static str, n: usize| {
+        let client = client.clone();
+        async move {
+            eventually(
+                Duration::from_secs(5),
+                &format!("{n} firing(s) of {job} succeeded"),
+                || async { count(&history(&client, job).await, FiringState::Succeeded) >= n },
+            )
+            .await;
+        }
+    };
+    for (id, payload, extra) in [
+        ("triggered", json!({}), json!({})),
+        (
+            "retried",
+            json!({"fail_first": true}),
+            json!({"retry": {"max_attempts": 2, "initial": "100ms"}}),
+        ),
+        ("queued", json!({"ms": 500}), json!({"overlap": "queue"})),
+    ] {
+        client.put_job(&job(id, payload, extra)).await.expect("put");
+    }
+
+    client
+        .trigger_job("triggered", None)
+        .await
+        .expect("trigger");
+    succeeded(&client, "triggered", 1).await;
+
+    client.trigger_job("retried", None).await.expect("trigger");
+    succeeded(&client, "retried", 1).await;
+    let retried = history(&client, "retried").await;
+    assert_eq!(
+        retried
+            .iter()
+            .map(|f| (f.attempt, f.state))
+            .collect::<Vec<_>>(),
+        vec![(1, FiringState::Failed), (2, FiringState::Succeeded)]
+    );
+
+    client.trigger_job("queued", None).await.expect("trigger");
+    client.trigger_job("queued", None).await.expect("trigger");
+    succeeded(&client, "queued", 2).await;
+
+    worker.shutdown().await;
+    replica.shutdown().await;
+}

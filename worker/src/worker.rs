@@ -23,6 +23,7 @@ use crate::status::WorkerStatus;
 use crate::topology::{awaited, find_bucket, find_stream, wait_for};
 use async_nats::jetstream;
 use async_nats::Client;
+use chime_common::connection::confirm_subscriptions;
 use chime_common::{Band, Subjects};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -184,10 +185,9 @@ impl Worker {
             .subscribe(subjects.cancel(&config.worker_id))
             .await
             .map_err(|e| WorkerError::nats("subscribe to cancel requests")(e.into()))?;
-        client
-            .flush()
+        confirm_subscriptions(&jetstream)
             .await
-            .map_err(|e| WorkerError::nats("flush subscriptions")(e.into()))?;
+            .map_err(|e| WorkerError::nats("confirm subscriptions")(e.into()))?;
 
         let handler_names: Vec<String> = handlers.names().into_iter().map(String::from).collect();
         let reporter = Reporter::new(

@@ -579,6 +579,19 @@ impl Store {
         Ok(decode_staged(&rows).0)
     }
 
+    /// Staged firings no slice owns yet (retries, triggers, released held
+    /// firings) due before `due_before`, soonest first, at most `limit`:
+    /// what `immediate.rs` publishes without waiting for a slice to adopt
+    /// them. Corrupt rows are logged and left out.
+    pub async fn unadopted_due(
+        &self,
+        due_before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<StagedFiring>, StoreError> {
+        self.staged_before("slice IS NULL AND", due_before, limit)
+            .await
+    }
+
     /// The safety net: staged firings due before `due_before`, whether a slice
     /// owns them or not, oldest first. Corrupt rows are logged and left out.
     pub async fn overdue_staged(
@@ -586,9 +599,20 @@ impl Store {
         due_before: DateTime<Utc>,
         limit: u32,
     ) -> Result<Vec<StagedFiring>, StoreError> {
+        self.staged_before("", due_before, limit).await
+    }
+
+    /// Staged firings due before `due_before` that also meet `also` (SQL on
+    /// `waiting`, ending in `AND`, or empty), oldest first, at most `limit`.
+    async fn staged_before(
+        &self,
+        also: &'static str,
+        due_before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<StagedFiring>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {STAGED_COLUMNS} FROM firings WHERE id IN (SELECT firing_id FROM waiting \
-                 WHERE published_at IS NULL AND due_at < $1 ORDER BY due_at, firing_id LIMIT $2) \
+                 WHERE {also} published_at IS NULL AND due_at < $1 ORDER BY due_at, firing_id LIMIT $2) \
              ORDER BY due_at, priority DESC, id"
         ))
         .bind(ms(due_before))

@@ -379,6 +379,7 @@ async fn raising_a_limit_releases_through_the_periodic_pass(db: &TestDb) {
     let pass = LimitRelease {
         config: LimitsConfig::default(),
         store: store.clone(),
+        immediate: Default::default(),
     };
     assert!(pass.run_once(t(2)).await.expect("pass").released.is_empty());
     put_group(&store, json!({"name": "g", "max_concurrent": 2})).await;

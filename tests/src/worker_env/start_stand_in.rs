@@ -5,6 +5,7 @@
 //! unless told to refuse or fail everything.
 
 use async_nats::Client;
+use chime_common::connection::confirm_subscriptions;
 use chime_common::protocol::{StartRefusal, StartReply, StartRequest};
 use chime_common::{FiringId, Subjects};
 use chrono::Utc;
@@ -42,7 +43,9 @@ impl Responder {
             .subscribe(subjects.worker_start_wildcard())
             .await
             .expect("subscribe");
-        client.flush().await.expect("flush");
+        confirm_subscriptions(&async_nats::jetstream::new(client.clone()))
+            .await
+            .expect("subscriptions confirmed");
         let owners: Arc<Mutex<HashMap<FiringId, String>>> = Arc::default();
         let requests: Arc<Mutex<Vec<StartRequest>>> = Arc::default();
         let run_for = Arc::new(Mutex::new(Duration::from_secs(30)));

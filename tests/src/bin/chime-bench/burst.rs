@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::cost::Cost;
 use crate::env::{now_ms, rfc3339, second_after, sleep_until_ms, Env, GROUP};
 use crate::report::{loadavg, Row};
 use crate::Args;
@@ -37,6 +38,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
     sleep_until_ms(t - 2000).await;
     env.sampler.reset_rss();
     let cpu0 = env.sampler.cpu_seconds();
+    let cost0 = Cost::read(&env).await;
     let load0 = loadavg();
     // Poll the metrics and the recorder until both reach n.
     let started_poll = Instant::now();
@@ -57,6 +59,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let cpu = env.sampler.cpu_seconds() - cpu0;
+    let cost1 = Cost::read(&env).await;
     let rss = env.sampler.max_rss_mib();
     let load1 = loadavg();
     let states = env
@@ -83,6 +86,8 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
     row.offered_per_s = n as f64;
     row.set_counts(n, succeeded, states);
     row.set_cpu(cpu);
+    row.note("backend", env.db.kind());
+    cost0.note(&cost1, &mut row);
     row.rss_max_mib = rss;
     row.note(
         "all_published_after_ms",

@@ -1,5 +1,6 @@
-//! The real parts a scenario runs on: nats-server, PostgreSQL, scheduler
-//! child processes, in-process workers, and /proc sampling of the schedulers.
+//! The real parts a scenario runs on: nats-server, a fresh PostgreSQL or
+//! SQLite database (`--backend`), scheduler child processes, in-process
+//! workers, and /proc sampling of the schedulers.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,13 +11,13 @@ use anyhow::{anyhow, Context};
 use chime_common::job::JobSpec;
 use chime_common::Limits;
 use chime_scheduler::store::{Store, StoreOptions};
-use chime_tests::{free_port, Binary, ChimeProcess, NatsServer, PgDatabase};
+use chime_tests::{free_port, Binary, ChimeProcess, DatabaseKind, NatsServer, TestDatabase};
 use chime_worker::{FiringContext, Worker, WorkerHandle};
 use chrono::{TimeZone, Utc};
 use futures::StreamExt;
 use serde_json::Value;
-use sqlx::postgres::PgPoolOptions;
-use sqlx::PgPool;
+use sqlx::any::AnyPoolOptions;
+use sqlx::AnyPool;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::record::Recorder;
@@ -43,10 +44,11 @@ pub struct Sched {
 
 pub struct Env {
     pub nats: NatsServer,
-    pub pg: PgDatabase,
+    pub db: TestDatabase,
     pub nc: async_nats::Client,
     pub store: Store,
-    pub sql: PgPool,
+    /// The bench's own queries (counts by state, sizes), on either backend.
+    pub sql: AnyPool,
     pub schedulers: Vec<Sched>,
     pub workers: Vec<WorkerHandle>,
     /// The workers' own metrics, read for the start decision time.
@@ -58,13 +60,13 @@ pub struct Env {
 }
 
 impl Env {
-    /// NATS, a fresh database, `replicas` schedulers, workers.
+    /// NATS, a fresh database of `--backend`, `replicas` schedulers, workers.
     pub async fn start(args: &Args, replicas: usize) -> anyhow::Result<Env> {
         let nats = NatsServer::start().await;
-        let pg = PgDatabase::create().await;
+        let db = TestDatabase::create(args.backend.kind()).await;
         let nc = async_nats::connect(nats.url()).await?;
         let store = Store::connect(
-            pg.url(),
+            &db.url(),
             StoreOptions {
                 max_connections: args.seed_concurrency.max(1) as u32,
                 partitions: args.partitions.max(1),
@@ -73,14 +75,17 @@ impl Env {
         )
         .await
         .context("connecting the store")?;
-        let sql = PgPoolOptions::new()
+        sqlx::any::install_default_drivers();
+        let sql = AnyPoolOptions::new()
             .max_connections(4)
-            .connect(pg.url())
+            .connect(&db.url())
             .await?;
-        require_autovacuum(&sql).await?;
+        if db.kind() == DatabaseKind::Postgres {
+            require_autovacuum(&sql).await?;
+        }
         let mut env = Env {
             nats,
-            pg,
+            db,
             nc,
             store,
             sql,
@@ -111,7 +116,7 @@ impl Env {
         cmd.arg("--nats-url")
             .arg(self.nats.url())
             .arg("--database-url")
-            .arg(self.pg.url())
+            .arg(self.db.url())
             .arg("--metrics-addr")
             .arg(&metrics_addr)
             .arg("--replica-id")
@@ -232,8 +237,8 @@ impl Env {
         end_ms: i64,
     ) -> anyhow::Result<i64> {
         let (n,): (i64,) = sqlx::query_as(
-            "SELECT count(DISTINCT (job_id, scheduled_at)) FROM firings \
-             WHERE state = 'succeeded' AND scheduled_at >= $1 AND scheduled_at < $2 AND job_id LIKE $3",
+            "SELECT count(*) FROM (SELECT DISTINCT job_id, scheduled_at FROM firings \
+             WHERE state = 'succeeded' AND scheduled_at >= $1 AND scheduled_at < $2 AND job_id LIKE $3) i",
         )
         .bind(start_ms)
         .bind(end_ms)
@@ -245,13 +250,18 @@ impl Env {
 
     /// Where the lateness comes from, from the store's own timestamps:
     /// p50 / p99 / max of `published_at − due_at` and of
-    /// `started_at − published_at` (ms), for first attempts in the window.
+    /// `started_at − published_at` (ms), for first attempts in the window
+    /// (PostgreSQL only: SQLite has no `percentile_cont`).
     pub async fn phase_split(
         &self,
         prefix: &str,
         start_ms: i64,
         end_ms: i64,
     ) -> anyhow::Result<String> {
+        anyhow::ensure!(
+            self.db.kind() == DatabaseKind::Postgres,
+            "the phase split needs PostgreSQL"
+        );
         let row: PhaseRow = sqlx::query_as(
             "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY published_at - due_at), \
                     percentile_cont(0.99) WITHIN GROUP (ORDER BY published_at - due_at), \
@@ -417,7 +427,7 @@ pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
 /// configuration turns it off): every firing rewrites rows, and without
 /// vacuum the dead versions pile up for the whole run, so the figures would
 /// measure a bloat no production server has and drift with the run's length.
-async fn require_autovacuum(sql: &PgPool) -> anyhow::Result<()> {
+async fn require_autovacuum(sql: &AnyPool) -> anyhow::Result<()> {
     let (setting,): (String,) = sqlx::query_as("SELECT current_setting('autovacuum')")
         .fetch_one(sql)
         .await?;
@@ -566,7 +576,7 @@ impl Sampler {
     }
 }
 
-fn proc_ticks(pid: u32) -> Option<u64> {
+pub fn proc_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name, which is in parentheses.
     let rest = &stat[stat.rfind(')')? + 2..];
@@ -591,7 +601,7 @@ pub fn proc_rss_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
-fn clock_ticks() -> f64 {
+pub fn clock_ticks() -> f64 {
     static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     *TICKS.get_or_init(|| {
         std::process::Command::new("getconf")

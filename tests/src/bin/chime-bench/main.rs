@@ -1,14 +1,15 @@
 //! `chime-bench`: Chime's benchmark program (issue 8).
 //!
 //! Starts a real nats-server (JetStream, file storage), a fresh PostgreSQL
-//! database and the built `chime-scheduler` binary as child processes, runs
+//! database (or SQLite file, `--backend sqlite`) and the built
+//! `chime-scheduler` binary as child processes, runs
 //! in-process `chime_worker` workers with a `noop` handler that records start
 //! lateness (handler start − scheduled instant) in an HDR histogram, drives
 //! an open-loop load and prints one result table per scenario.
 //!
 //! ```text
 //! cargo build --release --bins -p chime-scheduler -p chime-worker -p chimectl -p chime-tests
-//! target/release/chime-bench steady            # or saturation, burst, scale, failover, all
+//! target/release/chime-bench steady            # or saturation, burst, scale, failover, immediate, all
 //! target/release/chime-bench soak --seconds 3600   # not part of `all`
 //! target/release/chime-bench all --json out.json
 //! ```
@@ -22,8 +23,10 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod burst;
+mod cost;
 mod env;
 mod failover;
+mod immediate;
 mod record;
 mod report;
 mod saturation;
@@ -44,9 +47,29 @@ enum Scenario {
     Burst,
     Scale,
     Failover,
+    /// Triggers measured from their commit to their start.
+    Immediate,
     /// Long-running: not part of `all`.
     Soak,
     All,
+}
+
+/// The store the schedulers run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// A fresh database on the local PostgreSQL (autovacuum on).
+    Postgres,
+    /// The embedded default: a fresh SQLite file, one scheduler.
+    Sqlite,
+}
+
+impl Backend {
+    fn kind(self) -> chime_tests::DatabaseKind {
+        match self {
+            Backend::Postgres => chime_tests::DatabaseKind::Postgres,
+            Backend::Sqlite => chime_tests::DatabaseKind::Sqlite,
+        }
+    }
 }
 
 #[derive(Parser, Debug, Clone)]
@@ -58,10 +81,14 @@ pub struct Args {
     /// Also write every result row as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// The store: SQLite runs the one-scheduler scenarios (steady,
+    /// saturation, burst, immediate).
+    #[arg(long, value_enum, default_value_t = Backend::Postgres)]
+    backend: Backend,
     /// Firings per second for steady, scale and failover.
     #[arg(long, default_value_t = 1000)]
     rate: u32,
-    /// Measured seconds for steady and failover.
+    /// Measured seconds for steady, failover and immediate.
     #[arg(long, default_value_t = 60)]
     duration: u64,
     /// Seconds of load before each measurement window starts.
@@ -112,6 +139,9 @@ pub struct Args {
     /// 300 for an hour or more, else a third of --seconds).
     #[arg(long)]
     restart_every: Option<u64>,
+    /// Immediate: `jobs.trigger` requests per second.
+    #[arg(long, default_value_t = 20)]
+    trigger_rate: u32,
     /// Failover: seconds between kills.
     #[arg(long, default_value_t = 10)]
     kill_every: u64,
@@ -145,16 +175,31 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let scenarios: Vec<Scenario> = match args.scenario {
-        Scenario::All => vec![
+    let scenarios: Vec<Scenario> = match (args.scenario, args.backend) {
+        (Scenario::All, Backend::Sqlite) => vec![
+            Scenario::Steady,
+            Scenario::Burst,
+            Scenario::Saturation,
+            Scenario::Immediate,
+        ],
+        (Scenario::All, Backend::Postgres) => vec![
             Scenario::Steady,
             Scenario::Failover,
             Scenario::Burst,
             Scenario::Saturation,
             Scenario::Scale,
+            Scenario::Immediate,
         ],
-        one => vec![one],
+        (one, _) => vec![one],
     };
+    if args.backend == Backend::Sqlite {
+        if let Some(many) = scenarios
+            .iter()
+            .find(|s| matches!(s, Scenario::Scale | Scenario::Failover | Scenario::Soak))
+        {
+            anyhow::bail!("{many:?} runs several schedulers or PostgreSQL's own statistics: use --backend postgres");
+        }
+    }
     report::print_machine();
     let mut all: Vec<Row> = Vec::new();
     for scenario in scenarios {
@@ -166,6 +211,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::Burst => burst::run(&args).await,
             Scenario::Scale => scale::run(&args).await,
             Scenario::Failover => failover::run(&args).await,
+            Scenario::Immediate => immediate::run(&args).await,
             Scenario::Soak => soak::run(&args).await,
             Scenario::All => unreachable!("expanded above"),
         };

@@ -7,11 +7,18 @@
 //! the database's size and JetStream's stored bytes, sampled at the
 //! window's end.
 //!
+//! Each window's firings are counted [`SETTLE`] after it ends, not after
+//! the run: a run longer than the schedulers' `--history-retention` (the
+//! hour of BENCHMARKS.md prunes after ten minutes) would otherwise count
+//! pruned firings as lost.
+//!
 //! ```text
 //! chime-bench soak                                 # 2 minutes, windows of 30 s
-//! chime-bench soak --seconds 3600 --rate 1000      # the hour of BENCHMARKS.md
+//! chime-bench soak --seconds 3600 --rate 1000 \
+//!   "--scheduler-args=--history-retention=10m --history-keep=10"   # the hour
 //! ```
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -20,6 +27,14 @@ use crate::env::{now_ms, proc_rss_kib, second_after, sleep_until_ms, Env};
 use crate::report::Row;
 use crate::steady::every_second;
 use crate::Args;
+
+/// How long after a window ends its firings are counted: they have all
+/// ended by then (a firing's lateness is well under a second, its handler
+/// a no-op), and none is old enough to be pruned.
+const SETTLE: Duration = Duration::from_secs(20);
+
+/// A window's firings by state and its succeeded instants.
+type Counts = anyhow::Result<(HashMap<String, i64>, i64)>;
 
 /// What could grow without bound, sampled once.
 #[derive(Debug, Clone, Default)]
@@ -172,12 +187,27 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
         }
         samples
     };
-    let (restarts, samples) = tokio::join!(restarter, sampler);
+    let counter = async {
+        let mut counts: Vec<Counts> = Vec::new();
+        for (_, w0, w1) in &windows {
+            sleep_until_ms(*w1 + SETTLE.as_millis() as i64).await;
+            let env = env.lock().await;
+            counts.push(
+                async {
+                    let states = env.firing_states(prefix, *w0, *w1).await?;
+                    let succeeded = env.succeeded_instants(prefix, *w0, *w1).await?;
+                    Ok((states, succeeded))
+                }
+                .await,
+            );
+        }
+        counts
+    };
+    let (restarts, samples, counts) = tokio::join!(restarter, sampler, counter);
     let env = env.into_inner();
     let mut rows = Vec::new();
-    for ((index, w0, w1), (peak, sample)) in windows.iter().zip(samples) {
-        let states = env.drain(prefix, *w0, *w1, Duration::from_secs(60)).await?;
-        let succeeded = env.succeeded_instants(prefix, *w0, *w1).await?;
+    for (((index, w0, w1), (peak, sample)), counted) in windows.iter().zip(samples).zip(counts) {
+        let (states, succeeded) = counted?;
         let label = format!("{}-{}s", (w0 - w_start) / 1000, (w1 - w_start) / 1000);
         let mut row = env.recorder.with(*index, |w| {
             let mut row = Row::from_window("soak", &label, w);

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::cost::Cost;
 use crate::env::{
     now_ms, rfc3339, second_after, sleep_until_ms, Env, Sampler, SchedulerMetrics, GROUP,
 };
@@ -47,6 +48,8 @@ pub struct Span {
     pub machine_busy: f64,
     /// The scheduler's counters at `w0`, when the caller took them.
     pub metrics0: Option<SchedulerMetrics>,
+    /// The cost counters at `w0` and `w1`, when the caller took them.
+    pub cost: Option<(Cost, Cost)>,
 }
 
 /// Registers the window `[w0, w1)` at once, then samples the schedulers'
@@ -74,17 +77,23 @@ pub async fn observe_registered(window: usize, sampler: &Sampler, w0: i64, w1: i
         load1: loadavg(),
         machine_busy: busy_between(machine0, cpu_ticks()),
         metrics0: None,
+        cost: None,
     }
 }
 
-/// [`observe_registered`], with the scheduler's counters taken at `w0` so
-/// that the row reports what happened within the window.
+/// [`observe_registered`], with the scheduler's counters taken at `w0` and
+/// the cost counters at both ends, so that the row reports what happened
+/// within the window and what it cost.
 pub async fn observe_with_metrics(env: &Env, window: usize, w0: i64, w1: i64) -> Span {
     sleep_until_ms(w0).await;
     let metrics0 = env.scheduler_metrics().await;
+    let cost0 = Cost::read(env).await;
+    let span = observe_registered(window, &env.sampler, w0, w1).await;
+    let cost1 = Cost::read(env).await;
     Span {
         metrics0: Some(metrics0),
-        ..observe_registered(window, &env.sampler, w0, w1).await
+        cost: Some((cost0, cost1)),
+        ..span
     }
 }
 
@@ -117,6 +126,10 @@ pub async fn finish(
         row.note("db_ms_p50/p99/max", split);
     }
     row.set_counts(expected, succeeded, states);
+    row.note("backend", env.db.kind());
+    if let Some((cost0, cost1)) = &span.cost {
+        cost0.note(cost1, &mut row);
+    }
     row.note(
         "scheduler",
         env.scheduler_metrics().await.since(span.metrics0.as_ref()),
