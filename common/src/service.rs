@@ -309,15 +309,21 @@ mod tests {
         )
     }
 
+    /// Runs `runner` in a task until `shutdown`.
+    fn spawn(
+        runner: &Periodic<Counter>,
+        shutdown: &CancellationToken,
+    ) -> tokio::task::JoinHandle<Result<(), RunError<Fault>>> {
+        let (runner, shutdown) = (runner.clone(), shutdown.clone());
+        tokio::spawn(async move { runner.run(shutdown).await })
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_pass_runs_every_interval_until_shutdown() {
         let runner = runner(vec![], 3);
         let mut passes = runner.signal.subscribe();
         let shutdown = CancellationToken::new();
-        let run = tokio::spawn({
-            let (runner, shutdown) = (runner.clone(), shutdown.clone());
-            async move { runner.run(shutdown).await }
-        });
+        let run = spawn(&runner, &shutdown);
         passes
             .wait_for(Duration::from_millis(10), "the first pass at once", |p| {
                 *p == Pass::Done(1)
@@ -339,10 +345,7 @@ mod tests {
         let runner = runner(vec![], 3).with_wake(wake.clone());
         let mut passes = runner.signal.subscribe();
         let shutdown = CancellationToken::new();
-        let run = tokio::spawn({
-            let (runner, shutdown) = (runner.clone(), shutdown.clone());
-            async move { runner.run(shutdown).await }
-        });
+        let run = spawn(&runner, &shutdown);
         passes
             .wait_for(Duration::from_millis(10), "the first pass at once", |p| {
                 *p == Pass::Done(1)
@@ -371,10 +374,7 @@ mod tests {
             });
         let mut passes = runner.signal.subscribe();
         let shutdown = CancellationToken::new();
-        let run = tokio::spawn({
-            let (runner, shutdown) = (runner.clone(), shutdown.clone());
-            async move { runner.run(shutdown).await }
-        });
+        let run = spawn(&runner, &shutdown);
         passes
             .wait_for(Duration::from_secs(5), "a pass after the outage", |p| {
                 *p == Pass::Done(3)
@@ -428,10 +428,7 @@ mod tests {
         let runner = runner(vec![], 3).with_lease(lease.clone());
         let mut passes = runner.signal.subscribe();
         let shutdown = CancellationToken::new();
-        let run = tokio::spawn({
-            let (runner, shutdown) = (runner.clone(), shutdown.clone());
-            async move { runner.run(shutdown).await }
-        });
+        let run = spawn(&runner, &shutdown);
         for _ in 0..3 {
             passes
                 .wait_for(Duration::from_secs(2), "a standby tick", |p| {

@@ -559,6 +559,29 @@ mod tests {
     use super::*;
     use chime_common::headers;
 
+    /// A staged first attempt of `id`, due and scheduled at `now`.
+    fn staged(
+        id: FiringId,
+        now: chrono::DateTime<Utc>,
+        timeout: Duration,
+        shards: u32,
+    ) -> StagedFiring {
+        StagedFiring {
+            job_id: id.job_id.clone(),
+            id,
+            group: "default".into(),
+            priority: 5,
+            handler: "shell".into(),
+            payload: serde_json::Value::Null,
+            scheduled_at: now,
+            due_at: now,
+            attempt: 1,
+            timeout,
+            publish_seq: 0,
+            shards,
+        }
+    }
+
     #[test]
     fn firing_headers_follow_the_contract() {
         let scheduled_at = chrono::DateTime::parse_from_rfc3339("2026-03-28T01:30:00.250Z")
@@ -616,20 +639,7 @@ mod tests {
     fn a_shard_carries_its_shard_and_the_instant_s_count() {
         let now = Utc::now();
         let id = FiringId::of_shard("scan", now.timestamp_millis(), 3, 8, 1);
-        let firing = StagedFiring {
-            id: id.clone(),
-            job_id: "scan".into(),
-            group: "default".into(),
-            priority: 5,
-            handler: "shell".into(),
-            payload: serde_json::Value::Null,
-            scheduled_at: now,
-            due_at: now,
-            attempt: 1,
-            timeout: Duration::from_secs(60),
-            publish_seq: 0,
-            shards: 8,
-        };
+        let firing = staged(id.clone(), now, Duration::from_secs(60), 8);
         let h = firing_headers(&firing, now);
         let value = |name: &str| h.get(name).map(|v| v.as_str().to_string());
         assert_eq!(value(headers::SHARD).as_deref(), Some("3"));
@@ -640,25 +650,13 @@ mod tests {
     #[test]
     fn a_timeout_beyond_the_range_is_cut_to_it_instead_of_panicking() {
         let now = Utc::now();
-        let firing = StagedFiring {
-            id: FiringId {
-                job_id: "huge".into(),
-                scheduled_ms: now.timestamp_millis(),
-                shard: None,
-                attempt: 1,
-            },
+        let id = FiringId {
             job_id: "huge".into(),
-            group: "default".into(),
-            priority: 5,
-            handler: "shell".into(),
-            payload: serde_json::Value::Null,
-            scheduled_at: now,
-            due_at: now,
+            scheduled_ms: now.timestamp_millis(),
+            shard: None,
             attempt: 1,
-            timeout: Duration::from_secs(300_000 * 365 * 24 * 3600),
-            publish_seq: 0,
-            shards: 1,
         };
+        let firing = staged(id, now, Duration::from_secs(300_000 * 365 * 24 * 3600), 1);
         let h = firing_headers(&firing, now);
         let deadline = now + chrono::Duration::from_std(MAX_TIMEOUT).unwrap();
         assert_eq!(

@@ -74,6 +74,13 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
+/// The firings of `[w0, w1)` by state, and its succeeded instants.
+async fn count(env: &Env, prefix: &str, w0: i64, w1: i64) -> Counts {
+    let states = env.firing_states(prefix, w0, w1).await?;
+    let succeeded = env.succeeded_instants(prefix, w0, w1).await?;
+    Ok((states, succeeded))
+}
+
 async fn resources(env: &Env) -> anyhow::Result<Resources> {
     let mut r = Resources::default();
     for pid in env.schedulers.iter().filter_map(|s| s.process.id()) {
@@ -191,15 +198,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
         let mut counts: Vec<Counts> = Vec::new();
         for (_, w0, w1) in &windows {
             sleep_until_ms(*w1 + SETTLE.as_millis() as i64).await;
-            let env = env.lock().await;
-            counts.push(
-                async {
-                    let states = env.firing_states(prefix, *w0, *w1).await?;
-                    let succeeded = env.succeeded_instants(prefix, *w0, *w1).await?;
-                    Ok((states, succeeded))
-                }
-                .await,
-            );
+            counts.push(count(&*env.lock().await, prefix, *w0, *w1).await);
         }
         counts
     };
