@@ -6,7 +6,8 @@
 //! [`publisher`] (publishes each at its instant), [`immediate`] (puts
 //! firings staged outside a slice in the wheel at once), [`worker_reports`] (start
 //! decisions and finished events), [`expiry`] (re-queues lost firings),
-//! [`housekeeping`] (rescue and retention), over the [`store`]. [`web`]
+//! [`housekeeping`] (rescue and retention), over the [`store`]; [`submit`]
+//! and [`worker_reports`] read their consumers through [`pull`]. [`web`]
 //! serves the same API over HTTP with the console, [`probes`] the metrics
 //! and health endpoints. [`replica`] wires them; [`lease`] elects the
 //! single-active services; [`signals`] tells tests what they did.
@@ -26,6 +27,7 @@ pub mod maintenance;
 pub mod metrics;
 pub mod probes;
 pub mod publisher;
+pub mod pull;
 pub mod replica;
 pub mod retry;
 pub mod signals;

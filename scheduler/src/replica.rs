@@ -381,10 +381,8 @@ impl Replica {
                         Some(consumer) => consumer,
                         None => finished_consumer_of(&topology).await?,
                     };
-                    reports
-                        .consume_finished(consumer, drained)
-                        .await
-                        .map_err(anyhow::Error::from_boxed)
+                    reports.consume_finished(consumer, drained).await?;
+                    anyhow::Ok(())
                 }
             });
         }
@@ -414,10 +412,8 @@ impl Replica {
                         Some(consumer) => consumer,
                         None => submit_consumer_of(&topology).await?,
                     };
-                    submit
-                        .run(consumer, shutdown)
-                        .await
-                        .map_err(anyhow::Error::from_boxed)
+                    submit.run(consumer, shutdown).await?;
+                    anyhow::Ok(())
                 }
             });
         }

@@ -11,6 +11,7 @@
 
 use crate::dead_letter::{exhausted, DeadLetter, DeadLetterKind};
 use crate::metrics::Metrics;
+use crate::pull::{self, PullError};
 use crate::store::{Store, StoreError};
 use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
 use async_nats::HeaderMap;
@@ -23,9 +24,9 @@ use tokio_util::sync::CancellationToken;
 /// Submission consumer settings.
 #[derive(Debug, Clone)]
 pub struct SubmitConfig {
-    /// Messages fetched per pull.
+    /// Messages asked for at a time.
     pub batch: usize,
-    /// How long one pull waits for messages.
+    /// How long one pull request waits on the server.
     pub wait: Duration,
     /// Redelivery delay after a store outage or failure.
     pub retry_after: Duration,
@@ -183,25 +184,22 @@ impl Submit {
             .await;
     }
 
-    /// Consumes submissions until `shutdown`. A failed pull is returned: the
-    /// supervisor opens the consumer again after a backoff.
+    /// Consumes submissions until `shutdown` (see [`crate::pull`]). A failed
+    /// pull is returned: the supervisor opens the consumer again.
     pub async fn run(
         self,
         consumer: PullConsumer,
         shutdown: CancellationToken,
-    ) -> Result<(), async_nats::Error> {
+    ) -> Result<(), PullError> {
         while !shutdown.is_cancelled() {
-            let mut batch = consumer
-                .batch()
-                .max_messages(self.config.batch)
-                .expires(self.config.wait)
-                .messages()
-                .await?;
-            while let Some(message) = batch.next().await {
-                match message {
-                    Ok(message) => self.handle(&message).await,
-                    Err(e) => return Err(e),
-                }
+            let mut messages = pull::open(&consumer, self.config.batch, self.config.wait).await?;
+            loop {
+                let message = tokio::select! {
+                    m = messages.next() => m,
+                    _ = shutdown.cancelled() => return Ok(()),
+                };
+                let Some(message) = message else { break };
+                self.handle(&message?).await;
             }
         }
         Ok(())

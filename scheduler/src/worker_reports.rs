@@ -18,16 +18,18 @@
 use crate::dead_letter::{exhausted, DeadLetter, DeadLetterKind};
 use crate::immediate::Wake;
 use crate::metrics::Metrics;
+use crate::pull::{self, PullError};
 use crate::retry::retry_delay;
 use crate::store::{StartOutcome, Store, StoreError};
+use async_nats::jetstream::consumer::pull::MessagesError;
 use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
 use chime_common::error::ErrorReply;
 use chime_common::protocol::{
-    Alert, AlertKind, CancelRequest, Finished, StartRefusal, StartReply, StartRequest,
+    Alert, CancelRequest, Finished, StartRefusal, StartReply, StartRequest,
 };
 use chime_common::signal::TestSignal;
 use chime_common::{ApiError, FiringState, Subjects};
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use futures::{FutureExt, StreamExt};
 use std::sync::Arc;
 use std::time::Duration;
@@ -296,7 +298,6 @@ impl WorkerReports {
             return;
         }
         let mut unavailable = None;
-        let now = Utc::now();
         let mut started = Vec::new();
         let decisions = self.decide_each(&valid).await;
         for (((message, reply), request), decided) in asked.into_iter().zip(valid).zip(decisions) {
@@ -333,32 +334,21 @@ impl WorkerReports {
         if let Some(error) = unavailable {
             tracing::warn!(%error, "cannot decide starts; workers will retry");
         }
-        self.record_lateness(started, now).await;
+        self.record_lateness(started).await;
     }
 
-    /// Judges the lateness of the firings a batch started, once their
+    /// Records the lateness of the firings a batch started, once their
     /// workers have their answers: observes `chime_firing_lateness_seconds`
-    /// and raises the `late` alerts (`store/lateness.rs`).
-    async fn record_lateness(
-        &self,
-        started: Vec<(StartRequest, StartOutcome)>,
-        now: DateTime<Utc>,
-    ) {
-        if started.is_empty() {
-            return;
-        }
-        let (requests, mut outcomes): (Vec<_>, Vec<_>) = started.into_iter().unzip();
-        self.store
-            .judge_lateness(&requests, &mut outcomes, now)
-            .await;
-        for (request, outcome) in requests.iter().zip(&outcomes) {
+    /// and publishes the `late` alerts.
+    async fn record_lateness(&self, started: Vec<(StartRequest, StartOutcome)>) {
+        for (request, outcome) in started {
             if let Some(lateness) = outcome.lateness {
                 self.metrics
                     .firing_lateness
                     .with_label_values(&[request.group.as_str()])
                     .observe(lateness.as_secs_f64());
             }
-            for alert in outcome.alerts.iter().filter(|a| a.kind == AlertKind::Late) {
+            if let Some(alert) = &outcome.late {
                 self.metrics
                     .firings_late
                     .with_label_values(&[alert.group.as_str()])
@@ -440,24 +430,17 @@ impl WorkerReports {
         publish_alert(&self.jetstream, &self.subjects, &self.metrics, alert).await;
     }
 
-    /// Consumes finished events until `shutdown`.
-    ///
-    /// One continuous pull keeps events flowing while a batch is applied;
-    /// each batch is whatever has arrived (up to `finish_batch`), so a quiet
-    /// system applies an event at once and a busy one in large batches.
-    /// A failed pull is returned: the supervisor opens the consumer again.
+    /// Consumes finished events until `shutdown` (see [`crate::pull`]),
+    /// applying whatever has arrived (up to `finish_batch`) as one batch. A
+    /// failed pull is returned: the supervisor opens the consumer again.
     pub async fn consume_finished(
         self,
         consumer: PullConsumer,
         shutdown: CancellationToken,
-    ) -> Result<(), async_nats::Error> {
+    ) -> Result<(), PullError> {
         while !shutdown.is_cancelled() {
-            let messages = consumer
-                .stream()
-                .max_messages_per_batch(self.config.finish_batch)
-                .expires(self.config.wait)
-                .messages()
-                .await?;
+            let messages =
+                pull::open(&consumer, self.config.finish_batch, self.config.wait).await?;
             let mut batches = messages.ready_chunks(self.config.finish_batch);
             loop {
                 let batch = tokio::select! {
@@ -465,22 +448,20 @@ impl WorkerReports {
                     _ = shutdown.cancelled() => return Ok(()),
                 };
                 let Some(batch) = batch else { break };
-                if !self.apply_batch(batch).await {
-                    return Err("pulling finished events failed".into());
-                }
+                self.apply_batch(batch).await?;
             }
         }
         Ok(())
     }
 
     /// Applies one batch of pulled events and acks, naks or dead-letters
-    /// each (one pass of [`WorkerReports::consume_finished`]); false if the pull
-    /// reported an error.
+    /// each (one pass of [`WorkerReports::consume_finished`]); the last error
+    /// the pull reported among them, if any, after the rest were applied.
     pub async fn apply_batch(
         &self,
-        batch: Vec<Result<jetstream::Message, jetstream::consumer::pull::MessagesError>>,
-    ) -> bool {
-        let mut healthy = true;
+        batch: Vec<Result<jetstream::Message, MessagesError>>,
+    ) -> Result<(), PullError> {
+        let mut pulled = Ok(());
         let mut messages = Vec::new();
         let mut events = Vec::new();
         for message in batch {
@@ -488,7 +469,7 @@ impl WorkerReports {
                 Ok(message) => message,
                 Err(e) => {
                     tracing::warn!(error = %e, "pulling finished events failed");
-                    healthy = false;
+                    pulled = Err(PullError::from(e));
                     continue;
                 }
             };
@@ -515,14 +496,14 @@ impl WorkerReports {
             }
         }
         if events.is_empty() {
-            return healthy;
+            return pulled;
         }
         let error = match self.apply_finished(&events).await {
             Ok(_) => {
                 for message in messages {
                     let _ = message.ack().await;
                 }
-                return healthy;
+                return pulled;
             }
             Err(error) => error,
         };
@@ -533,7 +514,7 @@ impl WorkerReports {
             for message in &messages {
                 self.failed(message, error.clone()).await;
             }
-            return healthy;
+            return pulled;
         }
         tracing::warn!(%error, count = events.len(), "a batch of finished events failed; applying them one by one");
         for (message, event) in messages.iter().zip(&events) {
@@ -544,7 +525,7 @@ impl WorkerReports {
                 Err(error) => self.failed(message, error).await,
             }
         }
-        healthy
+        pulled
     }
 
     /// An event the store could not apply: after a store outage it comes

@@ -225,7 +225,9 @@ use console::{audit_pages_newest_first, sessions_expire_and_end};
 mod lateness;
 use lateness::{
     a_retry_is_late_from_when_it_was_due, a_start_later_than_max_lateness_raises_one_late_alert,
-    calendar_skips_alert_only_when_the_job_asks, misfire_skips_raise_one_missed_alert_each,
+    calendar_skips_alert_only_when_the_job_asks,
+    every_start_path_judges_lateness_and_backfills_count_from_their_backfill,
+    misfire_skips_raise_one_missed_alert_each,
 };
 #[path = "store/time_rules.rs"]
 mod time_rules;
@@ -292,9 +294,11 @@ both_backends!(
     a_start_must_ask_for_what_was_staged,
     a_start_later_than_max_lateness_raises_one_late_alert,
     a_retry_is_late_from_when_it_was_due,
+    every_start_path_judges_lateness_and_backfills_count_from_their_backfill,
     misfire_skips_raise_one_missed_alert_each,
     calendar_skips_alert_only_when_the_job_asks,
     migrations_are_idempotent,
+    a_checkpoint_copies_the_write_ahead_log,
     an_upgrade_keeps_every_job_where_it_was,
     an_upgrade_keeps_every_waiting_firing_findable,
     concurrent_connects_all_succeed,
@@ -413,11 +417,12 @@ fn start_req(id: &FiringId, worker: &str) -> StartRequest {
     }
 }
 
-/// Starts `id` as the scheduler does: decided, then judged for lateness.
+/// Starts `id` as the scheduler does, one request.
 async fn start(store: &Store, id: &FiringId, worker: &str, now: DateTime<Utc>) -> StartOutcome {
-    let requests = [start_req(id, worker)];
-    let mut decisions = store.start(&requests, now).await.expect("start");
-    store.judge_lateness(&requests, &mut decisions, now).await;
+    let mut decisions = store
+        .start(&[start_req(id, worker)], now)
+        .await
+        .expect("start");
     decisions.pop().expect("one decision")
 }
 
@@ -517,6 +522,24 @@ async fn migrations_are_idempotent(db: &TestDb) {
     let again = db.store().await;
     assert_eq!(again.backend(), db.backend);
     assert!(again.get_job("a").await.expect("get").is_some());
+}
+
+/// Housekeeping's checkpoint copies SQLite's write-ahead log into the
+/// database file from a reader connection (the writer only checkpoints as a
+/// backstop); on PostgreSQL, which checkpoints by itself, it does nothing.
+async fn a_checkpoint_copies_the_write_ahead_log(db: &TestDb) {
+    let store = db.store().await;
+    for i in 0..50 {
+        let job = every(&format!("j{i}"), "1s", json!({}));
+        store.put_job(&job, t(0)).await.expect("put");
+    }
+    let copied = store.checkpoint().await.expect("checkpoint");
+    match db.backend {
+        Backend::Postgres => assert_eq!(copied, 0),
+        Backend::Sqlite => assert!(copied > 0, "the log's pages are in the file"),
+    }
+    // The store reads what it wrote, whichever file holds it.
+    assert!(store.get_job("j49").await.expect("get").is_some());
 }
 
 /// Jobs written before a job's schedule position had a table of its own

@@ -27,6 +27,7 @@
 //! | a worker without a scheduler: stand-in start service, finished events, firing messages | [`worker_env`] |
 //! | a mixed load and the check that every instant ended final, no attempt twice | [`guarantees`] |
 //! | the fuzz targets' bodies | [`fuzz_targets`] (docs/FUZZING.md) |
+//! | waiting for a condition, or for a value once it holds | [`eventually`], [`until_ok`] |
 //!
 //! ```ignore
 //! use std::time::Duration;
@@ -55,6 +56,27 @@
 //!   workspace binaries before the first use (see [`Binary`]).
 //!
 //! `./deploy/local/test.sh` installs and starts what is missing.
+//!
+//! # Waiting
+//!
+//! A test waits for what it expects to happen: a condition polled by
+//! [`eventually`] or [`until_ok`], a log line ([`ChimeProcess::wait_for_log_line`]),
+//! or a service's test signal (`chime_common::signal`, River's pattern:
+//! a pass reports what it did). Tests of one service call its `run_once(now)`
+//! with the time they want, or run under tokio's paused time. A fixed sleep
+//! is left only where the time itself is the subject, in five kinds:
+//!
+//! - a handler's work: a test handler that runs for a while, as a job does;
+//! - a fault that lasts a fixed time: NATS, PostgreSQL or a replica down or
+//!   cut for as long as the test says (an outage longer than a timeout);
+//! - a point in the schedule: the load's instants are wall-clock times, and
+//!   a fault is timed against them (200 ms past the second, after the last
+//!   instant), or a server's own timer must pass;
+//! - a quiet window after the expected events, in which nothing more may
+//!   happen (no redelivery, no second publish, no fetch): absence cannot be
+//!   waited for;
+//! - the poll interval inside the harness's own waiting loops (this module,
+//!   processes, servers, clusters).
 
 mod binaries;
 mod child;
@@ -97,7 +119,7 @@ pub use programs::{chimectl_json, start_scheduler, start_scheduler_with, start_w
 pub use proxy::Proxy;
 pub use sqlite::SqliteDatabase;
 pub use topology::create_group_consumers;
-pub use wait::eventually;
+pub use wait::{eventually, until_ok};
 
 /// Sends the test process's own `tracing` output (in-process schedulers,
 /// workers, clients) to the test's captured output, filtered by `RUST_LOG`

@@ -23,7 +23,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use chime_common::client::Client;
-use chime_tests::{free_port, init_tracing, Binary, ChimeProcess, NatsServer, SqliteDatabase};
+use chime_tests::{
+    free_port, init_tracing, until_ok, Binary, ChimeProcess, NatsServer, SqliteDatabase,
+};
 use serde_json::json;
 use serde_yaml_ng::Value as Yaml;
 
@@ -1365,25 +1367,6 @@ async fn http_get(client: &reqwest::Client, url: &str) -> Option<String> {
     response.text().await.ok()
 }
 
-/// Waits until `check` returns `Ok`, retrying every 500 ms; panics with the
-/// last `Err` after `timeout`.
-async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match check().await {
-            Ok(value) => return value,
-            Err(last) if Instant::now() >= deadline => {
-                panic!("timed out waiting for {what}: {last}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
-}
-
 /// A Prometheus API call's `data`, or why not.
 async fn prometheus_api(
     client: &reqwest::Client,
@@ -1516,7 +1499,7 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
     let scheduler_metrics = format!("http://{scheduler_addr}/metrics");
     let worker_metrics = format!("http://{worker_addr}/metrics");
     step("waiting for every metric to be exported");
-    eventually(
+    until_ok(
         Duration::from_secs(30),
         "every metric of the dashboard and the rules",
         || async {
@@ -1560,7 +1543,7 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
     let base = format!("http://{prometheus_addr}");
     let start = chrono::Utc::now().timestamp() - 5;
     step("starting Prometheus; waiting for its scrapes");
-    eventually(
+    until_ok(
         Duration::from_secs(20),
         "Prometheus to scrape both targets",
         || async {
@@ -1584,7 +1567,7 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
     // Every dashboard query returns data (rate windows need a few scrapes).
     let queries = dashboard_queries();
     step("waiting for every dashboard query to return data");
-    eventually(
+    until_ok(
         Duration::from_secs(40),
         "every dashboard query to return data",
         || async {
@@ -1626,7 +1609,7 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
     // The rules evaluate without error, and "no worker in a group" picks the
     // group without workers and only that one.
     step("waiting for every rule to evaluate");
-    eventually(
+    until_ok(
         Duration::from_secs(10),
         "every rule to evaluate",
         || async {
@@ -1658,7 +1641,7 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
         .find(|(name, _)| name == "ChimeNoWorkerInGroup")
         .expect("rule ChimeNoWorkerInGroup");
     step("checking ChimeNoWorkerInGroup");
-    let groups = eventually(
+    let groups = until_ok(
         Duration::from_secs(10),
         "ChimeNoWorkerInGroup to select group orphans",
         || async {

@@ -83,21 +83,19 @@ fn most_in_window(starts: &[i64], window_ms: i64) -> usize {
 /// Waits until every firing of `jobs` is final and there are `expected`
 /// instants in all; returns them.
 async fn all_final(client: &Client, jobs: &[&str], expected: usize) -> Vec<Firing> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    loop {
+    let what = format!("every firing of {jobs:?} final");
+    until_ok(Duration::from_secs(90), &what, || async {
         let mut all = Vec::new();
         for job in jobs {
             all.extend(firings_of(client, job).await);
         }
         if all.len() >= expected && all.iter().all(|f| f.state.is_final()) {
-            return all;
+            Ok(all)
+        } else {
+            Err(format!("{all:?}"))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for every firing of {jobs:?} to be final: {all:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 backend_tests! {

@@ -12,7 +12,7 @@ use chime_common::{ErrorCode, Firing, FiringState, JobState};
 use chime_tests::{
     backend_tests, init_tracing, ChimeProcess, NatsServer, PgDatabase, TestDatabase,
 };
-use chime_tests::{rfc3339, start_scheduler, start_worker};
+use chime_tests::{rfc3339, start_scheduler, start_worker, until_ok};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -279,26 +279,27 @@ async fn hostile_specs_are_refused_or_run_and_the_canary_keeps_firing() {
     }
     let window_start = chrono::Utc::now();
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut unfinished = Vec::new();
-        for spec in &accepted {
-            let id = spec["id"].as_str().expect("id");
-            let states: Vec<FiringState> =
-                firings(&client, id).await.iter().map(|f| f.state).collect();
-            if states.is_empty() || states.iter().any(|s| !s.is_final()) {
-                unfinished.push(format!("{id}: {states:?}"));
+    until_ok(
+        Duration::from_secs(60),
+        "every accepted job's firings final",
+        || async {
+            let mut unfinished = Vec::new();
+            for spec in &accepted {
+                let id = spec["id"].as_str().expect("id");
+                let states: Vec<FiringState> =
+                    firings(&client, id).await.iter().map(|f| f.state).collect();
+                if states.is_empty() || states.iter().any(|s| !s.is_final()) {
+                    unfinished.push(format!("{id}: {states:?}"));
+                }
             }
-        }
-        if unfinished.is_empty() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not final after 60 s: {unfinished:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+            if unfinished.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{unfinished:?}"))
+            }
+        },
+    )
+    .await;
     // The canary's window: ten seconds from the hostile puts on, and two
     // seconds more for its last firings to finish.
     let window_end = window_start + chrono::Duration::seconds(10);

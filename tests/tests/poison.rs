@@ -300,7 +300,7 @@ backend_tests! {
                 batch.push(Ok(message.expect("a message")));
             }
         }
-        assert!(reports.apply_batch(batch).await);
+        reports.apply_batch(batch).await.expect("no pull error");
         for id in firings.iter().filter(|id| **id != poisoned) {
             assert_eq!(firing_state(&store, id).await, Some(FiringState::Succeeded), "{id}");
         }

@@ -8,6 +8,7 @@
 use super::dialect::Col;
 use super::fan_in::NO_FAN_IN_DEPENDENTS;
 use super::hold::NOTHING_HELD_IN_GROUP;
+use super::lateness::{Due, DUE_INSTANT, LATENESS_SPEC};
 use super::rows;
 use super::rows::JOB_TABLES;
 use super::start::PLAIN_START;
@@ -32,6 +33,8 @@ pub(super) struct FiringRow {
     pub handler: String,
     /// `None` for a firing staged before digests were stored.
     pub payload_sha256: Option<String>,
+    /// The instant its start's lateness is measured from ([`DUE_INSTANT`]).
+    pub due_instant: i64,
 }
 
 impl FiringRow {
@@ -87,6 +90,8 @@ pub(super) struct BatchRow {
     /// A start that needs no policy decision ([`PLAIN_START`], not running
     /// anywhere): decided by the database, in the same words as the fast path.
     pub plain_start: bool,
+    /// What a start is measured against.
+    pub due: Due,
 }
 
 impl BatchRow {
@@ -131,7 +136,8 @@ impl Store {
         let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
         let sql = format!(
             "SELECT f.id, f.state, f.group_name, f.timeout_ms, f.handler, f.payload_sha256, \
-                 e.worker_id, j.spec, \
+                 {DUE_INSTANT} AS due_instant, e.worker_id, j.spec, \
+                 {LATENESS_SPEC} AS lateness_spec, \
                  CAST(CASE WHEN {NOTHING_HELD_IN_GROUP} THEN 0 ELSE 1 END AS BIGINT) \
                      AS held_in_group, \
                  CAST(CASE WHEN {NO_FAN_IN_DEPENDENTS} THEN 0 ELSE 1 END AS BIGINT) \
@@ -160,6 +166,12 @@ impl Store {
                     .opt_text(&text, "spec")?
                     .and_then(|spec| serde_json::from_str::<Triggers>(&spec).ok())
                     .map(|t| t.on_success.len());
+                let due_instant = row.int(&text, "due_instant")?;
+                let due = Due::of_spec(
+                    due_instant,
+                    &id.job_id,
+                    row.opt_text(&text, "lateness_spec")?.as_deref(),
+                );
                 Ok(BatchRow {
                     firing: FiringRow {
                         state: rows::firing_state(&text, &row.text(&text, "state")?)?,
@@ -167,6 +179,7 @@ impl Store {
                         timeout_ms: row.int(&text, "timeout_ms")?,
                         handler: row.text(&text, "handler")?,
                         payload_sha256: row.opt_text(&text, "payload_sha256")?,
+                        due_instant,
                         id,
                         text: text.clone(),
                     },
@@ -175,6 +188,7 @@ impl Store {
                     held_in_group: row.int(&text, "held_in_group")? != 0,
                     fan_in_dependents: row.int(&text, "fan_in_dependents")? != 0,
                     plain_start: row.int(&text, "plain_start")? != 0,
+                    due,
                 })
             };
             match read() {
@@ -197,8 +211,9 @@ impl Store {
     ) -> Result<Option<FiringRow>, StoreError> {
         let text = id.to_string();
         let Some(row) = sqlx::query(&format!(
-            "SELECT state, group_name, timeout_ms, handler, payload_sha256 \
-             FROM firings WHERE id = $1{}",
+            "SELECT state, group_name, timeout_ms, handler, payload_sha256, \
+                 {DUE_INSTANT} AS due_instant \
+             FROM firings f WHERE id = $1{}",
             self.backend.for_update()
         ))
         .bind(text.as_str())
@@ -214,6 +229,7 @@ impl Store {
                 timeout_ms: row.int(&text, "timeout_ms")?,
                 handler: row.text(&text, "handler")?,
                 payload_sha256: row.opt_text(&text, "payload_sha256")?,
+                due_instant: row.int(&text, "due_instant")?,
                 id: id.clone(),
                 text: text.clone(),
             })

@@ -158,7 +158,8 @@ impl Store {
     /// job before `slice_end` becomes a firing owned by `req.slice` (or a
     /// skipped one, by the job's misfire policy; see `plan.rs`), and each job's
     /// `next_fire_at` moves past the slice, all in one transaction per
-    /// `max_jobs` jobs. Then staged firings of the partition that no slice
+    /// `max_jobs` jobs (fewer on SQLite, see
+    /// [`super::dialect::Backend::stage_jobs_per_transaction`]). Then staged firings of the partition that no slice
     /// owns and that are due before `slice_end` (retries, triggers, released
     /// queue firings) are adopted.
     ///
@@ -200,7 +201,7 @@ impl Store {
     ) -> Result<StageOutcome, StoreError> {
         let mut outcome = StageOutcome::default();
         let mut corrupt_seen = HashSet::new();
-        let max_jobs = req.max_jobs.max(1) as usize;
+        let max_jobs = self.backend.stage_jobs_per_transaction(req.max_jobs);
         loop {
             let batch = self.retrying(|| self.stage_batch(req, max_jobs)).await?;
             if !batch.firings.is_empty() {

@@ -15,10 +15,11 @@
 use super::dialect::Col;
 use super::executing::Started;
 use super::hold::Cause;
+use super::lateness::{Due, DUE_INSTANT, LATENESS_SPEC};
 use super::locks::{complete, split_batch, FiringRow, JobRow, Tx};
 use super::states::{sources_sql, Transition};
 use super::types::StartOutcome;
-use super::{at_ms, instant, json_text, ms, RowExt, Store, StoreError};
+use super::{instant, json_text, ms, RowExt, Store, StoreError};
 use chime_common::bounds::MAX_TIMEOUT;
 use chime_common::duration::format_duration;
 use chime_common::protocol::{AlertKind, StartRefusal, StartRequest};
@@ -84,8 +85,8 @@ impl Store {
     /// fast path where there is one, then the rest, in order, in one
     /// transaction. A firing's attempt is accepted at most once: a second
     /// worker is refused `already_started`, the same worker gets the same
-    /// deadline again. Lateness is judged apart, after the workers have
-    /// their answers ([`Store::judge_lateness`]).
+    /// deadline again. Each start is judged for lateness by the statement
+    /// that makes it (`lateness.rs`).
     pub async fn start(
         &self,
         requests: &[StartRequest],
@@ -157,7 +158,9 @@ impl Store {
                  UPDATE firings f SET {SET_EXECUTING} \
                  FROM {} \
                  WHERE f.id = r.id AND {} AND {AS_STAGED} \
-                 RETURNING f.id, f.job_id, f.group_name, r.worker_id, f.attempt, f.timeout_ms), \
+                 RETURNING f.id, f.job_id, f.group_name, r.worker_id, f.attempt, f.timeout_ms, \
+                     {DUE_INSTANT} AS due_instant, \
+                     (SELECT {LATENESS_SPEC} FROM jobs j WHERE j.id = f.job_id) AS lateness_spec), \
              executing_rows AS ( \
                  INSERT INTO executing (firing_id, job_id, group_name, worker_id, attempt, \
                      started_at, deadline_at) \
@@ -165,7 +168,7 @@ impl Store {
                  FROM started), \
              no_longer_waiting AS ( \
                  DELETE FROM waiting w USING started WHERE w.firing_id = started.id) \
-             SELECT id, timeout_ms FROM started",
+             SELECT id, timeout_ms, due_instant, lateness_spec FROM started",
             self.backend.json_rows(1, &ASKED_COLUMNS),
             PLAIN_START.as_str()
         );
@@ -176,7 +179,7 @@ impl Store {
                 return;
             }
         };
-        let started: Vec<(String, i64)> = match sqlx::query_as(&sql)
+        let started: Vec<(String, i64, i64, Option<String>)> = match sqlx::query_as(&sql)
             .bind(body)
             .bind(now)
             .fetch_all(&self.fast_path_pool)
@@ -188,12 +191,20 @@ impl Store {
                 return;
             }
         };
-        let deadlines: HashMap<String, i64> = started.into_iter().collect();
+        let started: HashMap<String, (i64, i64, Option<String>)> = started
+            .into_iter()
+            .map(|(id, timeout_ms, due_instant, spec)| (id, (timeout_ms, due_instant, spec)))
+            .collect();
         for ask in &asks {
-            if let Some(timeout_ms) = deadlines.get(&ask.id) {
-                decided[ask.request] = Some(StartOutcome::started(at_ms(
+            if let Some((timeout_ms, due_instant, spec)) = started.get(&ask.id) {
+                let request = &requests[ask.request];
+                let due = Due::of_spec(*due_instant, &request.firing_id.job_id, spec.as_deref());
+                decided[ask.request] = Some(due.started(
+                    &request.firing_id,
+                    &request.group,
                     now.saturating_add(*timeout_ms),
-                )));
+                    now,
+                ));
             }
         }
     }
@@ -234,8 +245,11 @@ impl Store {
                 let id = &requests[i].firing_id;
                 // The row locks make a conflict impossible; refuse it if one happens.
                 outcomes[i] = Some(
-                    match rows.get(id).and_then(|row| accepted.get(&row.firing.text)) {
-                        Some(deadline) => StartOutcome::started(at_ms(*deadline)),
+                    match rows.get(id).and_then(|row| {
+                        let deadline = accepted.get(&row.firing.text)?;
+                        Some(row.due.started(id, &row.firing.group, *deadline, now))
+                    }) {
+                        Some(started) => started,
                         None => StartOutcome::refused(StartRefusal::AlreadyStarted),
                     },
                 );
@@ -425,9 +439,13 @@ impl Store {
         if limits.is_some_and(|l| l.max_per_second.is_some()) {
             self.record_group_start(tx, group, id, now).await?;
         }
+        let due = Due {
+            at: firing.due_instant,
+            max_lateness: policy.max_lateness,
+        };
         let mut outcome = StartOutcome {
             cancel,
-            ..StartOutcome::started(at_ms(deadline))
+            ..due.started(&firing.id, group, deadline, now)
         };
         if let Some(hold) = own_hold {
             self.unhold(tx, &[id]).await?;
@@ -472,6 +490,7 @@ struct StartPolicy {
     /// The job's firings that may run at once (`None`: no limit).
     limit: Option<u32>,
     queue_capacity: u32,
+    max_lateness: Option<Duration>,
 }
 
 impl StartPolicy {
@@ -481,11 +500,13 @@ impl StartPolicy {
                 overlap: job.spec.overlap,
                 limit: job.spec.concurrency.limit(job.spec.overlap),
                 queue_capacity: job.spec.concurrency.queue_capacity(),
+                max_lateness: job.spec.time.max_lateness,
             },
             None => StartPolicy {
                 overlap: Overlap::Allow,
                 limit: None,
                 queue_capacity: 1,
+                max_lateness: None,
             },
         }
     }

@@ -233,12 +233,15 @@ pub struct StartOutcome {
     pub reply: StartReply,
     /// `overlap: replace`: running firings of the job to cancel.
     pub cancel: Vec<RunningFiring>,
-    /// Alerts to publish (a firing that could not start and ended `failed`,
-    /// one that started later than its job's `max_lateness`).
+    /// Alerts to publish before the reply (a firing that could not start
+    /// and ended `failed`).
     pub alerts: Vec<Alert>,
     /// Set when this request started the firing (not when it repeated an
     /// accepted start): how much later than its instant it started.
     pub lateness: Option<Duration>,
+    /// The `late` alert of a start later than its job's `max_lateness`,
+    /// published after the replies (a late system has many).
+    pub late: Option<Alert>,
     /// Set when a limit held the firing back (refusal `queued`).
     pub held: Option<HoldCause>,
     /// Set when a firing a limit had held started: which limit, and how
@@ -254,17 +257,9 @@ impl StartOutcome {
             cancel: Vec::new(),
             alerts: Vec::new(),
             lateness: None,
+            late: None,
             held: None,
             limit_wait: None,
-        }
-    }
-
-    /// Started by this request, until `deadline`; its lateness is filled in
-    /// once the batch is decided ([`super::Store::start`]).
-    pub(crate) fn started(deadline: DateTime<Utc>) -> Self {
-        StartOutcome {
-            lateness: Some(Duration::ZERO),
-            ..StartOutcome::accepted(deadline)
         }
     }
 
@@ -275,6 +270,7 @@ impl StartOutcome {
             cancel: Vec::new(),
             alerts: Vec::new(),
             lateness: None,
+            late: None,
             held: None,
             limit_wait: None,
         }

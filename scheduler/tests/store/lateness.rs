@@ -33,14 +33,13 @@ pub(crate) async fn a_start_later_than_max_lateness_raises_one_late_alert(db: &T
     let on_time = start(&store, &first, "w1", t(60) + Span::milliseconds(900)).await;
     assert_eq!(on_time.reply.refusal, None);
     assert_eq!(on_time.lateness, Some(Duration::from_millis(900)));
-    assert!(on_time.alerts.is_empty(), "{:?}", on_time.alerts);
+    assert_eq!(on_time.late, None);
 
     // Beyond it: one `late` alert with the lateness.
     let late = start(&store, &second, "w1", t(125)).await;
     assert_eq!(late.reply.refusal, None);
     assert_eq!(late.lateness, Some(Duration::from_secs(5)));
-    assert_eq!(late.alerts.len(), 1, "{:?}", late.alerts);
-    let alert = &late.alerts[0];
+    let alert = late.late.as_ref().expect("a late alert");
     assert_eq!(alert.kind, AlertKind::Late);
     assert_eq!(alert.lateness_ms, Some(5000));
     assert_eq!(alert.firing_id.as_ref(), Some(&second));
@@ -58,13 +57,13 @@ pub(crate) async fn a_start_later_than_max_lateness_raises_one_late_alert(db: &T
     let again = start(&store, &second, "w1", t(126)).await;
     assert_eq!(again.reply.refusal, None);
     assert_eq!(again.lateness, None);
-    assert!(again.alerts.is_empty(), "{:?}", again.alerts);
+    assert_eq!(again.late, None);
 
     // A job without max_lateness is measured, never alerted.
     let relaxed = FiringId::new("relaxed", t(60).timestamp_millis(), 1);
     let outcome = start(&store, &relaxed, "w2", t(100)).await;
     assert_eq!(outcome.lateness, Some(Duration::from_secs(40)));
-    assert!(outcome.alerts.is_empty(), "{:?}", outcome.alerts);
+    assert_eq!(outcome.late, None);
 }
 
 pub(crate) async fn misfire_skips_raise_one_missed_alert_each(db: &TestDb) {
@@ -155,7 +154,7 @@ pub(crate) async fn a_retry_is_late_from_when_it_was_due(db: &TestDb) {
         .await
         .expect("trigger")
         .expect("job");
-    assert!(start(&store, &first, "w", t(0)).await.alerts.is_empty());
+    assert_eq!(start(&store, &first, "w", t(0)).await.late, None);
     // Retries are due 10 s × attempt after a failure (the suite's delay).
     let (second, due) = finish(&store, &first, "w", Outcome::Failed, t(1))
         .await
@@ -165,14 +164,62 @@ pub(crate) async fn a_retry_is_late_from_when_it_was_due(db: &TestDb) {
     // 12 s after the instant, 1 s after it was due: not late.
     let outcome = start(&store, &second, "w", t(12)).await;
     assert_eq!(outcome.lateness, Some(Duration::from_secs(1)));
-    assert!(outcome.alerts.is_empty(), "{:?}", outcome.alerts);
+    assert_eq!(outcome.late, None);
     let (third, due) = finish(&store, &second, "w", Outcome::Failed, t(13))
         .await
         .retry
         .expect("a retry");
     assert_eq!(due, t(33));
     let outcome = start(&store, &third, "w", t(36)).await;
-    assert_eq!(outcome.alerts.len(), 1, "{:?}", outcome.alerts);
-    assert_eq!(outcome.alerts[0].lateness_ms, Some(3000));
-    assert_eq!(outcome.alerts[0].firing_id.as_ref(), Some(&third));
+    let alert = outcome.late.expect("a late alert");
+    assert_eq!(alert.lateness_ms, Some(3000));
+    assert_eq!(alert.firing_id.as_ref(), Some(&third));
+}
+
+/// A start decided one by one (a job with `overlap: forbid`) is judged as a
+/// plain one, and a backfilled firing is late from when it was backfilled,
+/// not from its instant in the past.
+pub(crate) async fn every_start_path_judges_lateness_and_backfills_count_from_their_backfill(
+    db: &TestDb,
+) {
+    let store = db.store().await;
+    store
+        .put_job(
+            &every(
+                "forbid",
+                "1m",
+                json!({"max_lateness": "1s", "overlap": "forbid"}),
+            ),
+            t(0),
+        )
+        .await
+        .expect("put");
+    store
+        .stage_slice(&stage("s", t(61), t(0)))
+        .await
+        .expect("stage");
+    let first = FiringId::new("forbid", t(60).timestamp_millis(), 1);
+    let outcome = start(&store, &first, "w1", t(63)).await;
+    assert_eq!(outcome.reply.refusal, None);
+    assert_eq!(outcome.lateness, Some(Duration::from_secs(3)));
+    let alert = outcome.late.expect("a late alert from the per-firing path");
+    assert_eq!(alert.lateness_ms, Some(3000));
+    finish(&store, &first, "w1", Outcome::Succeeded, t(64)).await;
+
+    let backfilled = store
+        .backfill("forbid", t(100), t(200), 10, t(1000))
+        .await
+        .expect("backfill")
+        .expect("job");
+    assert!(!backfilled.is_empty());
+    let outcome = start(
+        &store,
+        &backfilled[0],
+        "w1",
+        t(1000) + Span::milliseconds(200),
+    )
+    .await;
+    assert_eq!(outcome.reply.refusal, None);
+    assert_eq!(outcome.lateness, Some(Duration::from_millis(200)));
+    assert_eq!(outcome.late, None);
 }

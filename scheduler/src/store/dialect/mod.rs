@@ -89,6 +89,19 @@ impl Backend {
         }
     }
 
+    /// The most due jobs one staging transaction takes, whatever the slicer
+    /// asks. SQLite has one writer: while a slice is staged, every start and
+    /// finish waits, so a second's jobs are staged in short transactions the
+    /// starts of the running slice can pass between. PostgreSQL stages beside
+    /// them and takes the slicer's batch whole.
+    pub(crate) fn stage_jobs_per_transaction(self, asked: u32) -> usize {
+        let asked = asked.max(1) as usize;
+        match self {
+            Backend::Postgres => asked,
+            Backend::Sqlite => asked.min(sqlite::STAGE_JOBS_PER_TRANSACTION),
+        }
+    }
+
     /// The statement that opens a write transaction.
     pub(crate) fn begin_write(self) -> &'static str {
         match self {
@@ -214,6 +227,16 @@ impl Store {
         match self.backend {
             Backend::Postgres => postgres::record_published(self, mark_firings, batch, at).await,
             Backend::Sqlite => sqlite::record_published(self, mark_firings, batch, at).await,
+        }
+    }
+
+    /// Copies what SQLite's write-ahead log holds into the database file,
+    /// from a reader connection so the one writer never stops for it;
+    /// returns the pages copied. PostgreSQL checkpoints by itself: 0.
+    pub async fn checkpoint(&self) -> Result<u64, StoreError> {
+        match self.backend {
+            Backend::Postgres => Ok(0),
+            Backend::Sqlite => sqlite::checkpoint(&self.read).await,
         }
     }
 }

@@ -6,6 +6,7 @@ use super::super::jobs::{Put, UPSERT_JOB, UPSERT_SCHEDULE};
 use super::super::{id_batch, Store, StoreError};
 use super::{Col, Pools};
 use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::AnyPool;
 use std::time::Duration;
 
 pub(super) fn json_rows(param: usize, columns: &[(&str, Col)]) -> String {
@@ -16,12 +17,17 @@ pub(super) fn json_rows(param: usize, columns: &[(&str, Col)]) -> String {
     format!("(SELECT {} FROM json_each(${param})) AS r", cols.join(", "))
 }
 
+/// See [`super::Backend::stage_jobs_per_transaction`]: short enough that a
+/// start waits a few milliseconds for a staging transaction, not the whole
+/// slice's.
+pub(super) const STAGE_JOBS_PER_TRANSACTION: usize = 100;
+
 /// The pools of a SQLite database: one writer, `max_connections` readers.
 pub(super) async fn open(url: &str, max_connections: u32) -> Result<Pools, StoreError> {
     if url.contains(":memory:") || url.contains("mode=memory") {
         // An in-memory database lives as long as its one connection: keep
         // exactly one, for reads and writes.
-        let pool = pool(1)
+        let pool = pool(1, &[])
             .min_connections(1)
             .idle_timeout(None)
             .max_lifetime(None)
@@ -34,8 +40,8 @@ pub(super) async fn open(url: &str, max_connections: u32) -> Result<Pools, Store
         });
     }
     let url = creating(url);
-    let write = pool(1).connect(&url).await?;
-    let read = pool(max_connections).connect(&url).await?;
+    let write = pool(1, &[WRITER_AUTOCHECKPOINT]).connect(&url).await?;
+    let read = pool(max_connections, &[]).connect(&url).await?;
     Ok(Pools {
         read,
         write: write.clone(),
@@ -43,24 +49,43 @@ pub(super) async fn open(url: &str, max_connections: u32) -> Result<Pools, Store
     })
 }
 
-/// Pool options for SQLite: pragmas on every new connection.
-fn pool(max_connections: u32) -> AnyPoolOptions {
+/// The settings of every connection.
+const PRAGMAS: [&str; 4] = [
+    "PRAGMA busy_timeout = 5000",
+    "PRAGMA journal_mode = WAL",
+    "PRAGMA synchronous = NORMAL",
+    "PRAGMA foreign_keys = ON",
+];
+
+/// The writer's own checkpoint, a backstop only: by default the committing
+/// connection checkpoints every 1,000 pages, which stopped every start and
+/// finish for the copy and its fsyncs. Housekeeping checkpoints from a
+/// reader every pass instead ([`checkpoint`]); the writer steps in only if
+/// the log grows past this many pages anyway.
+const WRITER_AUTOCHECKPOINT: &str = "PRAGMA wal_autocheckpoint = 20000";
+
+/// Pool options for SQLite: [`PRAGMAS`], then `own`, on every new connection.
+fn pool(max_connections: u32, own: &'static [&'static str]) -> AnyPoolOptions {
     AnyPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(10))
-        .after_connect(|conn, _meta| {
+        .after_connect(move |conn, _meta| {
             Box::pin(async move {
-                for pragma in [
-                    "PRAGMA busy_timeout = 5000",
-                    "PRAGMA journal_mode = WAL",
-                    "PRAGMA synchronous = NORMAL",
-                    "PRAGMA foreign_keys = ON",
-                ] {
+                for pragma in PRAGMAS.iter().chain(own) {
                     sqlx::query(pragma).execute(&mut *conn).await?;
                 }
                 Ok(())
             })
         })
+}
+
+/// A passive checkpoint on a reader connection: it copies what no reader
+/// still needs and waits for nobody; returns the pages copied.
+pub(super) async fn checkpoint(read: &AnyPool) -> Result<u64, StoreError> {
+    let (_busy, _log, copied): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+        .fetch_one(read)
+        .await?;
+    Ok(u64::try_from(copied).unwrap_or(0))
 }
 
 /// A SQLite URL that creates the file if it is missing.
