@@ -119,7 +119,12 @@ pub fn print_table(scenario: &str, rows: &[Row]) {
     }
 }
 
+/// Prints the machine, its load, and how idle its CPU was over the two
+/// seconds before the run (a headline figure needs a quiet machine).
 pub fn print_machine() {
+    let before = cpu_ticks();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let idle = 1.0 - busy_between(before, cpu_ticks());
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let cpus = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -128,7 +133,11 @@ pub fn print_machine() {
         .ok()
         .and_then(|m| m.lines().next().map(str::to_owned))
         .unwrap_or_default();
-    println!("machine: {cpus} cpus, {mem}, loadavg {}", load.trim());
+    println!(
+        "machine: {cpus} cpus, {mem}, loadavg {}, CPU idle {:.0} % over the 2 s before the run",
+        load.trim(),
+        idle * 100.0
+    );
 }
 
 pub fn loadavg() -> String {
