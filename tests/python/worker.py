@@ -3,7 +3,8 @@
 
 It proves the protocol document is enough to build a worker in another
 language. It serves one group with a few handlers (`echo` returns the
-payload, `sleep` sleeps `payload["seconds"]`, `fail` fails), and follows the
+payload, `sleep` sleeps `payload["seconds"]`, `fail` fails, `shard` returns
+`<shard>/<shards>` of a sharded job's firing), and follows the
 protocol's steps: setup, pulling by free threads highest band first, start
 request, ack/NAK, deadline, finished event with retries, heartbeat, cancel,
 shutdown.
@@ -94,8 +95,13 @@ def read_firing(msg):
     try:
         firing_id = need("Chime-Firing-Id")
         job, _ms, shard, attempt = parse_firing_id(firing_id)
-        if shard is not None and int(need("Chime-Shard")) != shard:
-            raise BadMessage("Chime-Shard does not match the firing id")
+        shards = None
+        if shard is not None:
+            if int(need("Chime-Shard")) != shard:
+                raise BadMessage("Chime-Shard does not match the firing id")
+            shards = int(need("Chime-Shards"))
+            if not 0 <= shard < shards:
+                raise BadMessage("Chime-Shards does not cover the shard")
         if need("Chime-Job-Id") != job:
             raise BadMessage("Chime-Job-Id does not match the firing id")
         if int(need("Chime-Attempt")) != attempt:
@@ -118,6 +124,9 @@ def read_firing(msg):
             "deadline": parse_time(need("Chime-Deadline")),
             "timeout_ms": int(timeout_ms) if timeout_ms else None,
             "payload": json.loads(body) if body else None,
+            # A shard of a sharded job's instant: which one, of how many.
+            "shard": shard,
+            "shards": shards,
             # What the scheduler compares with the firing it staged (section 4).
             "payload_sha256": hashlib.sha256(msg.data).hexdigest(),
         }
@@ -144,7 +153,14 @@ async def fail(firing):
     raise HandlerError("asked to fail")
 
 
-HANDLERS = {"echo": echo, "sleep": sleep, "fail": fail}
+async def shard(firing):
+    """Which part of its instant this firing is: `<shard>/<shards>`."""
+    if firing["shard"] is None:
+        return "unsharded"
+    return "%d/%d" % (firing["shard"], firing["shards"])
+
+
+HANDLERS = {"echo": echo, "sleep": sleep, "fail": fail, "shard": shard}
 
 
 class Worker:

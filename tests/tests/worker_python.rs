@@ -1,7 +1,7 @@
 //! A worker in another language, written from docs/PROTOCOL.md alone
 //! (tests/python/worker.py, nats-py), runs a firing end to end against a
-//! real nats-server: pull, start request, ack, run, finished event,
-//! heartbeat, clean exit.
+//! real nats-server: pull, start request, ack, run (a shard told which it
+//! is), finished event, heartbeat, clean exit.
 
 use chime_common::protocol::{Outcome, WorkerInfo};
 use chime_tests::worker_env::*;
@@ -47,7 +47,7 @@ async fn python_worker_runs_a_firing_end_to_end() {
             "--worker-id",
             "py-worker-1",
             "--count",
-            "1",
+            "2",
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -100,7 +100,19 @@ async fn python_worker_runs_a_firing_end_to_end() {
         Some("py-worker-1")
     );
 
-    // --count 1: it exits cleanly and deregisters.
+    // A shard of a sharded job's instant: the handler is told which one.
+    let sharded = TestFiring::new("py", "sharded", "shard").shard(3, 8);
+    let sharded_id = env.publish(&sharded).await;
+    assert_eq!(
+        sharded_id.to_string(),
+        format!("sharded@{}.3#1", sharded.scheduled_ms)
+    );
+    env.ring("py").await;
+    let event = events.of(&sharded_id, Duration::from_secs(20)).await;
+    assert_eq!(event.outcome, Outcome::Succeeded, "{event:?}");
+    assert_eq!(event.output.as_deref(), Some("3/8"));
+
+    // --count 2: it exits cleanly and deregisters.
     let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
         .await
         .expect("the python worker exits after its firing")

@@ -23,6 +23,8 @@ pub struct TestFiring {
     pub priority: u8,
     pub payload: serde_json::Value,
     pub timeout: Duration,
+    /// `(shard, shards)` for a shard of a sharded job's instant.
+    pub shard: Option<(u32, u32)>,
 }
 
 impl TestFiring {
@@ -37,7 +39,14 @@ impl TestFiring {
             priority: 5,
             payload: serde_json::json!({}),
             timeout: Duration::from_secs(60),
+            shard: None,
         }
+    }
+
+    /// Shard `shard` of `shards` of its instant.
+    pub fn shard(mut self, shard: u32, shards: u32) -> Self {
+        self.shard = Some((shard, shards));
+        self
     }
 
     pub fn priority(mut self, priority: u8) -> Self {
@@ -56,7 +65,16 @@ impl TestFiring {
     }
 
     pub fn id(&self) -> FiringId {
-        FiringId::new(self.job_id.clone(), self.scheduled_ms, self.attempt)
+        match self.shard {
+            Some((shard, shards)) => FiringId::of_shard(
+                self.job_id.as_str(),
+                self.scheduled_ms,
+                shard,
+                shards,
+                self.attempt,
+            ),
+            None => FiringId::new(self.job_id.clone(), self.scheduled_ms, self.attempt),
+        }
     }
 
     pub fn scheduled_at(&self) -> DateTime<Utc> {
@@ -85,6 +103,10 @@ impl TestFiring {
             headers::TIMEOUT_MS,
             self.timeout.as_millis().to_string().as_str(),
         );
+        if let Some((shard, shards)) = self.shard {
+            h.insert(headers::SHARD, shard.to_string().as_str());
+            h.insert(headers::SHARDS, shards.to_string().as_str());
+        }
         h
     }
 }
