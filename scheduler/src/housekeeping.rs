@@ -86,7 +86,7 @@ pub struct HousekeepingOutcome {
     /// Audit entries past their retention and expired sessions deleted.
     pub pruned_audit: u64,
     pub pruned_sessions: u64,
-    /// SQLite log pages copied into the database file.
+    /// SQLite log pages the database file holds after the pass's checkpoint.
     pub checkpointed: u64,
 }
 

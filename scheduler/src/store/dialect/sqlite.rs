@@ -80,7 +80,8 @@ fn pool(max_connections: u32, own: &'static [&'static str]) -> AnyPoolOptions {
 }
 
 /// A passive checkpoint on a reader connection: it copies what no reader
-/// still needs and waits for nobody; returns the pages copied.
+/// still needs and waits for nobody; returns how many of the log's pages
+/// the database file now holds (the log restarts once all are copied).
 pub(super) async fn checkpoint(read: &AnyPool) -> Result<u64, StoreError> {
     let (_busy, _log, copied): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
         .fetch_one(read)
