@@ -1,7 +1,7 @@
 //! Where each firing's cost goes: CPU seconds per 1,000 firings by process
 //! (PostgreSQL, nats-server, each scheduler, this program's workers and
 //! load) and the database's rows written, WAL bytes and commits per firing
-//! (issue 25).
+//! (issue 25), and the messages nats-server received and sent per firing.
 //!
 //! A [`Cost`] is read at both ends of a window; [`Cost::notes`] turns the
 //! difference into a row's notes. PostgreSQL is every `postgres` process on
@@ -24,6 +24,15 @@ pub struct Cost {
     ticks: BTreeMap<String, u64>,
     machine_busy_ticks: u64,
     db: Option<DbCounters>,
+    nats: Option<NatsCounters>,
+}
+
+/// nats-server's `/varz` message counters (every client, the scheduler's
+/// and the workers', JetStream's own API and acks included).
+#[derive(Clone, Copy, serde::Deserialize)]
+struct NatsCounters {
+    in_msgs: u64,
+    out_msgs: u64,
 }
 
 #[derive(Clone, Copy, sqlx::FromRow)]
@@ -55,6 +64,10 @@ impl Cost {
             db: match env.db.kind() {
                 DatabaseKind::Postgres => db_counters(&env.sql).await,
                 DatabaseKind::Sqlite => None,
+            },
+            nats: match env.nats.monitor_url() {
+                Some(url) => nats_counters(&url).await,
+                None => None,
             },
         }
     }
@@ -99,6 +112,16 @@ impl Cost {
                 ),
             );
         }
+        if let (Some(n0), Some(n1)) = (self.nats, later.nats) {
+            row.note(
+                "nats_msgs_per_firing",
+                format!(
+                    "in={:.2},out={:.2}",
+                    n1.in_msgs.saturating_sub(n0.in_msgs) as f64 / firings,
+                    n1.out_msgs.saturating_sub(n0.out_msgs) as f64 / firings,
+                ),
+            );
+        }
     }
 }
 
@@ -130,4 +153,15 @@ async fn db_counters(sql: &AnyPool) -> Option<DbCounters> {
     .fetch_one(sql)
     .await
     .ok()
+}
+
+/// The server's message counters from `/varz`, or `None` if it does not answer.
+async fn nats_counters(monitor_url: &str) -> Option<NatsCounters> {
+    let body = reqwest::get(format!("{monitor_url}/varz"))
+        .await
+        .ok()?
+        .bytes()
+        .await
+        .ok()?;
+    serde_json::from_slice(&body).ok()
 }

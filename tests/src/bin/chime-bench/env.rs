@@ -11,7 +11,9 @@ use anyhow::{anyhow, Context};
 use chime_common::job::JobSpec;
 use chime_common::Limits;
 use chime_scheduler::store::{Store, StoreOptions};
-use chime_tests::{free_port, Binary, ChimeProcess, DatabaseKind, NatsServer, TestDatabase};
+use chime_tests::{
+    free_port, Binary, ChimeProcess, DatabaseKind, NatsOptions, NatsServer, TestDatabase,
+};
 use chime_worker::{FiringContext, Worker, WorkerHandle};
 use chrono::{TimeZone, Utc};
 use futures::StreamExt;
@@ -62,7 +64,12 @@ pub struct Env {
 impl Env {
     /// NATS, a fresh database of `--backend`, `replicas` schedulers, workers.
     pub async fn start(args: &Args, replicas: usize) -> anyhow::Result<Env> {
-        let nats = NatsServer::start().await;
+        // Monitoring on: the cost report reads the server's message counts.
+        let nats = NatsServer::start_with(NatsOptions {
+            monitoring: true,
+            ..NatsOptions::default()
+        })
+        .await;
         let db = TestDatabase::create(args.backend.kind()).await;
         let nc = async_nats::connect(nats.url()).await?;
         let store = Store::connect(
