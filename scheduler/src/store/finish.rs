@@ -223,12 +223,22 @@ impl Store {
                 return;
             }
         };
-        let succeeded: HashSet<String> = match sqlx::query_scalar(&sql)
+        let mut held = match self.fast_path_connections.take().await {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::debug!(error = %e, "finish batch left to the transaction path");
+                return;
+            }
+        };
+        let fetched = sqlx::query_scalar(&sql)
             .bind(body)
             .bind(now)
-            .fetch_all(&self.fast_path_pool)
-            .await
-        {
+            .fetch_all(&mut held.connection)
+            .await;
+        if fetched.is_ok() {
+            held.keep();
+        }
+        let succeeded: HashSet<String> = match fetched {
             Ok(ids) => ids.into_iter().collect(),
             Err(e) => {
                 tracing::debug!(error = %e, "finish batch left to the transaction path");

@@ -76,6 +76,7 @@ mod executing;
 mod fan_in;
 mod finish;
 mod groups;
+mod held;
 mod history;
 mod hold;
 mod jobs;
@@ -133,9 +134,9 @@ pub struct Store {
     /// Write transactions (the same pool as `read` on PostgreSQL).
     write: AnyPool,
     /// The one-statement fast paths of start and finish, the hottest
-    /// statements; its connections plan each statement once (see
-    /// `dialect/postgres.rs`).
-    fast_path_pool: AnyPool,
+    /// statements: connections that plan each statement once (see
+    /// `dialect/postgres.rs`), kept between statements (`held.rs`).
+    fast_path_connections: held::HeldConnections,
     /// Whether start and finish try their fast paths first: chosen here,
     /// once, from the backend and [`StoreOptions::fast_paths`].
     fast_paths: bool,
@@ -169,13 +170,14 @@ impl Store {
         if options.partitions == 0 {
             return Err(StoreError::invalid("partitions", "must be at least 1"));
         }
-        let pools = backend.open(url, options.max_connections.max(1)).await?;
+        let max_connections = options.max_connections.max(1);
+        let pools = backend.open(url, max_connections).await?;
         backend.migrate(&pools.write).await?;
         let store = Store {
             backend,
             read: pools.read,
             write: pools.write,
-            fast_path_pool: pools.fast_paths,
+            fast_path_connections: held::HeldConnections::new(pools.fast_paths, max_connections),
             fast_paths: options.fast_paths && backend.has_fast_paths(),
             partitions: options.partitions,
             limits: options.limits,
@@ -202,7 +204,7 @@ impl Store {
 
     /// Closes the pools; later operations fail with `Unavailable`.
     pub async fn close(&self) {
-        self.fast_path_pool.close().await;
+        self.fast_path_connections.close().await;
         self.write.close().await;
         self.read.close().await;
     }

@@ -69,6 +69,11 @@ fn pool(max_connections: u32, own: &'static [&'static str]) -> AnyPoolOptions {
     AnyPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(10))
+        // sqlx pings a connection before handing it out unless told not to:
+        // a round trip to the connection's thread that finds nothing (a
+        // SQLite connection is a file in this process; it cannot drop while
+        // idle), and on the one writer every start and finish paid it.
+        .test_before_acquire(false)
         .after_connect(move |conn, _meta| {
             Box::pin(async move {
                 for pragma in PRAGMAS.iter().chain(own) {
