@@ -223,23 +223,12 @@ impl Store {
                 return;
             }
         };
-        let mut held = match self.fast_path_connections.take().await {
-            Ok(held) => held,
-            Err(e) => {
-                tracing::debug!(error = %e, "finish batch left to the transaction path");
-                return;
-            }
-        };
-        let fetched = sqlx::query_scalar(&sql)
-            .bind(body)
-            .bind(now)
-            .fetch_all(&mut held.connection)
-            .await;
-        if fetched.is_ok() {
-            held.keep();
-        }
-        let succeeded: HashSet<String> = match fetched {
-            Ok(ids) => ids.into_iter().collect(),
+        let succeeded: HashSet<String> = match self
+            .fast_path_connections
+            .fetch_all(sqlx::query_as(&sql).bind(body).bind(now))
+            .await
+        {
+            Ok(ids) => ids.into_iter().map(|(id,): (String,)| id).collect(),
             Err(e) => {
                 tracing::debug!(error = %e, "finish batch left to the transaction path");
                 return;

@@ -10,8 +10,9 @@
 //! and a new one is opened only when none is free, so no more than `max`
 //! exist, as with the pool they came from.
 
-use sqlx::AnyConnection;
-use sqlx::AnyPool;
+use sqlx::any::AnyRow;
+use sqlx::query::QueryAs;
+use sqlx::{Any, AnyConnection, AnyPool, FromRow};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -50,6 +51,21 @@ impl HeldConnections {
             let _ = sqlx::Connection::close(connection).await;
         }
         self.pool.close().await;
+    }
+
+    /// Runs `query` on a held connection and returns its rows; the
+    /// connection is kept only if the statement completed.
+    pub(super) async fn fetch_all<'q, O>(
+        &self,
+        query: QueryAs<'q, Any, O, sqlx::any::AnyArguments<'q>>,
+    ) -> Result<Vec<O>, sqlx::Error>
+    where
+        O: Send + Unpin + for<'r> FromRow<'r, AnyRow>,
+    {
+        let mut held = self.take().await?;
+        let rows = query.fetch_all(&mut held.connection).await?;
+        held.keep();
+        Ok(rows)
     }
 
     /// A free connection, or a new one from the pool; fails once closed.

@@ -179,22 +179,11 @@ impl Store {
                 return;
             }
         };
-        let mut held = match self.fast_path_connections.take().await {
-            Ok(held) => held,
-            Err(e) => {
-                tracing::debug!(error = %e, "start batch left to the transaction path");
-                return;
-            }
-        };
-        let fetched = sqlx::query_as(&sql)
-            .bind(body)
-            .bind(now)
-            .fetch_all(&mut held.connection)
-            .await;
-        if fetched.is_ok() {
-            held.keep();
-        }
-        let started: Vec<(String, i64, i64, Option<String>)> = match fetched {
+        let started: Vec<(String, i64, i64, Option<String>)> = match self
+            .fast_path_connections
+            .fetch_all(sqlx::query_as(&sql).bind(body).bind(now))
+            .await
+        {
             Ok(rows) => rows,
             Err(e) => {
                 tracing::debug!(error = %e, "start batch left to the transaction path");
