@@ -26,8 +26,8 @@ pub(super) struct HeldConnections {
 }
 
 /// One connection in use; [`Held::keep`] returns it, dropping closes it.
-pub(super) struct Held {
-    pub(super) connection: AnyConnection,
+struct Held {
+    connection: AnyConnection,
     free: Arc<Mutex<Option<Vec<AnyConnection>>>>,
     _in_use: OwnedSemaphorePermit,
 }
@@ -68,13 +68,13 @@ impl HeldConnections {
         Ok(rows)
     }
 
-    /// A free connection, or a new one from the pool; fails once closed.
-    pub(super) async fn take(&self) -> Result<Held, sqlx::Error> {
-        let permit = self
-            .in_use
-            .clone()
-            .acquire_owned()
+    /// A free connection, or a new one from the pool; fails once closed,
+    /// and after waiting as long as the pool would for one.
+    async fn take(&self) -> Result<Held, sqlx::Error> {
+        let waiting = self.in_use.clone().acquire_owned();
+        let permit = tokio::time::timeout(self.pool.options().get_acquire_timeout(), waiting)
             .await
+            .map_err(|_| sqlx::Error::PoolTimedOut)?
             .map_err(|_| sqlx::Error::PoolClosed)?;
         let free = self
             .free
@@ -96,7 +96,7 @@ impl HeldConnections {
 impl Held {
     /// Gives the connection back for the next statement: only after a
     /// statement that completed.
-    pub(super) fn keep(self) {
+    fn keep(self) {
         if let Ok(mut free) = self.free.lock() {
             if let Some(free) = free.as_mut() {
                 free.push(self.connection);
@@ -118,6 +118,7 @@ mod tests {
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_string());
         let pool = AnyPoolOptions::new()
             .max_connections(1)
+            .acquire_timeout(Duration::from_millis(300))
             .connect(&url)
             .await
             .expect("the test PostgreSQL ($CHIME_TEST_PG_URL)");
@@ -163,13 +164,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn no_more_than_max_are_in_use_at_once() {
+    async fn no_more_than_max_are_in_use_at_once_and_a_wait_times_out() {
         let connections = connections().await;
         let _first = connections.take().await.expect("take");
         let _second = connections.take().await.expect("take");
-        let third = tokio::time::timeout(Duration::from_millis(100), connections.take()).await;
+        let third = tokio::time::timeout(Duration::from_secs(5), connections.take())
+            .await
+            .expect("a third take gives up after the pool's acquire timeout");
         assert!(
-            third.is_err(),
+            matches!(third, Err(sqlx::Error::PoolTimedOut)),
             "a third connection was handed out with a maximum of two"
         );
     }
