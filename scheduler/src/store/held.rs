@@ -6,9 +6,9 @@
 //! the database backend's wake-ups, were those pings. Here a connection
 //! whose statement completed goes back to a free list as it is; one whose
 //! caller failed or was cancelled is dropped (closed) instead, which is what
-//! the ping protects against. At most `max` connections are in use at once,
-//! and a new one is opened only when none is free, so no more than `max`
-//! exist, as with the pool they came from.
+//! the ping protects against. At most the pool's `max_connections` are in
+//! use at once, and a new one is opened only when none is free, so no more
+//! than that exist, as with the pool itself.
 
 use sqlx::any::AnyRow;
 use sqlx::query::QueryAs;
@@ -33,12 +33,13 @@ struct Held {
 }
 
 impl HeldConnections {
-    /// At most `max` connections of `pool`.
-    pub(super) fn new(pool: AnyPool, max: u32) -> Self {
+    /// At most as many connections of `pool` as it would open itself.
+    pub(super) fn new(pool: AnyPool) -> Self {
+        let max = pool.options().get_max_connections().max(1) as usize;
         HeldConnections {
             pool,
             free: Arc::new(Mutex::new(Some(Vec::new()))),
-            in_use: Arc::new(Semaphore::new(max.max(1) as usize)),
+            in_use: Arc::new(Semaphore::new(max)),
         }
     }
 
@@ -111,18 +112,18 @@ mod tests {
     use sqlx::any::AnyPoolOptions;
     use std::time::Duration;
 
-    /// Held connections over a small pool on the test PostgreSQL.
+    /// Held connections over a pool of two on the test PostgreSQL.
     async fn connections() -> HeldConnections {
         sqlx::any::install_default_drivers();
         let url = std::env::var("CHIME_TEST_PG_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_string());
         let pool = AnyPoolOptions::new()
-            .max_connections(1)
+            .max_connections(2)
             .acquire_timeout(Duration::from_millis(300))
             .connect(&url)
             .await
             .expect("the test PostgreSQL ($CHIME_TEST_PG_URL)");
-        HeldConnections::new(pool, 2)
+        HeldConnections::new(pool)
     }
 
     async fn backend_pid(held: &mut Held) -> Result<i32, sqlx::Error> {
@@ -131,12 +132,18 @@ mod tests {
             .await
     }
 
+    /// Runs a statement on a held connection and keeps it; its backend's pid.
+    async fn kept_after_a_statement(connections: &HeldConnections) -> i32 {
+        let mut held = connections.take().await.expect("take");
+        let pid = backend_pid(&mut held).await.expect("statement");
+        held.keep();
+        pid
+    }
+
     #[tokio::test]
     async fn a_completed_statement_keeps_its_connection_for_the_next() {
         let connections = connections().await;
-        let mut first = connections.take().await.expect("take");
-        let pid = backend_pid(&mut first).await.expect("statement");
-        first.keep();
+        let pid = kept_after_a_statement(&connections).await;
         let mut second = connections.take().await.expect("take again");
         assert_eq!(backend_pid(&mut second).await.expect("statement"), pid);
     }
@@ -144,9 +151,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_left_mid_statement_is_closed_not_reused() {
         let connections = connections().await;
-        let mut first = connections.take().await.expect("take");
-        let pid = backend_pid(&mut first).await.expect("statement");
-        first.keep();
+        let pid = kept_after_a_statement(&connections).await;
         let mut cancelled = connections.take().await.expect("take again");
         let sleeping = sqlx::query("SELECT pg_sleep(5)").execute(&mut cancelled.connection);
         let timed_out = tokio::time::timeout(Duration::from_millis(100), sleeping).await;

@@ -170,14 +170,13 @@ impl Store {
         if options.partitions == 0 {
             return Err(StoreError::invalid("partitions", "must be at least 1"));
         }
-        let max_connections = options.max_connections.max(1);
-        let pools = backend.open(url, max_connections).await?;
+        let pools = backend.open(url, options.max_connections.max(1)).await?;
         backend.migrate(&pools.write).await?;
         let store = Store {
             backend,
             read: pools.read,
             write: pools.write,
-            fast_path_connections: held::HeldConnections::new(pools.fast_paths, max_connections),
+            fast_path_connections: held::HeldConnections::new(pools.fast_paths),
             fast_paths: options.fast_paths && backend.has_fast_paths(),
             partitions: options.partitions,
             limits: options.limits,
