@@ -1,9 +1,9 @@
 //! The store's conformance suite: every test is written once and runs on
-//! PostgreSQL twice, with the one-statement fast paths of start and finish
-//! (`<test>::postgres`) and without them (`<test>::postgres_transaction_path`,
-//! every item through the transaction path), and on SQLite
-//! (`<test>::sqlite`). Whatever a test checks, both backends and both
-//! PostgreSQL paths must do the same.
+//! both backends twice, with the one-round-trip fast paths of start and
+//! finish (`<test>::postgres`, `<test>::sqlite`) and without them
+//! (`<test>::postgres_transaction_path`, `<test>::sqlite_transaction_path`,
+//! every item through the transaction path). Whatever a test checks, both
+//! backends and both paths must do the same.
 //!
 //! PostgreSQL: a fresh database `chime_store_<uuid>` per test on the server at
 //! `$CHIME_TEST_PG_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`),
@@ -238,7 +238,7 @@ use time_rules::{
 };
 
 /// Runs each named test body (`async fn name(db: TestDb)`) on both backends,
-/// PostgreSQL with and without its fast paths, then checks the `waiting`
+/// each with and without its fast paths, then checks the `waiting`
 /// table against the firings it indexes.
 macro_rules! both_backends {
     ($($name:ident),* $(,)?) => {
@@ -261,6 +261,13 @@ macro_rules! both_backends {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn sqlite() {
                     let db = super::TestDb::create(super::Backend::Sqlite).await;
+                    super::$name(&db).await;
+                    super::assert_waiting_in_step(&db).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite_transaction_path() {
+                    let db = super::TestDb::without_fast_paths(super::Backend::Sqlite).await;
                     super::$name(&db).await;
                     super::assert_waiting_in_step(&db).await;
                 }
@@ -2549,4 +2556,87 @@ async fn list_firings_pages_newest_first(db: &TestDb) {
             .await,
         Err(StoreError::Invalid(_))
     ));
+}
+
+/// SQLite's fast paths send a whole transaction as one command: one that
+/// fails part way, after its first writes, must leave nothing behind and
+/// the one writer free for the next command (a command left open would hold
+/// the write lock, and the writer would refuse every later `BEGIN`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_fast_path_that_fails_part_way_changes_nothing() {
+    let db = TestDb::create(Backend::Sqlite).await;
+    let store = db.store().await;
+    let id = put_and_trigger(&store, &every("a", "1h", json!({})), t(0)).await;
+    let request = as_received(&staged(&store, &id).await, "w1");
+
+    // The start command fails at its delete from `waiting`, after it wrote
+    // the executing row and the firing; the transaction path fails the same.
+    db.exec(
+        "CREATE TRIGGER keep_waiting BEFORE DELETE ON waiting \
+         BEGIN SELECT RAISE(ABORT, 'waiting rows are kept'); END",
+    )
+    .await;
+    let failed = store.start(std::slice::from_ref(&request), t(5)).await;
+    assert!(failed.is_err(), "the trigger stops the start: {failed:?}");
+    db.exec("DROP TRIGGER keep_waiting").await;
+    assert_eq!(firing(&store, &id).await.state, FiringState::Staged);
+    assert_eq!(db.scalar("SELECT count(*) FROM executing").await, 0);
+    assert_eq!(db.scalar("SELECT count(*) FROM waiting").await, 1);
+    let started = store.start(&[request], t(6)).await.expect("start");
+    assert!(started[0].reply.accepted, "{started:?}");
+
+    // The finish command fails at its delete from `executing`, after it
+    // wrote the firing.
+    db.exec(
+        "CREATE TRIGGER keep_executing BEFORE DELETE ON executing \
+         BEGIN SELECT RAISE(ABORT, 'executing rows are kept'); END",
+    )
+    .await;
+    let event = finished(&id, "w1", Outcome::Succeeded, None);
+    let failed = store
+        .finish(std::slice::from_ref(&event), t(7), &delay)
+        .await;
+    assert!(failed.is_err(), "the trigger stops the finish: {failed:?}");
+    db.exec("DROP TRIGGER keep_executing").await;
+    assert_eq!(firing(&store, &id).await.state, FiringState::Executing);
+    assert_eq!(db.scalar("SELECT count(*) FROM executing").await, 1);
+    let applied = store.finish(&[event], t(8), &delay).await.expect("finish");
+    assert!(applied[0].applied, "{applied:?}");
+    assert_eq!(firing(&store, &id).await.state, FiringState::Succeeded);
+}
+
+/// The same for a command whose caller goes away while the writer's thread
+/// runs it: the rest of the command is not run, and what it wrote is rolled
+/// back before the writer serves anyone else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_fast_path_cancelled_part_way_changes_nothing() {
+    let db = TestDb::create(Backend::Sqlite).await;
+    let store = db.store().await;
+    let id = put_and_trigger(&store, &every("a", "1h", json!({})), t(0)).await;
+    let request = as_received(&staged(&store, &id).await, "w1");
+
+    // Deleting the waiting row takes a while (a count to five million),
+    // after the command wrote the executing row and the firing; the caller
+    // gives up meanwhile.
+    db.exec(
+        "CREATE TRIGGER slow_waiting BEFORE DELETE ON waiting BEGIN \
+             SELECT count(*) FROM (WITH RECURSIVE n(i) AS \
+                 (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5000000) SELECT i FROM n); \
+         END",
+    )
+    .await;
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(50),
+        store.start(std::slice::from_ref(&request), t(5)),
+    )
+    .await;
+    assert!(
+        gave_up.is_err(),
+        "the start outlasts its caller: {gave_up:?}"
+    );
+    db.exec("DROP TRIGGER slow_waiting").await;
+    assert_eq!(firing(&store, &id).await.state, FiringState::Staged);
+    assert_eq!(db.scalar("SELECT count(*) FROM executing").await, 0);
+    let started = store.start(&[request], t(6)).await.expect("start");
+    assert!(started[0].reply.accepted, "{started:?}");
 }

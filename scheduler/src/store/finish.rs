@@ -12,11 +12,11 @@
 //! A batch's plain successes (reported by the worker running the firing,
 //! of an unsharded job with no `on_success`, no fan-in job waiting for it
 //! and nothing queued) need no policy
-//! decision; where the backend can, they are first applied in one statement
-//! outside any transaction (see `start.rs` for why). What is left takes one
+//! decision; they are first applied in one round trip, the fast path (see
+//! `start.rs` for why). What is left takes one
 //! transaction: the plain successes set-based, the rest one by one.
 
-use super::dialect::Col;
+use super::dialect::{Backend, Col};
 use super::executing::Lease;
 use super::fan_in::NO_FAN_IN_DEPENDENTS;
 use super::hold::NOTHING_HELD_IN_GROUP;
@@ -123,8 +123,8 @@ struct Succeeded<'a> {
 }
 
 impl Store {
-    /// Applies finished events: the plain successes on the fast path where
-    /// there is one, then the rest, in order, in one transaction. An event
+    /// Applies finished events: the plain successes on the fast path (unless
+    /// [`super::StoreOptions::fast_paths`] turns it off), then the rest, in order, in one transaction. An event
     /// applies only while its worker holds the firing's executing row, so a
     /// re-delivered event changes nothing (`applied: false`).
     pub async fn finish(
@@ -154,9 +154,10 @@ impl Store {
     }
 
     /// The fast path: applies the plain successes of a batch (each firing
-    /// named once) in one statement outside any transaction, and leaves the
-    /// rest unapplied. The firing row is locked first, as on the transaction
-    /// path, and its state re-checked if a concurrent expiry changed it. Any
+    /// named once) in one round trip, and leaves the rest unapplied. On
+    /// PostgreSQL the firing row is locked first, as on the transaction
+    /// path, and its state re-checked if a concurrent expiry changed it; on
+    /// SQLite the command holds the one writer. Any
     /// error (a corrupt spec, a deadlock, the database down) leaves the whole
     /// batch to [`Store::finish_in_transaction`].
     async fn finish_at_once(
@@ -190,32 +191,54 @@ impl Store {
         }
         // Firing-id order, so concurrent batches lock in one order.
         done.sort_by(|a, b| a.id.cmp(&b.id));
-        let sql = format!(
-            "WITH succeeded AS ( \
-                 UPDATE firings f SET {SET_SUCCEEDED} \
-                 FROM {} \
-                 WHERE f.id = r.id AND f.state IN {} \
-                     AND EXISTS (SELECT 1 FROM executing e \
-                         WHERE e.firing_id = f.id AND e.worker_id = r.worker_id) \
-                     AND {NOTHING_HELD_IN_GROUP} \
-                     AND f.shards = 1 \
-                     AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = f.job_id \
-                         AND COALESCE(jsonb_array_length(j.spec::jsonb -> 'on_success'), 0) = 0) \
-                     AND {NO_FAN_IN_DEPENDENTS} \
-                 RETURNING f.id, f.job_id), \
-             ended AS (DELETE FROM executing e USING succeeded s WHERE e.firing_id = s.id), \
-             reset AS ({RESET_FAILURES} (SELECT job_id FROM succeeded)) \
-             SELECT id FROM succeeded",
-            self.backend.json_rows(
-                1,
-                &[
-                    ("id", Col::Text),
-                    ("worker_id", Col::Text),
-                    ("output", Col::Text)
-                ]
-            ),
-            sources_sql(Transition::Finish),
+        let done_rows = self.backend.json_rows(
+            1,
+            &[
+                ("id", Col::Text),
+                ("worker_id", Col::Text),
+                ("output", Col::Text),
+            ],
         );
+        let plain = format!(
+            "f.state IN {} \
+             AND EXISTS (SELECT 1 FROM executing e \
+                 WHERE e.firing_id = f.id AND e.worker_id = r.worker_id) \
+             AND {NOTHING_HELD_IN_GROUP} \
+             AND f.shards = 1 \
+             AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = f.job_id \
+                 AND COALESCE({}, 0) = 0) \
+             AND {NO_FAN_IN_DEPENDENTS}",
+            sources_sql(Transition::Finish),
+            self.backend.json_array_length("j.spec", "on_success"),
+        );
+        let sql = match self.backend {
+            Backend::Postgres => format!(
+                "WITH succeeded AS ( \
+                     UPDATE firings f SET {SET_SUCCEEDED} \
+                     FROM {done_rows} \
+                     WHERE f.id = r.id AND {plain} \
+                     RETURNING f.id, f.job_id), \
+                 ended AS (DELETE FROM executing e USING succeeded s WHERE e.firing_id = s.id), \
+                 reset AS ({RESET_FAILURES} (SELECT job_id FROM succeeded)) \
+                 SELECT id FROM succeeded"
+            ),
+            // The same steps as statements of one transaction, each driven
+            // by the batch (see `start_at_once`): the plain successes reset
+            // their jobs' failure counts and end `succeeded`, and their
+            // executing rows go.
+            Backend::Sqlite => format!(
+                "BEGIN IMMEDIATE; \
+                 {RESET_FAILURES} (SELECT f.job_id FROM {done_rows} \
+                     JOIN firings f ON f.id = r.id WHERE {plain}); \
+                 UPDATE firings AS f SET {SET_SUCCEEDED} \
+                 FROM {done_rows} WHERE f.id = r.id AND {plain} \
+                 RETURNING id; \
+                 DELETE FROM executing WHERE firing_id IN (SELECT r.id FROM {done_rows}) \
+                     AND EXISTS (SELECT 1 FROM firings f \
+                         WHERE f.id = executing.firing_id AND f.state = 'succeeded'); \
+                 COMMIT"
+            ),
+        };
         let body = match json_text(&done) {
             Ok(body) => body,
             Err(e) => {
@@ -224,8 +247,7 @@ impl Store {
             }
         };
         let succeeded: HashSet<String> = match self
-            .fast_path_connections
-            .fetch_all(sqlx::query_as(&sql).bind(body).bind(now))
+            .fast_path(sqlx::query_as(&sql).bind(body).bind(now))
             .await
         {
             Ok(ids) => ids.into_iter().map(|(id,): (String,)| id).collect(),
@@ -502,5 +524,55 @@ impl Store {
             lateness_ms: None,
             ..firing.alert(AlertKind::RepeatedFailures, message, now)
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_stores::TestStore;
+    use super::*;
+    use chime_common::protocol::StartRequest;
+
+    /// As for starts (`start.rs`): a plain success must be applied on the
+    /// fast path, not only by the transaction path behind it.
+    async fn a_plain_success_is_applied_on_the_fast_path(test: TestStore) {
+        let now = DateTime::from_timestamp(1_893_456_000, 0).expect("an instant");
+        let id = test.triggered(now).await;
+        let request = StartRequest {
+            firing_id: id.clone(),
+            worker_id: "w1".into(),
+            group: "default".into(),
+            handler: None,
+            payload_sha256: None,
+        };
+        let started = test.store.start(&[request], now).await.expect("start");
+        assert!(started[0].reply.accepted, "{started:?}");
+        let event = Finished {
+            firing_id: id,
+            worker_id: "w1".into(),
+            outcome: Outcome::Succeeded,
+            error: None,
+            output: None,
+            started_at: now,
+            finished_at: now,
+        };
+        let mut applied = vec![None];
+        test.store
+            .finish_at_once(std::slice::from_ref(&event), ms(now), &mut applied)
+            .await;
+        let outcome = applied[0].take().expect("applied on the fast path");
+        assert!(outcome.applied, "{outcome:?}");
+        assert_eq!(outcome.state, Some(FiringState::Succeeded));
+        test.remove().await;
+    }
+
+    #[tokio::test]
+    async fn postgres_applies_a_plain_success_on_the_fast_path() {
+        a_plain_success_is_applied_on_the_fast_path(TestStore::postgres().await).await;
+    }
+
+    #[tokio::test]
+    async fn sqlite_applies_a_plain_success_on_the_fast_path() {
+        a_plain_success_is_applied_on_the_fast_path(TestStore::sqlite().await).await;
     }
 }

@@ -95,6 +95,8 @@ mod skip;
 mod stage;
 mod start;
 mod states;
+#[cfg(test)]
+mod test_stores;
 mod types;
 mod waiting;
 
@@ -133,12 +135,13 @@ pub struct Store {
     read: AnyPool,
     /// Write transactions (the same pool as `read` on PostgreSQL).
     write: AnyPool,
-    /// The one-statement fast paths of start and finish, the hottest
-    /// statements: connections that plan each statement once (see
-    /// `dialect/postgres.rs`), kept between statements (`held.rs`).
+    /// PostgreSQL's one-statement fast paths of start and finish, the
+    /// hottest statements: connections that plan each statement once (see
+    /// `dialect/postgres.rs`), kept between statements (`held.rs`). Unused
+    /// on SQLite, whose fast paths run on the writer.
     fast_path_connections: held::HeldConnections,
-    /// Whether start and finish try their fast paths first: chosen here,
-    /// once, from the backend and [`StoreOptions::fast_paths`].
+    /// Whether start and finish try their fast paths first
+    /// ([`StoreOptions::fast_paths`]).
     fast_paths: bool,
     partitions: u32,
     limits: Limits,
@@ -177,7 +180,7 @@ impl Store {
             read: pools.read,
             write: pools.write,
             fast_path_connections: held::HeldConnections::new(pools.fast_paths),
-            fast_paths: options.fast_paths && backend.has_fast_paths(),
+            fast_paths: options.fast_paths,
             partitions: options.partitions,
             limits: options.limits,
         };

@@ -5,14 +5,14 @@
 //!
 //! A batch's plain starts (waiting to start, not running anywhere, a valid
 //! timeout, the job's overlap `allow` and no limits: [`PLAIN_START`]) need
-//! no policy decision. Where the backend can, they are first decided in one
-//! statement outside any transaction, the fast path: a round trip costs
-//! more than the work. What is left takes one transaction: the plain starts
+//! no policy decision. They are first decided in one round trip, the fast
+//! path (one statement on PostgreSQL, one command of statements on SQLite):
+//! a round trip costs more than the work. What is left takes one transaction: the plain starts
 //! set-based, the others one by one. Both paths write a start through
 //! [`Store::begin_executing`]'s statements and decide "plain" with the same
 //! SQL.
 
-use super::dialect::Col;
+use super::dialect::{Backend, Col};
 use super::executing::Started;
 use super::hold::Cause;
 use super::lateness::{Due, DUE_INSTANT, LATENESS_SPEC};
@@ -82,7 +82,7 @@ fn timeout_in_range(timeout_ms: i64) -> bool {
 
 impl Store {
     /// Decides start requests (see docs/PROTOCOL.md): the plain ones on the
-    /// fast path where there is one, then the rest, in order, in one
+    /// fast path (unless `StoreOptions::fast_paths` turns it off), then the rest, in order, in one
     /// transaction. A firing's attempt is accepted at most once: a second
     /// worker is refused `already_started`, the same worker gets the same
     /// deadline again. Each start is judged for lateness by the statement
@@ -107,14 +107,14 @@ impl Store {
     }
 
     /// The fast path: accepts the plain starts of a batch (each firing named
-    /// once) in one statement outside any transaction, and leaves the rest
-    /// undecided.
+    /// once) in one round trip, and leaves the rest undecided.
     ///
     /// A start is on the path of every firing, and on a busy machine where
     /// the database, NATS and the workers share the CPUs each round trip of
     /// a transaction (begin, lock, insert, update, commit) costs more than
-    /// the work. The conditional update takes the row locks and re-checks
-    /// the state of a row another start changed meanwhile, so a firing is
+    /// the work. On PostgreSQL the conditional update takes the row locks
+    /// and re-checks the state of a row another start changed meanwhile; on
+    /// SQLite the command holds the one writer. Either way a firing is
     /// still started once. Any error (a conflicting executing row, a
     /// deadlock, the database down) leaves the whole batch to
     /// [`Store::start_in_transaction`], which decides it and reports errors.
@@ -153,25 +153,57 @@ impl Store {
         }
         // Firing-id order, so concurrent batches lock in one order.
         asks.sort_by(|a, b| a.id.cmp(&b.id));
-        let sql = format!(
-            "WITH started AS ( \
-                 UPDATE firings f SET {SET_EXECUTING} \
-                 FROM {} \
-                 WHERE f.id = r.id AND {} AND {AS_STAGED} \
-                 RETURNING f.id, f.job_id, f.group_name, r.worker_id, f.attempt, f.timeout_ms, \
-                     {DUE_INSTANT} AS due_instant, \
-                     (SELECT {LATENESS_SPEC} FROM jobs j WHERE j.id = f.job_id) AS lateness_spec), \
-             executing_rows AS ( \
+        let asked = self.backend.json_rows(1, &ASKED_COLUMNS);
+        let plain = PLAIN_START.as_str();
+        let sql = match self.backend {
+            Backend::Postgres => format!(
+                "WITH started AS ( \
+                     UPDATE firings f SET {SET_EXECUTING} \
+                     FROM {asked} \
+                     WHERE f.id = r.id AND {plain} AND {AS_STAGED} \
+                     RETURNING f.id, f.job_id, f.group_name, r.worker_id, f.attempt, \
+                         f.timeout_ms, {DUE_INSTANT} AS due_instant, \
+                         (SELECT {LATENESS_SPEC} FROM jobs j WHERE j.id = f.job_id) \
+                             AS lateness_spec), \
+                 executing_rows AS ( \
+                     INSERT INTO executing (firing_id, job_id, group_name, worker_id, attempt, \
+                         started_at, deadline_at) \
+                     SELECT id, job_id, group_name, worker_id, attempt, $2, $2 + timeout_ms \
+                     FROM started), \
+                 no_longer_waiting AS ( \
+                     DELETE FROM waiting w USING started WHERE w.firing_id = started.id) \
+                 SELECT id, timeout_ms, due_instant, lateness_spec FROM started"
+            ),
+            // The same steps as statements of one transaction, each driven
+            // by the batch (SQLite plans a join from `json_each` outwards;
+            // a table of the command's own would be planned as if it were
+            // large). After the update, the batch's firings this worker
+            // started now are those executing since `$2` on its behalf; one
+            // already running is left to the transaction path.
+            Backend::Sqlite => format!(
+                "BEGIN IMMEDIATE; \
+                 UPDATE firings AS f SET {SET_EXECUTING} \
+                 FROM {asked} \
+                 WHERE f.id = r.id AND {plain} AND {AS_STAGED} \
+                     AND NOT EXISTS (SELECT 1 FROM executing e WHERE e.firing_id = f.id); \
                  INSERT INTO executing (firing_id, job_id, group_name, worker_id, attempt, \
                      started_at, deadline_at) \
-                 SELECT id, job_id, group_name, worker_id, attempt, $2, $2 + timeout_ms \
-                 FROM started), \
-             no_longer_waiting AS ( \
-                 DELETE FROM waiting w USING started WHERE w.firing_id = started.id) \
-             SELECT id, timeout_ms, due_instant, lateness_spec FROM started",
-            self.backend.json_rows(1, &ASKED_COLUMNS),
-            PLAIN_START.as_str()
-        );
+                 SELECT f.id, f.job_id, f.group_name, f.worker, f.attempt, $2, $2 + f.timeout_ms \
+                 FROM {asked} JOIN firings f ON f.id = r.id \
+                 WHERE f.state = 'executing' AND f.started_at = $2 AND f.worker = r.worker_id \
+                     AND NOT EXISTS (SELECT 1 FROM executing e WHERE e.firing_id = f.id); \
+                 DELETE FROM waiting WHERE firing_id IN (SELECT r.id FROM {asked}) \
+                     AND EXISTS (SELECT 1 FROM firings f \
+                         WHERE f.id = waiting.firing_id AND f.state = 'executing'); \
+                 SELECT f.id, f.timeout_ms, {DUE_INSTANT}, \
+                     (SELECT {LATENESS_SPEC} FROM jobs j WHERE j.id = f.job_id) \
+                 FROM {asked} JOIN firings f ON f.id = r.id \
+                     JOIN executing e ON e.firing_id = f.id \
+                 WHERE f.state = 'executing' AND e.worker_id = r.worker_id \
+                     AND e.started_at = $2; \
+                 COMMIT"
+            ),
+        };
         let body = match json_text(&asks) {
             Ok(body) => body,
             Err(e) => {
@@ -180,8 +212,7 @@ impl Store {
             }
         };
         let started: Vec<(String, i64, i64, Option<String>)> = match self
-            .fast_path_connections
-            .fetch_all(sqlx::query_as(&sql).bind(body).bind(now))
+            .fast_path(sqlx::query_as(&sql).bind(body).bind(now))
             .await
         {
             Ok(rows) => rows,
@@ -517,5 +548,43 @@ fn still_running(limit: u32) -> String {
         "overlap: previous firing still running".to_string()
     } else {
         format!("overlap: {limit} firings still running (max_concurrent)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_stores::TestStore;
+    use super::*;
+
+    /// Falling back to the transaction path decides the same (the store
+    /// suite runs both paths), so only this test sees a fast path that no
+    /// longer decides anything: a plain start must be decided on it.
+    async fn a_plain_start_is_decided_on_the_fast_path(test: TestStore) {
+        let now = DateTime::from_timestamp(1_893_456_000, 0).expect("an instant");
+        let id = test.triggered(now).await;
+        let request = StartRequest {
+            firing_id: id,
+            worker_id: "w1".into(),
+            group: "default".into(),
+            handler: Some("test".into()),
+            payload_sha256: None,
+        };
+        let mut decided = vec![None];
+        test.store
+            .start_at_once(std::slice::from_ref(&request), ms(now), &mut decided)
+            .await;
+        let outcome = decided[0].take().expect("decided on the fast path");
+        assert!(outcome.reply.accepted, "{outcome:?}");
+        test.remove().await;
+    }
+
+    #[tokio::test]
+    async fn postgres_decides_a_plain_start_on_the_fast_path() {
+        a_plain_start_is_decided_on_the_fast_path(TestStore::postgres().await).await;
+    }
+
+    #[tokio::test]
+    async fn sqlite_decides_a_plain_start_on_the_fast_path() {
+        a_plain_start_is_decided_on_the_fast_path(TestStore::sqlite().await).await;
     }
 }

@@ -23,9 +23,10 @@ pub struct StoreOptions {
     /// Limits applied to input the store receives directly (trigger payloads).
     pub limits: Limits,
     /// Whether start and finish first decide a batch's plain items in one
-    /// statement (PostgreSQL only; SQLite has no such path). On by default;
-    /// off, every item takes the transaction path, which decides the same:
-    /// the store suite runs PostgreSQL both ways to show it.
+    /// round trip (one statement on PostgreSQL, one command of statements on
+    /// SQLite). On by default; off, every item takes the transaction path,
+    /// which decides the same: the store suite runs both backends both ways
+    /// to show it.
     pub fast_paths: bool,
 }
 

@@ -7,11 +7,12 @@
 //! Each such item dispatches here, once, to `postgres.rs` or `sqlite.rs`; the
 //! logic files never ask which database they talk to.
 //!
-//! The one exception is the fast paths of start and finish: one
-//! data-modifying `WITH` statement each, which only PostgreSQL runs. They
-//! stay in `start.rs` and `finish.rs`, next to the transaction path they
-//! shortcut and built from the same fragments, and run only when
-//! [`Backend::has_fast_paths`] says so (decided once, at connect).
+//! The one exception is the fast paths of start and finish, written once
+//! per backend: on PostgreSQL one data-modifying `WITH` statement each, on
+//! SQLite (which has no such statement) a transaction of statements sent as
+//! one command ([`Store::fast_path`]). They stay in `start.rs` and
+//! `finish.rs`, next to the transaction path they shortcut and built from
+//! the same fragments.
 //!
 //! Everything else in the store is one SQL text for both: `$n` parameters,
 //! `ON CONFLICT`, `RETURNING`, `UPDATE … FROM`, partial indexes and row-value
@@ -23,8 +24,9 @@ mod sqlite;
 
 use super::jobs::Put;
 use super::{Store, StoreError};
-use sqlx::any::AnyRow;
-use sqlx::AnyPool;
+use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::query::QueryAs;
+use sqlx::{Any, AnyPool, FromRow};
 
 /// Which database the store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -141,10 +143,13 @@ impl Backend {
         }
     }
 
-    /// Whether the backend has the one-statement fast paths of start and
-    /// finish (data-modifying `WITH`, which SQLite lacks).
-    pub(crate) fn has_fast_paths(self) -> bool {
-        self == Backend::Postgres
+    /// The length of the JSON array under `key` of the JSON text `column`,
+    /// NULL when it has none.
+    pub(crate) fn json_array_length(self, column: &str, key: &str) -> String {
+        match self {
+            Backend::Postgres => format!("jsonb_array_length({column}::jsonb -> '{key}')"),
+            Backend::Sqlite => format!("json_array_length({column}, '$.{key}')"),
+        }
     }
 
     /// The database clock minus this process's clock (see
@@ -200,8 +205,8 @@ pub(crate) struct Pools {
     pub read: AnyPool,
     /// Write transactions (the same pool as `read` on PostgreSQL).
     pub write: AnyPool,
-    /// The one-statement fast paths of start and finish (the same pool as
-    /// `write` on SQLite, which has none).
+    /// The one-statement fast paths of start and finish on PostgreSQL (the
+    /// same pool as `write` on SQLite, whose fast paths run on the writer).
     pub fast_paths: AnyPool,
 }
 
@@ -212,6 +217,23 @@ impl Store {
         match self.backend {
             Backend::Postgres => postgres::upsert_job(self, put).await,
             Backend::Sqlite => sqlite::upsert_job(self, put).await,
+        }
+    }
+
+    /// Runs a fast path of start or finish, `statement` as
+    /// [`Backend::Postgres`] writes it or `statements` as
+    /// [`Backend::Sqlite`] does (`BEGIN IMMEDIATE; …; COMMIT`), and returns
+    /// the rows it selects.
+    pub(crate) async fn fast_path<'q, O>(
+        &self,
+        query: QueryAs<'q, Any, O, AnyArguments<'q>>,
+    ) -> Result<Vec<O>, sqlx::Error>
+    where
+        O: Send + Unpin + for<'r> FromRow<'r, AnyRow>,
+    {
+        match self.backend {
+            Backend::Postgres => self.fast_path_connections.fetch_all(query).await,
+            Backend::Sqlite => sqlite::in_one_command(&self.write, query).await,
         }
     }
 
