@@ -11,10 +11,10 @@
 //!
 //! A batch's plain successes (reported by the worker running the firing,
 //! of an unsharded job with no `on_success`, no fan-in job waiting for it
-//! and nothing queued) need no policy
-//! decision; they are first applied in one round trip, the fast path (see
-//! `start.rs` for why). What is left takes one
-//! transaction: the plain successes set-based, the rest one by one.
+//! and nothing queued) need no policy decision; they are first applied in
+//! one round trip, the fast path (see `start.rs` for why). What is left
+//! takes one transaction: the plain successes set-based, the rest one by
+//! one.
 
 use super::dialect::{Backend, Col};
 use super::executing::Lease;
@@ -124,8 +124,8 @@ struct Succeeded<'a> {
 
 impl Store {
     /// Applies finished events: the plain successes on the fast path (unless
-    /// [`super::StoreOptions::fast_paths`] turns it off), then the rest, in order, in one transaction. An event
-    /// applies only while its worker holds the firing's executing row, so a
+    /// [`super::StoreOptions::fast_paths`] turns it off), then the rest, in
+    /// order, in one transaction. An event applies only while its worker holds the firing's executing row, so a
     /// re-delivered event changes nothing (`applied: false`).
     pub async fn finish(
         &self,
@@ -157,9 +157,9 @@ impl Store {
     /// named once) in one round trip, and leaves the rest unapplied. On
     /// PostgreSQL the firing row is locked first, as on the transaction
     /// path, and its state re-checked if a concurrent expiry changed it; on
-    /// SQLite the command holds the one writer. Any
-    /// error (a corrupt spec, a deadlock, the database down) leaves the whole
-    /// batch to [`Store::finish_in_transaction`].
+    /// SQLite the command holds the one writer. Any error (a corrupt spec, a
+    /// deadlock, the database down) leaves the whole batch to
+    /// [`Store::finish_in_transaction`].
     async fn finish_at_once(
         &self,
         events: &[Finished],

@@ -7,8 +7,8 @@
 //! timeout, the job's overlap `allow` and no limits: [`PLAIN_START`]) need
 //! no policy decision. They are first decided in one round trip, the fast
 //! path (one statement on PostgreSQL, one command of statements on SQLite):
-//! a round trip costs more than the work. What is left takes one transaction: the plain starts
-//! set-based, the others one by one. Both paths write a start through
+//! a round trip costs more than the work. What is left takes one
+//! transaction: the plain starts set-based, the others one by one. Both paths write a start through
 //! [`Store::begin_executing`]'s statements and decide "plain" with the same
 //! SQL.
 
@@ -82,8 +82,8 @@ fn timeout_in_range(timeout_ms: i64) -> bool {
 
 impl Store {
     /// Decides start requests (see docs/PROTOCOL.md): the plain ones on the
-    /// fast path (unless `StoreOptions::fast_paths` turns it off), then the rest, in order, in one
-    /// transaction. A firing's attempt is accepted at most once: a second
+    /// fast path (unless `StoreOptions::fast_paths` turns it off), then the
+    /// rest, in order, in one transaction. A firing's attempt is accepted at most once: a second
     /// worker is refused `already_started`, the same worker gets the same
     /// deadline again. Each start is judged for lateness by the statement
     /// that makes it (`lateness.rs`).

@@ -220,10 +220,10 @@ impl Store {
         }
     }
 
-    /// Runs a fast path of start or finish, `statement` as
-    /// [`Backend::Postgres`] writes it or `statements` as
-    /// [`Backend::Sqlite`] does (`BEGIN IMMEDIATE; …; COMMIT`), and returns
-    /// the rows it selects.
+    /// Runs a fast path of start or finish, `query` as its backend writes
+    /// it (on PostgreSQL one statement, on the held connections; on SQLite
+    /// `BEGIN IMMEDIATE; …; COMMIT`, on the writer in one command), and
+    /// returns the rows it selects.
     pub(crate) async fn fast_path<'q, O>(
         &self,
         query: QueryAs<'q, Any, O, AnyArguments<'q>>,
