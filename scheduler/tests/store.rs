@@ -1683,10 +1683,18 @@ async fn same_worker_start_is_idempotent(db: &TestDb) {
     let first = start(&store, &id, "w1", t(10)).await;
     assert!(first.reply.accepted);
     assert_eq!(first.reply.deadline, Some(t(310)));
+    assert!(first.lateness.is_some(), "a start is measured once");
     let again = start(&store, &id, "w1", t(20)).await;
     assert_eq!(
         again.reply, first.reply,
         "a lost reply is answered the same"
+    );
+    // Also within the same millisecond, and not measured as a second start.
+    let same_instant = start(&store, &id, "w1", t(10)).await;
+    assert_eq!(same_instant.reply, first.reply);
+    assert!(
+        again.lateness.is_none() && same_instant.lateness.is_none(),
+        "a repeated start was measured again: {again:?} {same_instant:?}"
     );
     let started = firing(&store, &id).await;
     assert_eq!(started.state, FiringState::Executing);
@@ -2603,6 +2611,7 @@ async fn a_sqlite_fast_path_that_fails_part_way_changes_nothing() {
     let applied = store.finish(&[event], t(8), &delay).await.expect("finish");
     assert!(applied[0].applied, "{applied:?}");
     assert_eq!(firing(&store, &id).await.state, FiringState::Succeeded);
+    assert_waiting_in_step(&db).await;
 }
 
 /// The same for a command whose caller goes away while the writer's thread
@@ -2615,18 +2624,18 @@ async fn a_sqlite_fast_path_cancelled_part_way_changes_nothing() {
     let id = put_and_trigger(&store, &every("a", "1h", json!({})), t(0)).await;
     let request = as_received(&staged(&store, &id).await, "w1");
 
-    // Deleting the waiting row takes a while (a count to five million),
+    // Deleting the waiting row takes a while (a count to a million),
     // after the command wrote the executing row and the firing; the caller
     // gives up meanwhile.
     db.exec(
         "CREATE TRIGGER slow_waiting BEFORE DELETE ON waiting BEGIN \
              SELECT count(*) FROM (WITH RECURSIVE n(i) AS \
-                 (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5000000) SELECT i FROM n); \
+                 (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000) SELECT i FROM n); \
          END",
     )
     .await;
     let gave_up = tokio::time::timeout(
-        Duration::from_millis(50),
+        Duration::from_millis(20),
         store.start(std::slice::from_ref(&request), t(5)),
     )
     .await;
@@ -2637,6 +2646,8 @@ async fn a_sqlite_fast_path_cancelled_part_way_changes_nothing() {
     db.exec("DROP TRIGGER slow_waiting").await;
     assert_eq!(firing(&store, &id).await.state, FiringState::Staged);
     assert_eq!(db.scalar("SELECT count(*) FROM executing").await, 0);
+    assert_eq!(db.scalar("SELECT count(*) FROM waiting").await, 1);
     let started = store.start(&[request], t(6)).await.expect("start");
     assert!(started[0].reply.accepted, "{started:?}");
+    assert_waiting_in_step(&db).await;
 }

@@ -563,7 +563,6 @@ mod tests {
         let outcome = applied[0].take().expect("applied on the fast path");
         assert!(outcome.applied, "{outcome:?}");
         assert_eq!(outcome.state, Some(FiringState::Succeeded));
-        test.remove().await;
     }
 
     #[tokio::test]

@@ -19,9 +19,14 @@ use chime_common::protocol::{Alert, AlertKind};
 use chime_common::FiringId;
 use std::time::Duration;
 
-/// SQL: the instant a firing `f`'s start is measured from.
-pub(super) const DUE_INSTANT: &str =
-    "CASE WHEN f.attempt = 1 AND f.backfill = 0 THEN f.scheduled_at ELSE f.due_at END";
+/// SQL: the instant the start of firing row `firing` (an alias, or the
+/// table's name where an alias cannot be used) is measured from.
+pub(super) fn due_instant(firing: &str) -> String {
+    format!(
+        "CASE WHEN {firing}.attempt = 1 AND {firing}.backfill = 0 \
+         THEN {firing}.scheduled_at ELSE {firing}.due_at END"
+    )
+}
 
 /// SQL: job `j`'s spec if it mentions `max_lateness`, else NULL. A spec
 /// without one does not carry the key (it is skipped when unset), so only
@@ -31,7 +36,7 @@ pub(super) const LATENESS_SPEC: &str = "CASE WHEN j.spec LIKE '%\"max_lateness\"
 /// When a firing was due to start, and how late its job lets it start.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Due {
-    /// [`DUE_INSTANT`], milliseconds.
+    /// [`due_instant`], milliseconds.
     pub at: i64,
     /// The job's `max_lateness`; `None` when it has none (or is gone).
     pub max_lateness: Option<Duration>,

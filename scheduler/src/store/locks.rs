@@ -8,7 +8,7 @@
 use super::dialect::Col;
 use super::fan_in::NO_FAN_IN_DEPENDENTS;
 use super::hold::NOTHING_HELD_IN_GROUP;
-use super::lateness::{Due, DUE_INSTANT, LATENESS_SPEC};
+use super::lateness::{due_instant, Due, LATENESS_SPEC};
 use super::rows;
 use super::rows::JOB_TABLES;
 use super::start::PLAIN_START;
@@ -33,7 +33,7 @@ pub(super) struct FiringRow {
     pub handler: String,
     /// `None` for a firing staged before digests were stored.
     pub payload_sha256: Option<String>,
-    /// The instant its start's lateness is measured from ([`DUE_INSTANT`]).
+    /// The instant its start's lateness is measured from ([`due_instant`]).
     pub due_instant: i64,
 }
 
@@ -134,9 +134,10 @@ impl Store {
         ids: &[&FiringId],
     ) -> Result<HashMap<FiringId, BatchRow>, StoreError> {
         let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+        let due = due_instant("f");
         let sql = format!(
             "SELECT f.id, f.state, f.group_name, f.timeout_ms, f.handler, f.payload_sha256, \
-                 {DUE_INSTANT} AS due_instant, e.worker_id, j.spec, \
+                 {due} AS due_instant, e.worker_id, j.spec, \
                  {LATENESS_SPEC} AS lateness_spec, \
                  CAST(CASE WHEN {NOTHING_HELD_IN_GROUP} THEN 0 ELSE 1 END AS BIGINT) \
                      AS held_in_group, \
@@ -212,8 +213,9 @@ impl Store {
         let text = id.to_string();
         let Some(row) = sqlx::query(&format!(
             "SELECT state, group_name, timeout_ms, handler, payload_sha256, \
-                 {DUE_INSTANT} AS due_instant \
+                 {} AS due_instant \
              FROM firings f WHERE id = $1{}",
+            due_instant("f"),
             self.backend.for_update()
         ))
         .bind(text.as_str())

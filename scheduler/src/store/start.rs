@@ -15,7 +15,7 @@
 use super::dialect::{Backend, Col};
 use super::executing::Started;
 use super::hold::Cause;
-use super::lateness::{Due, DUE_INSTANT, LATENESS_SPEC};
+use super::lateness::{due_instant, Due, LATENESS_SPEC};
 use super::locks::{complete, split_batch, FiringRow, JobRow, Tx};
 use super::states::{sources_sql, Transition};
 use super::types::StartOutcome;
@@ -36,8 +36,8 @@ const MAX_TIMEOUT_MS: i64 = MAX_TIMEOUT.as_millis() as i64;
 /// Whether firing `f` may start without a policy decision: waiting to
 /// start, a timeout validation accepts, its job's overlap `allow` without a
 /// `max_concurrent`, nothing of its job held, its group without limits.
-/// (Not running anywhere is checked by each path: the fast path's insert
-/// fails on a conflicting executing row.)
+/// (Not running anywhere is checked by each path: PostgreSQL's fast path
+/// fails on a conflicting executing row, SQLite's leaves that firing out.)
 pub(super) static PLAIN_START: LazyLock<String> = LazyLock::new(|| {
     format!(
         "f.state IN {} AND f.timeout_ms BETWEEN 1 AND {MAX_TIMEOUT_MS} \
@@ -115,8 +115,8 @@ impl Store {
     /// the work. On PostgreSQL the conditional update takes the row locks
     /// and re-checks the state of a row another start changed meanwhile; on
     /// SQLite the command holds the one writer. Either way a firing is
-    /// still started once. Any error (a conflicting executing row, a
-    /// deadlock, the database down) leaves the whole batch to
+    /// still started once. Any error (on PostgreSQL a conflicting executing
+    /// row, a deadlock; the database down) leaves the whole batch to
     /// [`Store::start_in_transaction`], which decides it and reports errors.
     async fn start_at_once(
         &self,
@@ -155,6 +155,7 @@ impl Store {
         asks.sort_by(|a, b| a.id.cmp(&b.id));
         let asked = self.backend.json_rows(1, &ASKED_COLUMNS);
         let plain = PLAIN_START.as_str();
+        let due = due_instant("f");
         let sql = match self.backend {
             Backend::Postgres => format!(
                 "WITH started AS ( \
@@ -162,7 +163,7 @@ impl Store {
                      FROM {asked} \
                      WHERE f.id = r.id AND {plain} AND {AS_STAGED} \
                      RETURNING f.id, f.job_id, f.group_name, r.worker_id, f.attempt, \
-                         f.timeout_ms, {DUE_INSTANT} AS due_instant, \
+                         f.timeout_ms, {due} AS due_instant, \
                          (SELECT {LATENESS_SPEC} FROM jobs j WHERE j.id = f.job_id) \
                              AS lateness_spec), \
                  executing_rows AS ( \
@@ -175,17 +176,21 @@ impl Store {
                  SELECT id, timeout_ms, due_instant, lateness_spec FROM started"
             ),
             // The same steps as statements of one transaction, each driven
-            // by the batch (SQLite plans a join from `json_each` outwards;
-            // a table of the command's own would be planned as if it were
-            // large). After the update, the batch's firings this worker
-            // started now are those executing since `$2` on its behalf; one
-            // already running is left to the transaction path.
+            // by the batch (SQLite plans a join from `json_each` outwards; a
+            // table of the command's own would be planned as if it were
+            // large). The update reports what it started (`RETURNING` names
+            // the table, not its alias); the firings it started are then
+            // the batch's executing since `$2` for their worker without an
+            // executing row. One already running is left to the
+            // transaction path.
             Backend::Sqlite => format!(
                 "BEGIN IMMEDIATE; \
                  UPDATE firings AS f SET {SET_EXECUTING} \
                  FROM {asked} \
                  WHERE f.id = r.id AND {plain} AND {AS_STAGED} \
-                     AND NOT EXISTS (SELECT 1 FROM executing e WHERE e.firing_id = f.id); \
+                     AND NOT EXISTS (SELECT 1 FROM executing e WHERE e.firing_id = f.id) \
+                 RETURNING firings.id, firings.timeout_ms, {}, \
+                     (SELECT {LATENESS_SPEC} FROM jobs j WHERE j.id = firings.job_id); \
                  INSERT INTO executing (firing_id, job_id, group_name, worker_id, attempt, \
                      started_at, deadline_at) \
                  SELECT f.id, f.job_id, f.group_name, f.worker, f.attempt, $2, $2 + f.timeout_ms \
@@ -195,13 +200,8 @@ impl Store {
                  DELETE FROM waiting WHERE firing_id IN (SELECT r.id FROM {asked}) \
                      AND EXISTS (SELECT 1 FROM firings f \
                          WHERE f.id = waiting.firing_id AND f.state = 'executing'); \
-                 SELECT f.id, f.timeout_ms, {DUE_INSTANT}, \
-                     (SELECT {LATENESS_SPEC} FROM jobs j WHERE j.id = f.job_id) \
-                 FROM {asked} JOIN firings f ON f.id = r.id \
-                     JOIN executing e ON e.firing_id = f.id \
-                 WHERE f.state = 'executing' AND e.worker_id = r.worker_id \
-                     AND e.started_at = $2; \
-                 COMMIT"
+                 COMMIT",
+                due_instant("firings")
             ),
         };
         let body = match json_text(&asks) {
@@ -575,7 +575,6 @@ mod tests {
             .await;
         let outcome = decided[0].take().expect("decided on the fast path");
         assert!(outcome.reply.accepted, "{outcome:?}");
-        test.remove().await;
     }
 
     #[tokio::test]

@@ -73,17 +73,38 @@ impl TestStore {
             .expect("trigger")
             .expect("a firing")
     }
+}
 
-    /// Closes the store and drops its PostgreSQL database.
-    pub async fn remove(self) {
-        self.store.close().await;
-        if let Some((admin, name)) = self.pg {
-            let mut conn = PgConnection::connect(&admin).await.expect("PostgreSQL");
-            sqlx::query(&format!(r#"DROP DATABASE IF EXISTS "{name}" WITH (FORCE)"#))
+impl Drop for TestStore {
+    /// Drops the PostgreSQL database, also after a failed test (on a thread
+    /// of its own: a test's runtime cannot block on it).
+    fn drop(&mut self) {
+        let Some((admin, name)) = self.pg.take() else {
+            return;
+        };
+        let database = name.clone();
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            runtime.block_on(async {
+                let mut conn = PgConnection::connect(&admin)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                sqlx::query(&format!(
+                    r#"DROP DATABASE IF EXISTS "{database}" WITH (FORCE)"#
+                ))
                 .execute(&mut conn)
                 .await
-                .expect("drop the database");
-            let _ = conn.close().await;
+                .map_err(|e| e.to_string())?;
+                let _ = conn.close().await;
+                Ok::<(), String>(())
+            })
+        })
+        .join();
+        if let Ok(Err(e)) = dropped {
+            eprintln!("warning: test database {name} not dropped: {e}");
         }
     }
 }

@@ -112,12 +112,13 @@ fn creating(url: &str) -> String {
 ///
 /// sqlx runs each SQLite connection on a thread of its own, and every
 /// statement is a round trip to it: two thread wake-ups, which cost more
-/// than the statement. A transaction of five statements sent one by one is
-/// seven round trips; sent as one text (`BEGIN IMMEDIATE; …; COMMIT`, whose
-/// `$n` parameters mean the same in every statement) it is one. A command
-/// that stops between `BEGIN` and `COMMIT` (a statement failed, or its
-/// caller went away) leaves its transaction open on the connection, so it is
-/// rolled back before the connection serves anyone else.
+/// than the statement. A transaction of four statements sent one by one is
+/// six round trips, and the pool's ping on release a seventh; sent as one
+/// text (`BEGIN IMMEDIATE; …; COMMIT`, whose `$n` parameters mean the same
+/// in every statement) it is one, and the ping. A command that stops between
+/// `BEGIN` and `COMMIT` (a statement failed, or its caller went away) leaves
+/// its transaction open on the connection, so it is rolled back before the
+/// connection serves anyone else.
 pub(super) async fn in_one_command<'q, O>(
     write: &AnyPool,
     statements: QueryAs<'q, Any, O, AnyArguments<'q>>,
@@ -125,45 +126,52 @@ pub(super) async fn in_one_command<'q, O>(
 where
     O: Send + Unpin + for<'r> FromRow<'r, AnyRow>,
 {
-    let mut command = Command(Some(write.acquire().await?));
-    let Some(connection) = command.0.as_mut() else {
-        return Err(sqlx::Error::PoolClosed);
-    };
+    let mut writer = RollbackOnDrop(None);
+    let connection = writer.0.insert(write.acquire().await?);
     let rows = statements.fetch_all(&mut **connection).await?;
-    command.finished();
+    writer.finished();
     Ok(rows)
 }
 
-/// The writer while [`in_one_command`] runs a command on it.
-struct Command(Option<PoolConnection<Any>>);
+/// The writer while [`in_one_command`] runs a command on it: dropped before
+/// the command finished, it rolls the command's transaction back.
+struct RollbackOnDrop(Option<PoolConnection<Any>>);
 
-impl Command {
-    /// The command committed (or rolled back by itself): the connection goes
+impl RollbackOnDrop {
+    /// The command committed (or failed at `BEGIN`): the connection goes
     /// back to the pool as it is.
     fn finished(mut self) {
         self.0.take();
     }
 }
 
-impl Drop for Command {
+impl Drop for RollbackOnDrop {
     fn drop(&mut self) {
         let Some(mut connection) = self.0.take() else {
             return;
         };
-        match tokio::runtime::Handle::try_current() {
-            // The ROLLBACK queues behind whatever the thread still runs of
-            // the command, and the connection returns to the pool after it.
-            // With no transaction open (it failed at `BEGIN`, or after
-            // `COMMIT`) the ROLLBACK fails and changes nothing.
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    let _ = sqlx::query("ROLLBACK").execute(&mut *connection).await;
-                });
+        // sqlx needs a runtime to return a connection at all; without one
+        // the pool's own drop handles it, as for any connection.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        // The ROLLBACK queues behind whatever the thread still runs of the
+        // command, and the connection returns to the pool after it. With no
+        // transaction open (the command failed at `BEGIN`, or after
+        // `COMMIT`) it fails harmlessly; a ROLLBACK that fails otherwise may
+        // leave the transaction open, so the connection is closed instead
+        // (which ends it).
+        runtime.spawn(async move {
+            if let Err(e) = sqlx::query("ROLLBACK").execute(&mut *connection).await {
+                let none_open = e
+                    .as_database_error()
+                    .is_some_and(|e| e.message().contains("no transaction is active"));
+                if !none_open {
+                    tracing::warn!(error = %e, "rolling back a SQLite command that stopped part way failed; closing the writer connection");
+                    connection.close_on_drop();
+                }
             }
-            // No runtime to roll back on: closing the connection ends its
-            // transaction.
-            Err(_) => connection.close_on_drop(),
-        }
+        });
     }
 }
 
