@@ -137,9 +137,9 @@ pub struct Store {
     write: AnyPool,
     /// PostgreSQL's one-statement fast paths of start and finish, the
     /// hottest statements: connections that plan each statement once (see
-    /// `dialect/postgres.rs`), kept between statements (`held.rs`). Unused
-    /// on SQLite, whose fast paths run on the writer.
-    fast_path_connections: held::HeldConnections,
+    /// `dialect/postgres.rs`), kept between statements (`held.rs`). None on
+    /// SQLite, whose fast paths run on the writer.
+    fast_path_connections: Option<held::HeldConnections>,
     /// Whether start and finish try their fast paths first
     /// ([`StoreOptions::fast_paths`]).
     fast_paths: bool,
@@ -179,7 +179,7 @@ impl Store {
             backend,
             read: pools.read,
             write: pools.write,
-            fast_path_connections: held::HeldConnections::new(pools.fast_paths),
+            fast_path_connections: pools.fast_paths.map(held::HeldConnections::new),
             fast_paths: options.fast_paths,
             partitions: options.partitions,
             limits: options.limits,
@@ -206,7 +206,9 @@ impl Store {
 
     /// Closes the pools; later operations fail with `Unavailable`.
     pub async fn close(&self) {
-        self.fast_path_connections.close().await;
+        if let Some(held) = &self.fast_path_connections {
+            held.close().await;
+        }
         self.write.close().await;
         self.read.close().await;
     }

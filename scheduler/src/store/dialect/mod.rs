@@ -205,9 +205,9 @@ pub(crate) struct Pools {
     pub read: AnyPool,
     /// Write transactions (the same pool as `read` on PostgreSQL).
     pub write: AnyPool,
-    /// The one-statement fast paths of start and finish on PostgreSQL (the
-    /// same pool as `write` on SQLite, whose fast paths run on the writer).
-    pub fast_paths: AnyPool,
+    /// The one-statement fast paths of start and finish on PostgreSQL; none
+    /// on SQLite, whose fast paths run on the writer.
+    pub fast_paths: Option<AnyPool>,
 }
 
 impl Store {
@@ -221,9 +221,9 @@ impl Store {
     }
 
     /// Runs a fast path of start or finish, `query` as its backend writes
-    /// it (on PostgreSQL one statement, on the held connections; on SQLite
-    /// `BEGIN IMMEDIATE; …; COMMIT`, on the writer in one command), and
-    /// returns the rows it selects.
+    /// it (on PostgreSQL one statement, on the held connections, which only
+    /// PostgreSQL has; on SQLite `BEGIN IMMEDIATE; …; COMMIT`, on the writer
+    /// in one command), and returns the rows it selects.
     pub(crate) async fn fast_path<'q, O>(
         &self,
         query: QueryAs<'q, Any, O, AnyArguments<'q>>,
@@ -231,9 +231,9 @@ impl Store {
     where
         O: Send + Unpin + for<'r> FromRow<'r, AnyRow>,
     {
-        match self.backend {
-            Backend::Postgres => self.fast_path_connections.fetch_all(query).await,
-            Backend::Sqlite => sqlite::in_one_command(&self.write, query).await,
+        match &self.fast_path_connections {
+            Some(held) => held.fetch_all(query).await,
+            None => sqlite::in_one_command(&self.write, query).await,
         }
     }
 

@@ -51,7 +51,7 @@ pub(super) async fn open(url: &str, max_connections: u32) -> Result<Pools, Store
     Ok(Pools {
         read: general.clone(),
         write: general,
-        fast_paths,
+        fast_paths: Some(fast_paths),
     })
 }
 

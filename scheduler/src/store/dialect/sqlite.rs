@@ -37,8 +37,8 @@ pub(super) async fn open(url: &str, max_connections: u32) -> Result<Pools, Store
             .await?;
         return Ok(Pools {
             read: pool.clone(),
-            write: pool.clone(),
-            fast_paths: pool,
+            write: pool,
+            fast_paths: None,
         });
     }
     let url = creating(url);
@@ -46,8 +46,8 @@ pub(super) async fn open(url: &str, max_connections: u32) -> Result<Pools, Store
     let read = pool(max_connections, &[]).connect(&url).await?;
     Ok(Pools {
         read,
-        write: write.clone(),
-        fast_paths: write,
+        write,
+        fast_paths: None,
     })
 }
 
