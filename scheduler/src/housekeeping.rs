@@ -1,6 +1,6 @@
 //! Housekeeping: rescues staged firings nobody published, enforces history
-//! and audit retention, ends expired console sessions, refreshes the firing
-//! gauges, and checkpoints SQLite's write-ahead log off its one writer.
+//! and audit retention, ends expired console sessions, and refreshes the
+//! firing gauges.
 //!
 //! Slice takeover (see `slicer.rs`) recovers a dead replica's firings within
 //! about a slice; this is the net under it: any firing still `staged` well
@@ -86,8 +86,6 @@ pub struct HousekeepingOutcome {
     /// Audit entries past their retention and expired sessions deleted.
     pub pruned_audit: u64,
     pub pruned_sessions: u64,
-    /// SQLite log pages the database file holds after the pass's checkpoint.
-    pub checkpointed: u64,
 }
 
 /// A pass could not finish.
@@ -159,7 +157,6 @@ impl Housekeeping {
             self.metrics.rescued.inc_by(orphans.len() as u64);
             self.wheel.insert(orphans, None);
         }
-        outcome.checkpointed = self.store.checkpoint().await?;
         if due(&self.last_prune, self.config.prune_interval, now) {
             let before =
                 now - chrono::Duration::from_std(self.config.retention).unwrap_or_default();

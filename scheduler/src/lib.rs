@@ -6,7 +6,8 @@
 //! [`publisher`] (publishes each at its instant), [`immediate`] (puts
 //! firings staged outside a slice in the wheel at once), [`worker_reports`] (start
 //! decisions and finished events), [`expiry`] (re-queues lost firings),
-//! [`housekeeping`] (rescue and retention), over the [`store`]; [`submit`]
+//! [`housekeeping`] (rescue and retention), [`checkpoint`] (SQLite's
+//! write-ahead log into its file), over the [`store`]; [`submit`]
 //! and [`worker_reports`] read their consumers through [`pull`]. [`web`]
 //! serves the same API over HTTP with the console, [`probes`] the metrics
 //! and health endpoints. [`replica`] wires them; [`lease`] elects the
@@ -14,6 +15,7 @@
 
 pub mod alarm;
 pub mod api;
+pub mod checkpoint;
 pub mod claim;
 pub mod clock;
 pub mod consumers;

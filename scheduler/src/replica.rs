@@ -4,6 +4,7 @@
 //! tests exercise the same wiring as production.
 
 use crate::api::{Api, ApiConfig};
+use crate::checkpoint::{CheckpointConfig, Checkpointer};
 use crate::claim::SliceProgress;
 use crate::clock::{ClockConfig, ClockMonitor, ClockStatus};
 use crate::consumers::{Consumers, ConsumersConfig};
@@ -17,7 +18,7 @@ use crate::metrics::Metrics;
 use crate::publisher::{Publisher, PublisherConfig};
 use crate::signals::Signals;
 use crate::slicer::{Slicer, SlicerConfig};
-use crate::store::{Store, StoreOptions};
+use crate::store::{Backend, Store, StoreOptions};
 use crate::submit::{Submit, SubmitConfig};
 use crate::web::WebConfig;
 use crate::wheel::Wheel;
@@ -55,6 +56,8 @@ pub struct SchedulerConfig {
     pub worker_reports: WorkerReportsConfig,
     pub expiry: ExpiryConfig,
     pub housekeeping: HousekeepingConfig,
+    /// Copying SQLite's write-ahead log into its file (SQLite only).
+    pub checkpoint: CheckpointConfig,
     /// Ending maintenance windows (pauses with `until`).
     pub maintenance: MaintenanceConfig,
     /// Releasing firings held by concurrency limits.
@@ -92,6 +95,7 @@ impl SchedulerConfig {
             worker_reports: WorkerReportsConfig::default(),
             expiry: ExpiryConfig::default(),
             housekeeping: HousekeepingConfig::default(),
+            checkpoint: CheckpointConfig::default(),
             maintenance: MaintenanceConfig::default(),
             limits: LimitsConfig::default(),
             immediate: ImmediateConfig::default(),
@@ -111,6 +115,7 @@ impl SchedulerConfig {
         self.publisher.validate()?;
         self.expiry.validate()?;
         self.housekeeping.validate()?;
+        self.checkpoint.validate()?;
         if let Some(web) = &self.web {
             web.validate()?;
         }
@@ -488,6 +493,21 @@ impl Replica {
             .with_signal(signals.housekeeping.clone())
             .on_failure(move |_| store_errors.with_label_values(&["housekeeping"]).inc()),
         );
+        if store.backend() == Backend::Sqlite {
+            let store_errors = metrics.store_errors.clone();
+            supervisor.spawn_periodic(
+                Periodic::new(
+                    "checkpoint",
+                    Arc::new(Checkpointer {
+                        config: config.checkpoint.clone(),
+                        store: store.clone(),
+                    }),
+                    PeriodicConfig::every(config.checkpoint.interval),
+                )
+                .with_signal(signals.checkpoint.clone())
+                .on_failure(move |_| store_errors.with_label_values(&["checkpoint"]).inc()),
+            );
+        }
         let maintenance_lease = Lease::new(
             leases.clone(),
             "maintenance",
@@ -605,7 +625,7 @@ impl Replica {
 }
 
 /// Every supervised service, by the name its metrics and `/healthz` use.
-pub const SERVICES: [&str; 13] = [
+pub const SERVICES: [&str; 14] = [
     "lifecycle_starts",
     "lifecycle_finished",
     "api",
@@ -614,6 +634,7 @@ pub const SERVICES: [&str; 13] = [
     "publisher",
     "expiry",
     "housekeeping",
+    "checkpoint",
     "maintenance",
     "limits",
     "immediate",

@@ -20,6 +20,8 @@ pub struct Signals {
     pub expiry: TestSignal<Pass<ExpiryOutcome>>,
     /// Each housekeeping pass (only on the lease holder).
     pub housekeeping: TestSignal<Pass<HousekeepingOutcome>>,
+    /// Each SQLite checkpoint: the log's pages the database file holds.
+    pub checkpoint: TestSignal<Pass<u64>>,
     /// Each maintenance window pass (only on the lease holder).
     pub maintenance: TestSignal<Pass<MaintenanceOutcome>>,
     /// Each pass putting unadopted due firings in the wheel.

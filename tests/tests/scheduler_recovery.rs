@@ -150,3 +150,33 @@ async fn a_replica_reports_its_periodic_passes_on_test_signals() {
         .await;
     replica.shutdown().await;
 }
+
+/// On SQLite a replica copies the write-ahead log into the database file by
+/// itself, from a reader and apart from housekeeping's pass
+/// (`checkpoint.rs`), so the log's syncs stay small and the writer never
+/// checkpoints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_replica_checkpoints_its_log_on_its_own() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let replica = Replica::start(SchedulerConfig::new(nats.url(), db.url()))
+        .await
+        .expect("replica starts");
+    let mut checkpoints = replica.signals.checkpoint.subscribe();
+    let client = Client::new(nats.connect().await);
+    for i in 0..20 {
+        client
+            .put_job(&json!({"id": format!("logged-{i}"), "handler": "noop", "schedule": {"every": "1h"}}))
+            .await
+            .expect("put");
+    }
+    checkpoints
+        .wait_for(
+            Duration::from_secs(10),
+            "a checkpoint that copied the puts' log pages into the file",
+            |pass| matches!(pass, Pass::Done(pages) if *pages > 0),
+        )
+        .await;
+    replica.shutdown().await;
+}

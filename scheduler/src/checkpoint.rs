@@ -1,0 +1,74 @@
+//! SQLite's checkpointer: copies the write-ahead log into the database file
+//! often, from a reader connection, so the one writer never stops for it.
+//!
+//! Each checkpoint syncs the log, then the database file, to disk, and each
+//! sync writes out everything committed since the one before. Checkpointing
+//! once a second made each sync flush a second of commits, and on a disk
+//! shared with the log the writer's own writes waited behind that flush: the
+//! tail of every start and finish was set by the checkpoint's cadence
+//! (BENCHMARKS.md, "Milestone 2, tenth session"). A short interval keeps each
+//! flush small. PostgreSQL checkpoints by itself; this runs on SQLite only.
+
+use crate::store::{Store, StoreError};
+use chime_common::service::{Service, ServiceError};
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+/// Checkpointer settings.
+#[derive(Debug, Clone)]
+pub struct CheckpointConfig {
+    /// How often the log is copied into the database file.
+    pub interval: Duration,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            interval: Duration::from_millis(200),
+        }
+    }
+}
+
+impl CheckpointConfig {
+    /// Checks the settings; the message names the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.interval.is_zero() {
+            return Err("the checkpoint interval must be above zero".into());
+        }
+        Ok(())
+    }
+}
+
+/// A checkpoint could not run.
+#[derive(Debug, thiserror::Error)]
+#[error("checkpoint: {0}")]
+pub struct CheckpointError(#[from] StoreError);
+
+impl ServiceError for CheckpointError {
+    fn is_retryable(&self) -> bool {
+        self.0.is_retryable()
+    }
+}
+
+/// Checkpoints one store.
+pub struct Checkpointer {
+    pub config: CheckpointConfig,
+    pub store: Store,
+}
+
+impl Checkpointer {
+    /// One checkpoint; returns how many of the log's pages the database file
+    /// holds afterwards.
+    pub async fn run_once(&self) -> Result<u64, CheckpointError> {
+        Ok(self.store.checkpoint().await?)
+    }
+}
+
+impl Service for Checkpointer {
+    type Outcome = u64;
+    type Error = CheckpointError;
+
+    async fn run_once(&self, _now: DateTime<Utc>) -> Result<u64, CheckpointError> {
+        Checkpointer::run_once(self).await
+    }
+}
