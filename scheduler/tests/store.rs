@@ -531,7 +531,7 @@ async fn migrations_are_idempotent(db: &TestDb) {
     assert!(again.get_job("a").await.expect("get").is_some());
 }
 
-/// Housekeeping's checkpoint copies SQLite's write-ahead log into the
+/// The checkpointer's checkpoint copies SQLite's write-ahead log into the
 /// database file from a reader connection (the writer only checkpoints as a
 /// backstop); on PostgreSQL, which checkpoints by itself, it does nothing.
 async fn a_checkpoint_copies_the_write_ahead_log(db: &TestDb) {

@@ -61,9 +61,9 @@ const PRAGMAS: [&str; 4] = [
 
 /// The writer's own checkpoint, a backstop only: by default the committing
 /// connection checkpoints every 1,000 pages, which stopped every start and
-/// finish for the copy and its fsyncs. Housekeeping checkpoints from a
-/// reader every pass instead ([`checkpoint`]); the writer steps in only if
-/// the log grows past this many pages anyway.
+/// finish for the copy and its fsyncs. The checkpointer service
+/// (`checkpoint.rs`) checkpoints from a reader instead ([`checkpoint`]); the
+/// writer steps in only if the log grows past this many pages anyway.
 const WRITER_AUTOCHECKPOINT: &str = "PRAGMA wal_autocheckpoint = 20000";
 
 /// Pool options for SQLite: [`PRAGMAS`], then `own`, on every new connection.
