@@ -152,9 +152,7 @@ async fn a_replica_reports_its_periodic_passes_on_test_signals() {
 }
 
 /// On SQLite a replica copies the write-ahead log into the database file by
-/// itself, from a reader and apart from housekeeping's pass
-/// (`checkpoint.rs`), so the log's syncs stay small and the writer never
-/// checkpoints.
+/// itself, apart from housekeeping's pass (`checkpoint.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sqlite_replica_checkpoints_its_log_on_its_own() {
     init_tracing();
