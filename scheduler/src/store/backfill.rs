@@ -121,6 +121,7 @@ impl Store {
                 backfill: 1,
                 shard: 0,
                 shards: 1,
+                guard: None,
             };
             firings.extend(first.sharded(shards));
         }

@@ -543,6 +543,7 @@ impl Store {
                 backfill: 0,
                 shard: 0,
                 shards: 1,
+                guard: None,
             };
             let firings: Vec<NewFiring> = first.sharded(shards).collect();
             let inserted = self.insert_firings(tx, &firings, now_ms).await?;

@@ -3,7 +3,7 @@
 //! firings no slice owns (retries, triggers, released queue firings). Also
 //! the reads that find staged firings to publish.
 
-use super::dialect::Col;
+use super::dialect::{Backend, Col};
 use super::jobs::{compile, next_ms};
 use super::locks::Tx;
 use super::plan::{plan, PlanInput};
@@ -17,6 +17,8 @@ use chime_common::protocol::{payload_sha256, Alert, AlertKind};
 use chime_common::{FiringId, FiringState, JobSpec, JobState};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use sqlx::any::AnyRow;
+use sqlx::Any;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -66,7 +68,23 @@ pub(super) struct NewFiring<'a> {
     pub shard: u32,
     /// How many shards its instant has (1: unsharded).
     pub shards: u32,
+    /// What its job must still be when it is inserted, for an insert that
+    /// checks (SQLite's staging); `None` elsewhere.
+    #[serde(flatten)]
+    pub guard: Option<Guard>,
 }
+
+/// A due job as staging read it: its schedule's next instant and its
+/// definition's version. Staging on SQLite reads before it writes, and
+/// writes only for a job still as read.
+#[derive(Clone, Copy, Serialize)]
+pub(super) struct Guard {
+    pub from_fire_at: i64,
+    pub version: i64,
+}
+
+/// Columns of [`Guard`], after a row's own.
+const GUARD_COLUMNS: [(&str, Col); 2] = [("from_fire_at", Col::Int), ("version", Col::Int)];
 
 impl NewFiring<'_> {
     /// This first attempt of an instant as every shard of it, shard 0…
@@ -84,17 +102,31 @@ impl NewFiring<'_> {
     }
 }
 
-/// One row of the job_schedule batch update.
+/// One row of the job_schedule batch update: a job's next instant and
+/// state after the slice.
 #[derive(Serialize)]
 struct Advance<'a> {
     id: &'a str,
     next_fire_at: Option<i64>,
     state: &'static str,
+    #[serde(flatten)]
+    guard: Guard,
 }
+
+/// Columns of [`Advance`]; the first three are the update's.
+const ADVANCE_COLUMNS: [(&str, Col); 5] = [
+    ("id", Col::Text),
+    ("next_fire_at", Col::Int),
+    ("state", Col::Text),
+    GUARD_COLUMNS[0],
+    GUARD_COLUMNS[1],
+];
 
 /// One due job, read and planned.
 struct DueJob {
     spec: JobSpec,
+    /// What its rows were when read.
+    guard: Guard,
     payload: String,
     plan: super::plan::Plan,
     /// Instants taken out of `plan.staged` by an excluding calendar, with
@@ -153,18 +185,171 @@ struct Batch {
     missed: Vec<Missed>,
 }
 
+impl Batch {
+    /// Records what the committed transaction over `jobs` staged: the
+    /// firings it inserted (`inserted`) to publish, and a `missed` alert for
+    /// each instant it inserted as skipped.
+    fn collect(&mut self, jobs: &[DueJob], inserted: &HashSet<String>, now: i64) {
+        for job in jobs {
+            let spec = &job.spec;
+            let shards = spec.concurrency.shard_count();
+            let shard_ids = |scheduled_at| {
+                (0..shards).map(move |shard| {
+                    FiringId::of_shard(spec.id.as_str(), scheduled_at, shard, shards, 1)
+                })
+            };
+            for (id, due_at) in job.plan.staged.iter().flat_map(|&(scheduled_at, due_at)| {
+                shard_ids(scheduled_at).map(move |id| (id, due_at))
+            }) {
+                if !inserted.contains(&id.to_string()) {
+                    continue;
+                }
+                let scheduled_at = id.scheduled_ms;
+                self.firings.push(StagedFiring {
+                    id,
+                    job_id: spec.id.clone(),
+                    group: spec.group.clone(),
+                    priority: spec.priority,
+                    handler: spec.handler.clone(),
+                    payload: spec.payload.clone(),
+                    scheduled_at: at_ms(scheduled_at),
+                    due_at: at_ms(due_at),
+                    attempt: 1,
+                    timeout: spec.timeout,
+                    publish_seq: 0,
+                    shards,
+                });
+            }
+            let misfired = job
+                .plan
+                .skipped
+                .iter()
+                .map(|&t| (t, MissCause::Misfire, misfire_error(spec, t, now)));
+            let excluded = job
+                .excluded
+                .iter()
+                .filter(|_| spec.time.alert_on_excluded)
+                .map(|(t, error)| (*t, MissCause::Calendar, error.clone()));
+            // One alert per instant, naming its first shard.
+            for (scheduled_at, cause, error) in misfired.chain(excluded) {
+                let id = FiringId::of_shard(spec.id.as_str(), scheduled_at, 0, shards, 1);
+                if inserted.contains(&id.to_string()) {
+                    self.missed.push(missed(spec, id, cause, &error, now));
+                }
+            }
+        }
+    }
+}
+
+/// The rows one staging transaction writes for its planned jobs.
+struct Writes<'a> {
+    /// Every shard of every planned instant: staged, or skipped (misfired
+    /// or excluded by a calendar).
+    firings: Vec<NewFiring<'a>>,
+    advances: Vec<Advance<'a>>,
+}
+
+impl<'a> Writes<'a> {
+    /// The rows for `jobs`; each firing carries its job's [`Guard`] if
+    /// `guarded` (the advances always do).
+    fn of(jobs: &'a [DueJob], req: &StageRequest, guarded: bool) -> Writes<'a> {
+        let now = ms(req.now);
+        let mut firings = Vec::new();
+        let mut advances = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let spec = &job.spec;
+            let timeout_ms = i64::try_from(spec.timeout.as_millis()).unwrap_or(i64::MAX);
+            let base = |scheduled_at: i64, due_at: i64, state| NewFiring {
+                id: FiringId::new(spec.id.as_str(), scheduled_at, 1).to_string(),
+                job_id: &spec.id,
+                scheduled_at,
+                attempt: 1,
+                group_name: &spec.group,
+                priority: spec.priority,
+                handler: &spec.handler,
+                payload: "null",
+                timeout_ms,
+                due_at,
+                state,
+                error: None,
+                finished_at: None,
+                backfill: 0,
+                shard: 0,
+                shards: 1,
+                guard: guarded.then_some(job.guard),
+            };
+            let shards = spec.concurrency.shard_count();
+            for &(scheduled_at, due_at) in &job.plan.staged {
+                let first = NewFiring {
+                    payload: &job.payload,
+                    ..base(scheduled_at, due_at, FiringState::Staged.as_str())
+                };
+                firings.extend(first.sharded(shards));
+            }
+            for (scheduled_at, error) in &job.excluded {
+                let first = NewFiring {
+                    error: Some(error.clone()),
+                    finished_at: Some(now),
+                    ..base(*scheduled_at, *scheduled_at, FiringState::Skipped.as_str())
+                };
+                firings.extend(first.sharded(shards));
+            }
+            for &scheduled_at in &job.plan.skipped {
+                let first = NewFiring {
+                    error: Some(misfire_error(spec, scheduled_at, now)),
+                    finished_at: Some(now),
+                    ..base(scheduled_at, scheduled_at, FiringState::Skipped.as_str())
+                };
+                firings.extend(first.sharded(shards));
+            }
+            advances.push(Advance {
+                id: &spec.id,
+                next_fire_at: job.plan.next,
+                state: if job.plan.next.is_some() {
+                    JobState::Active.as_str()
+                } else {
+                    JobState::Completed.as_str()
+                },
+                guard: job.guard,
+            });
+        }
+        Writes { firings, advances }
+    }
+}
+
+/// One row of a firings insert: the firing and the digest a start is
+/// checked against, the SHA-256 of the body the publisher will send, which
+/// is the stored payload text (both are the payload's one JSON encoding).
+#[derive(Serialize)]
+struct FiringRow<'r, 'a> {
+    #[serde(flatten)]
+    firing: &'r NewFiring<'a>,
+    payload_sha256: String,
+}
+
+fn firing_rows<'r, 'a>(firings: &'r [NewFiring<'a>]) -> Vec<FiringRow<'r, 'a>> {
+    firings
+        .iter()
+        .map(|firing| FiringRow {
+            firing,
+            payload_sha256: payload_sha256(firing.payload.as_bytes()),
+        })
+        .collect()
+}
+
 impl Store {
     /// Stages one slice of one partition: every due instant of every active
     /// job before `slice_end` becomes a firing owned by `req.slice` (or a
     /// skipped one, by the job's misfire policy; see `plan.rs`), and each job's
     /// `next_fire_at` moves past the slice, all in one transaction per
     /// `max_jobs` jobs (fewer on SQLite, see
-    /// [`super::dialect::Backend::stage_jobs_per_transaction`]). Then staged firings of the partition that no slice
-    /// owns and that are due before `slice_end` (retries, triggers, released
-    /// queue firings) are adopted.
+    /// [`super::dialect::Backend::stage_jobs_per_transaction`]). Then staged
+    /// firings of the partition that no slice owns and that are due before
+    /// `slice_end` (retries, triggers, released queue firings) are adopted.
     ///
     /// Each (job, instant) is staged at most once, whatever runs concurrently:
-    /// on PostgreSQL replicas skip each other's locked jobs, and the firings'
+    /// on PostgreSQL replicas skip each other's locked jobs, on SQLite a job
+    /// is written only if it is still as staging read it, and the firings'
     /// unique key drops a duplicate. Jobs whose rows are corrupt are reported
     /// in [`StageOutcome::corrupt`] and stay due.
     pub async fn stage_slice(&self, req: &StageRequest) -> Result<StageOutcome, StoreError> {
@@ -234,14 +419,55 @@ impl Store {
     }
 
     /// One staging transaction over at most `max_jobs` due jobs.
+    ///
+    /// On PostgreSQL the due jobs' schedule rows are locked as they are read,
+    /// and the writes follow in the same transaction; replicas staging the
+    /// same partition pass over each other's jobs. SQLite has one writer,
+    /// which every start and finish waits for: there the due jobs are read
+    /// and planned on a reader, and the writes go to the writer as one
+    /// command guarded by what was read ([`Store::write_staged_at_once`]), so
+    /// the writer is held for the writes alone.
     async fn stage_batch(&self, req: &StageRequest, max_jobs: usize) -> Result<Batch, StoreError> {
-        let now = ms(req.now);
-        let end = ms(req.slice_end);
-        let mut tx = self.begin().await?;
-        // Only the schedule rows are locked: the definitions are read, and a
-        // concurrent put waits on the schedule row (it takes `jobs` first).
-        let due = sqlx::query(&format!(
-            "SELECT s.job_id AS id, j.spec, j.anchor_ms, s.next_fire_at \
+        match self.backend {
+            Backend::Postgres => {
+                let mut tx = self.begin().await?;
+                let due = self.select_due(&mut *tx, req, max_jobs).await?;
+                let (mut batch, jobs) = self.plan_due(&due, req).await?;
+                if !jobs.is_empty() {
+                    let writes = Writes::of(&jobs, req, false);
+                    let inserted = self.write_staged(&mut tx, &writes, req).await?;
+                    batch.advanced = jobs.len();
+                    batch.collect(&jobs, &inserted, ms(req.now));
+                }
+                tx.commit().await?;
+                Ok(batch)
+            }
+            Backend::Sqlite => {
+                let due = self.select_due(&self.read, req, max_jobs).await?;
+                let (mut batch, jobs) = self.plan_due(&due, req).await?;
+                if !jobs.is_empty() {
+                    let writes = Writes::of(&jobs, req, true);
+                    let (inserted, advanced) = self.write_staged_at_once(&writes, req).await?;
+                    batch.advanced = advanced;
+                    batch.collect(&jobs, &inserted, ms(req.now));
+                }
+                Ok(batch)
+            }
+        }
+    }
+
+    /// The active jobs of the request's partition due in its slice, at most
+    /// `max_jobs`, soonest first, with their definitions. On PostgreSQL only
+    /// the schedule rows are locked: the definitions are read, and a
+    /// concurrent put waits on the schedule row (it takes `jobs` first).
+    async fn select_due<'c>(
+        &self,
+        executor: impl sqlx::Executor<'c, Database = Any>,
+        req: &StageRequest,
+        max_jobs: usize,
+    ) -> Result<Vec<AnyRow>, StoreError> {
+        Ok(sqlx::query(&format!(
+            "SELECT s.job_id AS id, j.spec, j.anchor_ms, j.version, s.next_fire_at \
              FROM job_schedule s JOIN jobs j ON j.id = s.job_id \
              WHERE s.part = $1 AND s.state = 'active' \
                  AND s.next_fire_at >= $2 AND s.next_fire_at < $3 \
@@ -250,26 +476,32 @@ impl Store {
         ))
         .bind(i64::from(req.partition))
         .bind(start_ms(req))
-        .bind(end)
-        .bind(max_jobs as i64)
-        .fetch_all(&mut *tx)
-        .await?;
+        .bind(ms(req.slice_end))
+        .bind(i64::try_from(max_jobs).unwrap_or(i64::MAX))
+        .fetch_all(executor)
+        .await?)
+    }
 
+    /// Plans the due jobs `due`: their instants in the slice, less those an
+    /// excluding calendar holds. Corrupt jobs are set aside in the batch.
+    async fn plan_due(
+        &self,
+        due: &[AnyRow],
+        req: &StageRequest,
+    ) -> Result<(Batch, Vec<DueJob>), StoreError> {
+        let now = ms(req.now);
+        let end = ms(req.slice_end);
         let mut batch = Batch {
             selected: due.len(),
             ..Batch::default()
         };
         let mut jobs = Vec::with_capacity(due.len());
-        for row in &due {
+        for row in due {
             match self.plan_job(row, req, now, end) {
                 Ok(job) => jobs.push(job),
                 Err(StoreError::Corrupt { id, message }) => batch.corrupt.push((id, message)),
                 Err(e) => return Err(e),
             }
-        }
-        if jobs.is_empty() {
-            tx.commit().await?;
-            return Ok(batch);
         }
         let mut excluded_ids: Vec<String> = jobs
             .iter()
@@ -280,75 +512,28 @@ impl Store {
         let calendars = self.calendars(&excluded_ids).await?;
         for job in &mut jobs {
             job.exclude(&calendars);
-        }
-
-        let mut new = Vec::new();
-        let mut advances = Vec::with_capacity(jobs.len());
-        for job in &jobs {
-            let spec = &job.spec;
-            let timeout_ms = i64::try_from(spec.timeout.as_millis()).unwrap_or(i64::MAX);
-            let base = |scheduled_at: i64, due_at: i64, state| NewFiring {
-                id: FiringId::new(spec.id.as_str(), scheduled_at, 1).to_string(),
-                job_id: &spec.id,
-                scheduled_at,
-                attempt: 1,
-                group_name: &spec.group,
-                priority: spec.priority,
-                handler: &spec.handler,
-                payload: "null",
-                timeout_ms,
-                due_at,
-                state,
-                error: None,
-                finished_at: None,
-                backfill: 0,
-                shard: 0,
-                shards: 1,
-            };
-            let shards = spec.concurrency.shard_count();
-            for &(scheduled_at, due_at) in &job.plan.staged {
-                let first = NewFiring {
-                    payload: &job.payload,
-                    ..base(scheduled_at, due_at, FiringState::Staged.as_str())
-                };
-                new.extend(first.sharded(shards));
-            }
-            for (scheduled_at, error) in &job.excluded {
-                let first = NewFiring {
-                    error: Some(error.clone()),
-                    finished_at: Some(now),
-                    ..base(*scheduled_at, *scheduled_at, FiringState::Skipped.as_str())
-                };
-                new.extend(first.sharded(shards));
-            }
-            for &scheduled_at in &job.plan.skipped {
-                let first = NewFiring {
-                    error: Some(misfire_error(spec, scheduled_at, now)),
-                    finished_at: Some(now),
-                    ..base(scheduled_at, scheduled_at, FiringState::Skipped.as_str())
-                };
-                new.extend(first.sharded(shards));
-            }
-            advances.push(Advance {
-                id: &spec.id,
-                next_fire_at: job.plan.next,
-                state: if job.plan.next.is_some() {
-                    JobState::Active.as_str()
-                } else {
-                    JobState::Completed.as_str()
-                },
-            });
             batch.unfinished |= job.plan.next.is_some_and(|next| next < end);
             batch.skipped += job.plan.skipped_total + job.excluded.len() as u64;
             batch.misfired += job.plan.misfired;
         }
+        Ok((batch, jobs))
+    }
 
+    /// Writes a staging transaction's rows in `tx`, whose due jobs it holds
+    /// locked; returns the ids of the firings it inserted.
+    async fn write_staged(
+        &self,
+        tx: &mut Tx,
+        writes: &Writes<'_>,
+        req: &StageRequest,
+    ) -> Result<HashSet<String>, StoreError> {
         let mut inserted = HashSet::new();
-        for chunk in new.chunks(BATCH_ROWS) {
-            inserted.extend(self.insert_firings(&mut tx, chunk, now).await?);
+        for chunk in writes.firings.chunks(BATCH_ROWS) {
+            inserted.extend(self.insert_firings(tx, chunk, ms(req.now)).await?);
         }
         // A row that already existed belongs to whoever staged it.
-        let waiting: Vec<Waiting> = new
+        let waiting: Vec<Waiting> = writes
+            .firings
             .iter()
             .filter(|f| f.state == FiringState::Staged.as_str() && inserted.contains(&f.id))
             .map(|f| Waiting {
@@ -360,79 +545,87 @@ impl Store {
             })
             .collect();
         for chunk in waiting.chunks(BATCH_ROWS) {
-            self.add_waiting(&mut tx, chunk).await?;
+            self.add_waiting(tx, chunk).await?;
         }
-
         let update = format!(
             "UPDATE job_schedule SET next_fire_at = r.next_fire_at, state = r.state \
              FROM {} WHERE job_schedule.job_id = r.id",
-            self.backend.json_rows(
-                1,
-                &[
-                    ("id", Col::Text),
-                    ("next_fire_at", Col::Int),
-                    ("state", Col::Text)
-                ]
-            )
+            self.backend.json_rows(1, &ADVANCE_COLUMNS[..3])
         );
-        for chunk in advances.chunks(BATCH_ROWS) {
+        for chunk in writes.advances.chunks(BATCH_ROWS) {
             sqlx::query(&update)
                 .bind(json_text(chunk)?)
-                .execute(&mut *tx)
+                .execute(&mut **tx)
                 .await?;
         }
-        tx.commit().await?;
+        Ok(inserted)
+    }
 
-        batch.advanced = jobs.len();
-        for job in jobs {
-            let spec = &job.spec;
-            let shards = spec.concurrency.shard_count();
-            let shard_ids = |scheduled_at| {
-                (0..shards).map(move |shard| {
-                    FiringId::of_shard(spec.id.as_str(), scheduled_at, shard, shards, 1)
-                })
-            };
-            for (id, due_at) in job.plan.staged.iter().flat_map(|&(scheduled_at, due_at)| {
-                shard_ids(scheduled_at).map(move |id| (id, due_at))
-            }) {
-                if !inserted.contains(&id.to_string()) {
-                    continue;
-                }
-                let scheduled_at = id.scheduled_ms;
-                batch.firings.push(StagedFiring {
-                    id,
-                    job_id: spec.id.clone(),
-                    group: spec.group.clone(),
-                    priority: spec.priority,
-                    handler: spec.handler.clone(),
-                    payload: spec.payload.clone(),
-                    scheduled_at: at_ms(scheduled_at),
-                    due_at: at_ms(due_at),
-                    attempt: 1,
-                    timeout: spec.timeout,
-                    publish_seq: 0,
-                    shards,
-                });
-            }
-            let misfired = job
-                .plan
-                .skipped
-                .iter()
-                .map(|&t| (t, MissCause::Misfire, misfire_error(spec, t, now)));
-            let excluded = job
-                .excluded
-                .iter()
-                .filter(|_| spec.time.alert_on_excluded)
-                .map(|(t, error)| (*t, MissCause::Calendar, error.clone()));
-            // One alert per instant, naming its first shard.
-            for (scheduled_at, cause, error) in misfired.chain(excluded) {
-                let id = FiringId::of_shard(spec.id.as_str(), scheduled_at, 0, shards, 1);
-                if inserted.contains(&id.to_string()) {
-                    batch.missed.push(missed(spec, id, cause, &error, now));
-                }
+    /// Writes a staging transaction's rows on SQLite's writer, as one
+    /// command (see `dialect/sqlite.rs`): only for the jobs whose schedule
+    /// and definition are still as they were read, which a put, a pause or
+    /// another staging may have changed meanwhile. Returns the ids of the
+    /// firings it inserted and how many jobs it advanced.
+    ///
+    /// A firing gets its waiting row here if it is staged and has none,
+    /// that is, if this command inserted it: one that existed already is
+    /// staged with its row, or past staging.
+    async fn write_staged_at_once(
+        &self,
+        writes: &Writes<'_>,
+        req: &StageRequest,
+    ) -> Result<(HashSet<String>, usize), StoreError> {
+        let sql = format!(
+            "BEGIN IMMEDIATE; \
+             {insert}; \
+             INSERT INTO waiting (firing_id, group_name, part, due_at, slice) \
+             SELECT f.id, f.group_name, $4, f.due_at, $5 FROM firings f \
+             WHERE f.id IN (SELECT r.id FROM {staged}) AND f.state = 'staged' \
+             ON CONFLICT DO NOTHING; \
+             UPDATE job_schedule SET next_fire_at = r.next_fire_at, state = r.state \
+             FROM {advances} \
+             WHERE job_schedule.job_id = r.id AND job_schedule.state = 'active' \
+                 AND job_schedule.next_fire_at = r.from_fire_at \
+                 AND (SELECT j.version FROM jobs j WHERE j.id = r.id) = r.version \
+             RETURNING 'advanced', job_id; \
+             COMMIT",
+            insert = self.insert_firings_sql(
+                &[&NEW_FIRING_COLUMNS[..], &GUARD_COLUMNS[..]].concat(),
+                "AND EXISTS (SELECT 1 FROM job_schedule s JOIN jobs j ON j.id = s.job_id \
+                     WHERE s.job_id = r.job_id AND s.state = 'active' \
+                         AND s.next_fire_at = r.from_fire_at AND j.version = r.version)",
+                "'inserted', id",
+            ),
+            staged = self.backend.json_rows(3, &[("id", Col::Text)]),
+            advances = self.backend.json_rows(6, &ADVANCE_COLUMNS),
+        );
+        let staged: Vec<&str> = writes
+            .firings
+            .iter()
+            .filter(|f| f.state == FiringState::Staged.as_str())
+            .map(|f| f.id.as_str())
+            .collect();
+        let rows: Vec<(String, String)> = self
+            .in_one_command(
+                sqlx::query_as(&sql)
+                    .bind(json_text(&firing_rows(&writes.firings))?)
+                    .bind(ms(req.now))
+                    .bind(id_batch(&staged)?)
+                    .bind(i64::from(req.partition))
+                    .bind(req.slice.as_str())
+                    .bind(json_text(&writes.advances)?),
+            )
+            .await?;
+        let mut inserted = HashSet::new();
+        let mut advanced = 0;
+        for (kind, id) in rows {
+            if kind == "advanced" {
+                advanced += 1;
+            } else {
+                inserted.insert(id);
             }
         }
-        Ok(batch)
+        Ok((inserted, advanced))
     }
 
     /// Inserts new firings created at `now`; returns the ids it inserted
@@ -443,43 +636,38 @@ impl Store {
         firings: &[NewFiring<'_>],
         now: i64,
     ) -> Result<Vec<String>, StoreError> {
-        /// A row with the digest a start is checked against: the SHA-256 of
-        /// the body the publisher will send, which is the stored payload
-        /// text (both are the payload's one JSON encoding).
-        #[derive(Serialize)]
-        struct Digested<'r, 'a> {
-            #[serde(flatten)]
-            firing: &'r NewFiring<'a>,
-            payload_sha256: String,
-        }
-        let rows: Vec<Digested> = firings
-            .iter()
-            .map(|firing| Digested {
-                firing,
-                payload_sha256: payload_sha256(firing.payload.as_bytes()),
-            })
-            .collect();
-        let insert = format!(
+        Ok(
+            sqlx::query_scalar(&self.insert_firings_sql(&NEW_FIRING_COLUMNS, "", "id"))
+                .bind(json_text(&firing_rows(firings))?)
+                .bind(now)
+                .fetch_all(&mut **tx)
+                .await?,
+        )
+    }
+
+    /// The insert of a batch of new firings (`$1`, rows as [`FiringRow`]
+    /// serializes them, `columns` of them) created at `$2`, returning
+    /// `returning` of each row it inserted. One whose (job, instant, shard,
+    /// attempt) exists already is left alone, and so is a row the condition
+    /// `also` (SQL on the batch row `r`, empty or starting with `AND`)
+    /// refuses.
+    fn insert_firings_sql(&self, columns: &[(&str, Col)], also: &str, returning: &str) -> String {
+        format!(
             "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
                  handler, payload, timeout_ms, due_at, state, error, finished_at, \
                  payload_sha256, backfill, shard, shards, created_at) \
              SELECT r.id, r.job_id, r.scheduled_at, r.attempt, r.group_name, r.priority, \
                  r.handler, r.payload, r.timeout_ms, r.due_at, r.state, r.error, r.finished_at, \
                  r.payload_sha256, r.backfill, r.shard, r.shards, $2 \
-             FROM {} WHERE true ON CONFLICT DO NOTHING RETURNING id",
-            self.backend.json_rows(1, &NEW_FIRING_COLUMNS)
-        );
-        Ok(sqlx::query_scalar(&insert)
-            .bind(json_text(&rows)?)
-            .bind(now)
-            .fetch_all(&mut **tx)
-            .await?)
+             FROM {} WHERE true {also} ON CONFLICT DO NOTHING RETURNING {returning}",
+            self.backend.json_rows(1, columns)
+        )
     }
 
     /// Reads one due job row and plans its instants.
     fn plan_job(
         &self,
-        row: &sqlx::any::AnyRow,
+        row: &AnyRow,
         req: &StageRequest,
         now: i64,
         end: i64,
@@ -504,6 +692,10 @@ impl Store {
         let payload = serde_json::to_string(&spec.payload)
             .map_err(|e| StoreError::corrupt(&id, format!("payload does not encode: {e}")))?;
         Ok(DueJob {
+            guard: Guard {
+                from_fire_at: first,
+                version: row.int(&id, "version")?,
+            },
             spec,
             payload,
             plan,
@@ -631,7 +823,7 @@ fn start_ms(req: &StageRequest) -> i64 {
 
 /// Decodes staged rows, setting corrupt ones aside (and logging them): one
 /// bad row must not stop the others from being published.
-fn decode_staged(rows: &[sqlx::any::AnyRow]) -> (Vec<StagedFiring>, Vec<(String, String)>) {
+fn decode_staged(rows: &[AnyRow]) -> (Vec<StagedFiring>, Vec<(String, String)>) {
     let mut firings = Vec::with_capacity(rows.len());
     let mut corrupt = Vec::new();
     for row in rows {
@@ -677,4 +869,113 @@ fn misfire_error(spec: &JobSpec, scheduled_at: i64, now: i64) -> String {
         format_duration(spec.misfire_threshold),
         spec.misfire
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::pause::Pause;
+    use super::super::test_stores::TestStore;
+    use super::*;
+    use chime_common::Limits;
+
+    /// 2030-01-01T00:00:00Z plus `seconds`.
+    fn t(seconds: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_893_456_000 + seconds, 0).expect("a valid instant")
+    }
+
+    /// A job firing every 10 s with payload `{"v": v}`.
+    fn job(v: u32) -> JobSpec {
+        JobSpec::from_json(
+            &serde_json::json!({
+                "id": "j",
+                "schedule": {"every": "10s"},
+                "handler": "test",
+                "payload": {"v": v},
+            }),
+            &Limits::default(),
+        )
+        .expect("a valid spec")
+    }
+
+    /// What SQLite's staging reads and plans for `req`, before it writes.
+    async fn read_and_plan(store: &Store, req: &StageRequest) -> Vec<DueJob> {
+        let due = store.select_due(&store.read, req, 25).await.expect("read");
+        let (_, jobs) = store.plan_due(&due, req).await.expect("plan");
+        assert_eq!(jobs.len(), 1, "the job is due");
+        jobs
+    }
+
+    /// A put or a pause that lands between staging's read and its write
+    /// wins: nothing is written as read, and the next read stages the job
+    /// as it now is (a put that keeps the next instant changes only the
+    /// definition's version).
+    #[tokio::test]
+    async fn sqlite_staging_writes_nothing_for_a_job_changed_after_its_read() {
+        let test = TestStore::sqlite().await;
+        let store = &test.store;
+        store.put_job(&job(1), t(0)).await.expect("put");
+        let req = StageRequest::new("s", 0, t(11), t(0));
+
+        let jobs = read_and_plan(store, &req).await;
+        store
+            .put_job(&job(2), t(0))
+            .await
+            .expect("the put that wins");
+        let (inserted, advanced) = store
+            .write_staged_at_once(&Writes::of(&jobs, &req, true), &req)
+            .await
+            .expect("write");
+        assert!(inserted.is_empty(), "staged as read: {inserted:?}");
+        assert_eq!(advanced, 0);
+
+        let staged = store.stage_slice(&req).await.expect("stage").firings;
+        assert_eq!(staged.len(), 1, "{staged:?}");
+        assert_eq!(staged[0].payload, serde_json::json!({"v": 2}));
+
+        store.put_job(&job(3), t(20)).await.expect("put");
+        let req = StageRequest::new("s2", 0, t(31), t(20));
+        let jobs = read_and_plan(store, &req).await;
+        store
+            .set_paused("j", Pause::Until(None), t(20))
+            .await
+            .expect("pause")
+            .expect("the job");
+        let (inserted, advanced) = store
+            .write_staged_at_once(&Writes::of(&jobs, &req, true), &req)
+            .await
+            .expect("write");
+        assert!(inserted.is_empty(), "staged while paused: {inserted:?}");
+        assert_eq!(advanced, 0);
+    }
+
+    /// Two stagings that read the same due job (the slicer's pass and a
+    /// takeover, say) write it once: the second finds its next instant
+    /// moved, inserts no firing and adds no waiting row.
+    #[tokio::test]
+    async fn sqlite_stagings_of_one_read_write_the_job_once() {
+        let test = TestStore::sqlite().await;
+        let store = &test.store;
+        store.put_job(&job(1), t(0)).await.expect("put");
+        let req = StageRequest::new("s", 0, t(11), t(0));
+        let jobs = read_and_plan(store, &req).await;
+        let writes = Writes::of(&jobs, &req, true);
+
+        let (first, advanced) = store
+            .write_staged_at_once(&writes, &req)
+            .await
+            .expect("write");
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert_eq!(advanced, 1);
+        let (second, advanced) = store
+            .write_staged_at_once(&writes, &req)
+            .await
+            .expect("write");
+        assert!(second.is_empty(), "{second:?}");
+        assert_eq!(advanced, 0);
+        let waiting: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM waiting")
+            .fetch_one(&store.read)
+            .await
+            .expect("count");
+        assert_eq!(waiting, 1);
+    }
 }

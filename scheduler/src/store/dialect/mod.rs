@@ -7,12 +7,13 @@
 //! Each such item dispatches here, once, to `postgres.rs` or `sqlite.rs`; the
 //! logic files never ask which database they talk to.
 //!
-//! The one exception is the fast paths of start and finish, written once
+//! The exceptions are the fast paths of start and finish, written once
 //! per backend: on PostgreSQL one data-modifying `WITH` statement each, on
 //! SQLite (which has no such statement) a transaction of statements sent as
-//! one command ([`Store::fast_path`]). They stay in `start.rs` and
-//! `finish.rs`, next to the transaction path they shortcut and built from
-//! the same fragments.
+//! one command ([`Store::fast_path`]); and staging, which on SQLite reads on
+//! a reader and writes in one such command ([`Store::in_one_command`]).
+//! They stay in `start.rs`, `finish.rs` and `stage.rs`, next to the
+//! transaction path they shortcut and built from the same fragments.
 //!
 //! Everything else in the store is one SQL text for both: `$n` parameters,
 //! `ON CONFLICT`, `RETURNING`, `UPDATE … FROM`, partial indexes and row-value
@@ -92,10 +93,10 @@ impl Backend {
     }
 
     /// The most due jobs one staging transaction takes, whatever the slicer
-    /// asks. SQLite has one writer: while a slice is staged, every start and
-    /// finish waits, so a second's jobs are staged in short transactions the
-    /// starts of the running slice can pass between. PostgreSQL stages beside
-    /// them and takes the slicer's batch whole.
+    /// asks. SQLite has one writer: while a staging command writes, every
+    /// start and finish waits, so a second's jobs are staged in short
+    /// commands the starts of the running slice can pass between. PostgreSQL
+    /// stages beside them and takes the slicer's batch whole.
     pub(crate) fn stage_jobs_per_transaction(self, asked: u32) -> usize {
         let asked = asked.max(1) as usize;
         match self {
@@ -234,6 +235,24 @@ impl Store {
         match &self.fast_path_connections {
             Some(held) => held.fetch_all(query).await,
             None => sqlite::in_one_command(&self.write, query).await,
+        }
+    }
+
+    /// Runs `statements` (`BEGIN IMMEDIATE; …; COMMIT`) on SQLite's writer
+    /// in one command, and returns the rows they select. SQLite only: a
+    /// PostgreSQL store refuses it.
+    pub(crate) async fn in_one_command<'q, O>(
+        &self,
+        statements: QueryAs<'q, Any, O, AnyArguments<'q>>,
+    ) -> Result<Vec<O>, StoreError>
+    where
+        O: Send + Unpin + for<'r> FromRow<'r, AnyRow>,
+    {
+        match self.backend {
+            Backend::Sqlite => Ok(sqlite::in_one_command(&self.write, statements).await?),
+            Backend::Postgres => Err(StoreError::Internal(
+                "a command of several statements runs on SQLite only".into(),
+            )),
         }
     }
 

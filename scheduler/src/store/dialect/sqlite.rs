@@ -20,9 +20,9 @@ pub(super) fn json_rows(param: usize, columns: &[(&str, Col)]) -> String {
 }
 
 /// See [`super::Backend::stage_jobs_per_transaction`]: short enough that a
-/// start waits a few milliseconds for a staging transaction, not the whole
-/// slice's.
-pub(super) const STAGE_JOBS_PER_TRANSACTION: usize = 100;
+/// start waits a millisecond or two for a staging command's writes, not the
+/// whole slice's.
+pub(super) const STAGE_JOBS_PER_TRANSACTION: usize = 25;
 
 /// The pools of a SQLite database: one writer, `max_connections` readers.
 pub(super) async fn open(url: &str, max_connections: u32) -> Result<Pools, StoreError> {
