@@ -386,8 +386,11 @@ impl Store {
     ) -> Result<StageOutcome, StoreError> {
         let mut outcome = StageOutcome::default();
         let mut corrupt_seen = HashSet::new();
-        let max_jobs = self.backend.stage_jobs_per_transaction(req.max_jobs);
+        let mut staged_jobs = 0;
         loop {
+            let max_jobs = self
+                .backend
+                .stage_jobs_per_transaction(req.max_jobs, staged_jobs);
             let batch = self.retrying(|| self.stage_batch(req, max_jobs)).await?;
             if !batch.firings.is_empty() {
                 on_staged(batch.firings);
@@ -395,6 +398,7 @@ impl Store {
             outcome.skipped += batch.skipped;
             outcome.misfired += batch.misfired;
             outcome.jobs += batch.advanced as u64;
+            staged_jobs += batch.advanced;
             outcome.missed.extend(batch.missed);
             for (id, message) in batch.corrupt {
                 if corrupt_seen.insert(id.clone()) {

@@ -93,15 +93,18 @@ impl Backend {
     }
 
     /// The most due jobs one staging transaction takes, whatever the slicer
-    /// asks. SQLite has one writer: while a staging command writes, every
-    /// start and finish waits, so a second's jobs are staged in short
-    /// commands the starts of the running slice can pass between. PostgreSQL
-    /// stages beside them and takes the slicer's batch whole.
-    pub(crate) fn stage_jobs_per_transaction(self, asked: u32) -> usize {
+    /// asks, once `staged` jobs of the same staging are written. SQLite has
+    /// one writer: while a staging command writes, every start and finish
+    /// waits, so a second's jobs are staged in short commands the starts of
+    /// the running slice can pass between; and since each command also
+    /// waits its turn behind them, a dense slice's jobs past the first
+    /// thousand go in longer ones, or it would be staged too late.
+    /// PostgreSQL stages beside them and takes the slicer's batch whole.
+    pub(crate) fn stage_jobs_per_transaction(self, asked: u32, staged: usize) -> usize {
         let asked = asked.max(1) as usize;
         match self {
             Backend::Postgres => asked,
-            Backend::Sqlite => asked.min(sqlite::STAGE_JOBS_PER_TRANSACTION),
+            Backend::Sqlite => asked.min(sqlite::stage_jobs_per_command(staged)),
         }
     }
 

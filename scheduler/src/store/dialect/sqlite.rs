@@ -19,10 +19,16 @@ pub(super) fn json_rows(param: usize, columns: &[(&str, Col)]) -> String {
     format!("(SELECT {} FROM json_each(${param})) AS r", cols.join(", "))
 }
 
-/// See [`super::Backend::stage_jobs_per_transaction`]: short enough that a
-/// start waits a millisecond or two for a staging command's writes, not the
-/// whole slice's.
-pub(super) const STAGE_JOBS_PER_TRANSACTION: usize = 25;
+/// See [`super::Backend::stage_jobs_per_transaction`]: commands short enough
+/// that a start waits a millisecond or two for one's writes, not the whole
+/// slice's, for the first thousand jobs of a staging; longer ones after.
+pub(super) fn stage_jobs_per_command(staged: usize) -> usize {
+    if staged < 1_000 {
+        25
+    } else {
+        100
+    }
+}
 
 /// The pools of a SQLite database: one writer, `max_connections` readers.
 pub(super) async fn open(url: &str, max_connections: u32) -> Result<Pools, StoreError> {
