@@ -109,11 +109,13 @@ struct Advance<'a> {
     id: &'a str,
     next_fire_at: Option<i64>,
     state: &'static str,
+    /// What the job must still be, for an update that checks (SQLite's
+    /// staging); `None` elsewhere.
     #[serde(flatten)]
-    guard: Guard,
+    guard: Option<Guard>,
 }
 
-/// Columns of [`Advance`]; the first three are the update's.
+/// Columns of a guarded [`Advance`]; the first three are the update's.
 const ADVANCE_COLUMNS: [(&str, Col); 5] = [
     ("id", Col::Text),
     ("next_fire_at", Col::Int),
@@ -250,8 +252,8 @@ struct Writes<'a> {
 }
 
 impl<'a> Writes<'a> {
-    /// The rows for `jobs`; each firing carries its job's [`Guard`] if
-    /// `guarded` (the advances always do).
+    /// The rows for `jobs`; each firing and advance carries its job's
+    /// [`Guard`] if `guarded`.
     fn of(jobs: &'a [DueJob], req: &StageRequest, guarded: bool) -> Writes<'a> {
         let now = ms(req.now);
         let mut firings = Vec::new();
@@ -310,7 +312,7 @@ impl<'a> Writes<'a> {
                 } else {
                     JobState::Completed.as_str()
                 },
-                guard: job.guard,
+                guard: guarded.then_some(job.guard),
             });
         }
         Writes { firings, advances }
