@@ -666,7 +666,8 @@ async fn submit_consumer_of(
         .await
 }
 
-async fn finished_consumer_of(
+/// The replicas' shared durable consumer of finished events.
+pub async fn finished_consumer_of(
     topology: &Topology,
 ) -> Result<async_nats::jetstream::consumer::PullConsumer, chime_common::topology::TopologyError> {
     let subjects = &topology.subjects;

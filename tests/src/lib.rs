@@ -19,6 +19,8 @@
 //! | logs of the code under test | [`init_tracing`] |
 //! | a network fault between one client and a server | [`Proxy`]: `block()`, `cut()`, `unblock()` |
 //! | a group's consumers without a scheduler | [`create_group_consumers`] |
+//! | the worker reports service without a replica | [`StandaloneReports`] |
+//! | firings to start or finish without a replica staging them | [`triggered`], [`started`], [`never_firing_job`] |
 //! | a built scheduler or worker, ready | [`start_scheduler`], [`start_worker`] |
 //! | what the publisher really put in the firing stream | [`read_fire_stream`], [`count_by_instant`] |
 //! | instants on whole seconds | [`aligned_start`], [`rfc3339`] |
@@ -97,7 +99,9 @@ mod process;
 mod programs;
 mod proxy;
 mod sqlite;
+mod standalone_reports;
 mod topology;
+mod triggered;
 mod wait;
 pub mod worker_env;
 
@@ -118,7 +122,9 @@ pub use process::ChimeProcess;
 pub use programs::{chimectl_json, start_scheduler, start_scheduler_with, start_worker};
 pub use proxy::Proxy;
 pub use sqlite::SqliteDatabase;
+pub use standalone_reports::StandaloneReports;
 pub use topology::create_group_consumers;
+pub use triggered::{never_firing_job, started, triggered};
 pub use wait::{eventually, until_ok};
 
 /// Sends the test process's own `tracing` output (in-process schedulers,

@@ -12,16 +12,15 @@ use async_nats::jetstream;
 use chime_common::connection::confirm_subscriptions;
 use chime_common::error::ErrorReply;
 use chime_common::protocol::{Alert, AlertKind, Finished, Outcome, StartReply, StartRequest};
-use chime_common::topology::{Topology, TopologyConfig};
-use chime_common::{ErrorCode, FiringId, FiringState, JobSpec, Limits, Subjects};
+use chime_common::{ErrorCode, FiringId, FiringState, Subjects};
 use chime_scheduler::dead_letter::{DELIVERIES_HEADER, SUBJECT_HEADER};
 use chime_scheduler::expiry::{ExpiryConfig, ExpiryMonitor};
-use chime_scheduler::metrics::Metrics;
-use chime_scheduler::store::{FiringFilter, Store, StoreError, StoreOptions};
-use chime_scheduler::worker_reports::{WorkerReports, WorkerReportsConfig};
+use chime_scheduler::store::{FiringFilter, Store, StoreError};
+use chime_scheduler::worker_reports::WorkerReportsConfig;
 use chime_scheduler::{Replica, SchedulerConfig};
 use chime_tests::{
-    backend_tests, eventually, init_tracing, DatabaseKind, NatsServer, PgDatabase, TestDatabase,
+    backend_tests, eventually, init_tracing, never_firing_job, started, triggered, DatabaseKind,
+    NatsServer, PgDatabase, StandaloneReports, TestDatabase,
 };
 use chrono::Utc;
 use futures::StreamExt;
@@ -73,30 +72,6 @@ fn series(text: &str, series: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
         .unwrap_or(0.0)
-}
-
-/// A job that never fires by itself (firings come from `trigger`).
-fn spec(id: &str) -> JobSpec {
-    JobSpec::from_json(
-        &json!({"id": id, "handler": "noop", "schedule": {"at": "2099-01-01T00:00:00Z"}}),
-        &Limits::default(),
-    )
-    .expect("a valid spec")
-}
-
-/// Puts `ids` as jobs and triggers one firing of each.
-async fn triggered(store: &Store, ids: &[&str]) -> Vec<FiringId> {
-    let mut firings = Vec::new();
-    for id in ids {
-        store.put_job(&spec(id), Utc::now()).await.expect("put");
-        let firing = store
-            .trigger(id, None, Utc::now())
-            .await
-            .expect("trigger")
-            .expect("a firing");
-        firings.push(firing);
-    }
-    firings
 }
 
 /// A plain connection to the test database, beside the store's pools.
@@ -159,33 +134,18 @@ async fn expiry_monitor(
     nats: &NatsServer,
     db: &TestDatabase,
 ) -> (Store, ExpiryMonitor, jetstream::Context) {
-    let client = nats.connect().await;
-    let js = jetstream::new(client.clone());
-    let subjects = Subjects::default();
-    let topology = Topology::new(js.clone(), subjects.clone(), TopologyConfig::default());
-    topology.ensure().await.expect("streams");
-    let store = Store::connect(&db.url(), StoreOptions::default())
-        .await
-        .expect("store");
-    let metrics = Metrics::new();
-    let reports = WorkerReports {
-        config: WorkerReportsConfig::default(),
-        store: store.clone(),
-        nats: client,
-        jetstream: js.clone(),
-        subjects,
-        metrics: metrics.clone(),
-        finished: Default::default(),
-        immediate: Default::default(),
-    };
+    let standalone = StandaloneReports::connect(nats, &db.url()).await;
+    let store = standalone.store.clone();
+    let reports = standalone.reports(WorkerReportsConfig::default());
+    let metrics = reports.metrics.clone();
     let monitor = ExpiryMonitor::new(
         ExpiryConfig::default(),
         store.clone(),
-        topology.workers().await.expect("workers bucket"),
+        standalone.topology.workers().await.expect("workers bucket"),
         reports,
         metrics,
     );
-    (store, monitor, js)
+    (store, monitor, standalone.jetstream)
 }
 
 async fn firing_state(store: &Store, id: &FiringId) -> Option<FiringState> {
@@ -228,19 +188,10 @@ backend_tests! {
     async fn a_finished_event_that_cannot_be_applied_is_dead_lettered_and_holds_back_nothing(db: TestDatabase) {
         init_tracing();
         let nats = NatsServer::start().await;
-        let client = nats.connect().await;
-        let js = jetstream::new(client.clone());
-        let subjects = Subjects::default();
-        let topology = Topology::new(js.clone(), subjects.clone(), TopologyConfig::default());
-        topology.ensure().await.expect("streams");
-        let store = Store::connect(&db.url(), StoreOptions::default()).await.expect("store");
-        let firings = triggered(&store, &["good-1", "good-2", "poison", "good-3", "good-4"]).await;
-        let requests: Vec<StartRequest> = firings
-            .iter()
-            .map(|id| StartRequest { firing_id: id.clone(), worker_id: "w1".into(), group: "default".into(), handler: None, payload_sha256: None })
-            .collect();
-        let started = store.start(&requests, Utc::now()).await.expect("start");
-        assert!(started.iter().all(|d| d.reply.accepted), "{started:?}");
+        let standalone = StandaloneReports::connect(&nats, &db.url()).await;
+        let store = standalone.store.clone();
+        let (client, js, subjects) = (standalone.client.clone(), standalone.jetstream.clone(), standalone.subjects.clone());
+        let firings = started(&store, &["good-1", "good-2", "poison", "good-3", "good-4"], "w1", Utc::now()).await;
         let poisoned = firings[2].clone();
         poison(&db, &poisoned).await;
 
@@ -267,24 +218,12 @@ backend_tests! {
             .expect("subscriptions confirmed");
 
         let max_deliveries = 3;
-        let reports = WorkerReports {
-            config: WorkerReportsConfig {
-                max_deliveries,
-                retry_after: Duration::from_millis(300),
-                ..Default::default()
-            },
-            store: store.clone(),
-            nats: client.clone(),
-            jetstream: js.clone(),
-            subjects: subjects.clone(),
-            metrics: Metrics::new(),
-            finished: Default::default(),
-        immediate: Default::default(),
-        };
-        let consumer = topology
-            .durable(&subjects.events_stream(), "chime-lifecycle", vec![subjects.finished(), subjects.finished_wildcard()], Duration::from_secs(30))
-            .await
-            .expect("consumer");
+        let reports = standalone.reports(WorkerReportsConfig {
+            max_deliveries,
+            retry_after: Duration::from_millis(300),
+            ..Default::default()
+        });
+        let consumer = standalone.finished_consumer().await;
 
         // First delivery: all six events in one batch, as `consume_finished` would pull them.
         let mut batch = Vec::new();
@@ -365,27 +304,13 @@ backend_tests! {
     async fn a_start_request_that_cannot_be_decided_is_dead_lettered_and_the_others_are_accepted(db: TestDatabase) {
         init_tracing();
         let nats = NatsServer::start().await;
-        let client = nats.connect().await;
-        let js = jetstream::new(client.clone());
-        let subjects = Subjects::default();
-        Topology::new(js.clone(), subjects.clone(), TopologyConfig::default())
-            .ensure()
-            .await
-            .expect("streams");
-        let store = Store::connect(&db.url(), StoreOptions::default()).await.expect("store");
+        let standalone = StandaloneReports::connect(&nats, &db.url()).await;
+        let store = standalone.store.clone();
+        let (client, js, subjects) = (standalone.client.clone(), standalone.jetstream.clone(), standalone.subjects.clone());
         let firings = triggered(&store, &["good-1", "good-2", "poison", "good-3"]).await;
         let poisoned = firings[2].clone();
         poison(&db, &poisoned).await;
-        let reports = WorkerReports {
-            config: WorkerReportsConfig::default(),
-            store: store.clone(),
-            nats: client.clone(),
-            jetstream: js.clone(),
-            subjects: subjects.clone(),
-            metrics: Metrics::new(),
-            finished: Default::default(),
-        immediate: Default::default(),
-        };
+        let reports = standalone.reports(WorkerReportsConfig::default());
 
         // The reports answers exactly this batch, as `serve_starts` would.
         let mut inbox = client.subscribe(subjects.worker_start()).await.expect("subscribe");
@@ -460,17 +385,12 @@ backend_tests! {
         let nats = NatsServer::start().await;
         let (store, monitor, _) = expiry_monitor(&nats, &db).await;
         // Same start, same timeout: the scan meets them in firing-id order, poison first.
-        let firings = triggered(&store, &["a-poison", "b-good"]).await;
-        let requests: Vec<StartRequest> = firings
-            .iter()
-            .map(|id| StartRequest { firing_id: id.clone(), worker_id: "gone".into(), group: "default".into(), handler: None, payload_sha256: None })
-            .collect();
-        let started = Utc::now();
-        store.start(&requests, started).await.expect("start");
+        let start = Utc::now();
+        let firings = started(&store, &["a-poison", "b-good"], "gone", start).await;
         poison(&db, &firings[0]).await;
 
         let outcome = monitor
-            .run_once(started + chrono::Duration::hours(2))
+            .run_once(start + chrono::Duration::hours(2))
             .await
             .expect("the scan goes on past the refused row");
         assert_eq!(outcome.failed, [firings[0].clone()]);
@@ -489,23 +409,21 @@ backend_tests! {
         init_tracing();
         let nats = NatsServer::start().await;
         let (store, monitor, js) = expiry_monitor(&nats, &db).await;
-        let firings = triggered(&store, &["a-left"]).await;
-        let request = StartRequest { firing_id: firings[0].clone(), worker_id: "left".into(), group: "default".into(), handler: None, payload_sha256: None };
-        let started = Utc::now();
-        store.start(&[request], started).await.expect("start");
+        let start = Utc::now();
+        let firings = started(&store, &["a-left"], "left", start).await;
         let event = Finished {
             firing_id: firings[0].clone(),
             worker_id: "left".into(),
             outcome: Outcome::Succeeded,
             error: None,
             output: None,
-            started_at: started,
-            finished_at: started,
+            started_at: start,
+            finished_at: start,
         };
         let subjects = Subjects::default();
         js.publish(subjects.finished_as("default", "left"), serde_json::to_vec(&event).expect("json").into())
             .await.expect("publish").await.expect("stored");
-        let later = started + chrono::Duration::seconds(30);
+        let later = start + chrono::Duration::seconds(30);
         let outcome = monitor.run_once(later).await.expect("scan");
         assert!(outcome.lost.is_empty(), "{outcome:?}");
         assert_eq!(outcome.deferred, [firings[0].clone()]);
@@ -614,7 +532,7 @@ async fn a_submission_that_meets_a_busy_store_is_retried_not_rejected() {
     let replica = Replica::start(config).await.expect("replica");
     let store = replica.store.clone();
     store
-        .put_job(&spec("busy"), Utc::now())
+        .put_job(&never_firing_job("busy"), Utc::now())
         .await
         .expect("first version");
 
@@ -691,24 +609,11 @@ async fn a_submission_that_meets_a_busy_store_is_retried_not_rejected() {
 async fn a_finished_event_that_meets_a_busy_store_is_never_dead_lettered() {
     init_tracing();
     let nats = NatsServer::start().await;
-    let client = nats.connect().await;
-    let js = jetstream::new(client.clone());
-    let subjects = Subjects::default();
-    let topology = Topology::new(js.clone(), subjects.clone(), TopologyConfig::default());
-    topology.ensure().await.expect("streams");
     let db = PgDatabase::create().await;
-    let store = Store::connect(&with_lock_timeout(db.url(), "100"), StoreOptions::default())
-        .await
-        .expect("store");
-    let firing = triggered(&store, &["busy"]).await.remove(0);
-    let request = StartRequest {
-        firing_id: firing.clone(),
-        worker_id: "w1".into(),
-        group: "default".into(),
-        handler: None,
-        payload_sha256: None,
-    };
-    store.start(&[request], Utc::now()).await.expect("start");
+    let standalone = StandaloneReports::connect(&nats, &with_lock_timeout(db.url(), "100")).await;
+    let store = standalone.store.clone();
+    let js = standalone.jetstream.clone();
+    let firing = started(&store, &["busy"], "w1", Utc::now()).await.remove(0);
 
     sqlx::any::install_default_drivers();
     let mut holder = AnyConnection::connect(db.url()).await.expect("connection");
@@ -718,47 +623,14 @@ async fn a_finished_event_that_meets_a_busy_store_is_never_dead_lettered() {
         .await
         .expect("lock the firing's row");
 
-    let event = Finished {
-        firing_id: firing.clone(),
-        worker_id: "w1".into(),
-        outcome: Outcome::Succeeded,
-        error: None,
-        output: None,
-        started_at: Utc::now(),
-        finished_at: Utc::now(),
-    };
-    js.publish(
-        subjects.finished(),
-        serde_json::to_vec(&event).expect("json").into(),
-    )
-    .await
-    .expect("publish")
-    .await
-    .expect("ack");
+    standalone.publish_succeeded(&firing, "w1").await;
     let max_deliveries = 2;
-    let reports = WorkerReports {
-        config: WorkerReportsConfig {
-            max_deliveries,
-            retry_after: Duration::from_millis(100),
-            ..Default::default()
-        },
-        store: store.clone(),
-        nats: client.clone(),
-        jetstream: js.clone(),
-        subjects: subjects.clone(),
-        metrics: Metrics::new(),
-        finished: Default::default(),
-        immediate: Default::default(),
-    };
-    let consumer = topology
-        .durable(
-            &subjects.events_stream(),
-            "chime-lifecycle",
-            vec![subjects.finished(), subjects.finished_wildcard()],
-            Duration::from_secs(30),
-        )
-        .await
-        .expect("consumer");
+    let reports = standalone.reports(WorkerReportsConfig {
+        max_deliveries,
+        retry_after: Duration::from_millis(100),
+        ..Default::default()
+    });
+    let consumer = standalone.finished_consumer().await;
     let shutdown = CancellationToken::new();
     let consuming = tokio::spawn(reports.clone().consume_finished(consumer, shutdown.clone()));
     let failures = || {

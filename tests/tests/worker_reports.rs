@@ -4,13 +4,16 @@
 
 use chime_common::client::{Client, ListFiringsRequest};
 use chime_common::{Firing, FiringState};
+use chime_scheduler::worker_reports::WorkerReportsConfig;
 use chime_scheduler::{Replica, SchedulerConfig};
 use chime_tests::*;
 use chime_tests::{init_tracing, NatsServer, PgDatabase};
 use chime_worker::{FiringContext, HandlerError, Worker, WorkerHandle};
+use chrono::Utc;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 async fn replica(nats: &NatsServer, database_url: &str) -> Replica {
     Replica::start(SchedulerConfig::new(nats.url(), database_url))
@@ -787,4 +790,42 @@ async fn triggers_retries_and_releases_do_not_wait_for_a_slice() {
 
     worker.shutdown().await;
     replica.shutdown().await;
+}
+
+backend_tests! {
+    /// Finished events that arrive one by one within `finish_linger` of the
+    /// first are applied in one store call, as at a steady rate: each event
+    /// alone would pay a statement and a commit of its own.
+    async fn finished_events_arriving_within_the_linger_are_applied_together(db: TestDatabase) {
+        init_tracing();
+        let nats = NatsServer::start().await;
+        let standalone = StandaloneReports::connect(&nats, &db.url()).await;
+        let firings = started(&standalone.store, &["warm-up", "a", "b", "c"], "w1", Utc::now()).await;
+        let reports = standalone.reports(WorkerReportsConfig {
+            finish_linger: Duration::from_secs(2),
+            ..Default::default()
+        });
+        let mut applied = reports.finished.subscribe();
+        let shutdown = CancellationToken::new();
+        let consuming = tokio::spawn(
+            reports.clone().consume_finished(standalone.finished_consumer().await, shutdown.clone()),
+        );
+        // The first event is applied alone: once it is, the pull is open
+        // and each later event reaches the service as it is published.
+        standalone.publish_succeeded(&firings[0], "w1").await;
+        let first = applied.wait_for(Duration::from_secs(30), "the warm-up event applied", |_| true).await;
+        assert_eq!(first, 1);
+        for id in &firings[1..] {
+            standalone.publish_succeeded(id, "w1").await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let together = applied.wait_for(Duration::from_secs(30), "the three events applied", |_| true).await;
+        assert_eq!(together, 3, "the three events, 50 ms apart, in one store call");
+
+        shutdown.cancel();
+        consuming
+            .await
+            .expect("the consumer stops")
+            .expect("the consumer ends without a pull error");
+    }
 }
