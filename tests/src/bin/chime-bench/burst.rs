@@ -58,6 +58,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    let polled_until = now_ms();
     let cpu = env.sampler.cpu_seconds() - cpu0;
     let cost1 = Cost::read(&env).await;
     let rss = env.sampler.max_rss_mib();
@@ -87,6 +88,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
     row.set_counts(n, succeeded, states);
     row.set_cpu(cpu);
     row.note("backend", env.db.kind());
+    env.note_disk(t - 2000, polled_until, &mut row);
     cost0.note(&cost1, &mut row);
     row.rss_max_mib = rss;
     row.note(

@@ -14,7 +14,7 @@ use chime_scheduler::store::{Store, StoreOptions};
 use chime_tests::{
     free_port, Binary, ChimeProcess, DatabaseKind, NatsOptions, NatsServer, TestDatabase,
 };
-use chime_worker::{FiringContext, Worker, WorkerHandle};
+use chime_worker::{FiringContext, HandlerError, Worker, WorkerHandle};
 use chrono::{TimeZone, Utc};
 use futures::StreamExt;
 use serde_json::Value;
@@ -22,10 +22,19 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::AnyPool;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::flush::FlushProbe;
 use crate::record::Recorder;
+use crate::report::Row;
 use crate::Args;
 
 pub const GROUP: &str = "bench";
+/// The workers' handler that fails a firing's first attempt and succeeds
+/// the others (a retry is due the moment the first attempt ends).
+pub const FAIL_FIRST: &str = "fail-first";
+/// The workers' handler that runs for [`HOLD_FOR`] (so that a queued
+/// firing of the same job waits behind it).
+pub const HOLD: &str = "hold";
+pub const HOLD_FOR: Duration = Duration::from_millis(100);
 
 /// p50, p99, max of two phases (see [`Env::phase_split`]).
 type PhaseRow = (
@@ -57,7 +66,11 @@ pub struct Env {
     worker_metrics: Vec<chime_worker::Metrics>,
     pub recorder: Recorder,
     pub sampler: Sampler,
+    /// `None` if the temporary directory takes no file.
+    flush: Option<FlushProbe>,
     scheduler_args: Vec<String>,
+    /// Every scheduler's `RUST_LOG`.
+    scheduler_log: String,
     keep_logs: Option<std::path::PathBuf>,
 }
 
@@ -101,9 +114,13 @@ impl Env {
             worker_metrics: Vec::new(),
             recorder: Recorder::new(),
             sampler: Sampler::start(),
+            flush: FlushProbe::start()
+                .inspect_err(|e| eprintln!("  no disk flush probe: {e}"))
+                .ok(),
             scheduler_args: std::iter::once(format!("--partitions={}", args.partitions.max(1)))
                 .chain(args.scheduler_args.split_whitespace().map(str::to_owned))
                 .collect(),
+            scheduler_log: args.scheduler_log.clone(),
             keep_logs: args.keep_logs.clone(),
         };
         for i in 0..replicas {
@@ -129,7 +146,7 @@ impl Env {
             .arg("--replica-id")
             .arg(replica_id)
             .args(&self.scheduler_args)
-            .env("RUST_LOG", "info");
+            .env("RUST_LOG", &self.scheduler_log);
         let mut process = ChimeProcess::spawn(cmd);
         process
             .wait_for_log_line("chime-scheduler ready", Duration::from_secs(30))
@@ -169,9 +186,33 @@ impl Env {
             .group(GROUP)
             .threads(threads)
             .poll_interval(poll)
-            .handler_fn("noop", move |ctx: FiringContext| {
+            .handler_fn("noop", {
+                let recorder = recorder.clone();
+                move |ctx: FiringContext| {
+                    recorder.record(&ctx, Utc::now());
+                    async move { Ok(None) }
+                }
+            })
+            .handler_fn(FAIL_FIRST, {
+                let recorder = recorder.clone();
+                move |ctx: FiringContext| {
+                    recorder.record(&ctx, Utc::now());
+                    let first = ctx.firing.attempt == 1;
+                    async move {
+                        if first {
+                            Err(HandlerError::new("the first attempt fails"))
+                        } else {
+                            Ok(None)
+                        }
+                    }
+                }
+            })
+            .handler_fn(HOLD, move |ctx: FiringContext| {
                 recorder.record(&ctx, Utc::now());
-                async move { Ok(None) }
+                async move {
+                    tokio::time::sleep(HOLD_FOR).await;
+                    Ok(None)
+                }
             })
             .build()?;
         self.workers.push(worker.start().await?);
@@ -355,6 +396,13 @@ impl Env {
                 .map(|&m| (m, metric_sum(&text, m)))
                 .collect(),
         )
+    }
+
+    /// Notes the disk's flush latency over `[w0, w1)` (`flush.rs`).
+    pub fn note_disk(&self, w0: i64, w1: i64, row: &mut Row) {
+        if let Some(flush) = &self.flush {
+            flush.note(w0, w1, row);
+        }
     }
 
     /// The workers' mean start decision time (start request to the

@@ -26,6 +26,7 @@ mod burst;
 mod cost;
 mod env;
 mod failover;
+mod flush;
 mod immediate;
 mod record;
 mod report;
@@ -154,6 +155,10 @@ pub struct Args {
     /// Copy every scheduler's log into this directory before it is removed.
     #[arg(long)]
     keep_logs: Option<PathBuf>,
+    /// Every scheduler's log filter (`RUST_LOG`), e.g.
+    /// `info,sqlx::query=debug` with `--keep-logs` to see each statement's time.
+    #[arg(long, default_value = "info")]
+    scheduler_log: String,
     /// Extra arguments for every chime-scheduler (e.g. `--partitions=4`), space separated.
     #[arg(long, default_value = "")]
     scheduler_args: String,

@@ -13,8 +13,12 @@ use hdrhistogram::Histogram;
 pub struct Window {
     pub start_ms: i64,
     pub end_ms: i64,
-    /// Start lateness of first attempts, µs.
+    /// Start lateness of first attempts, µs, from the scheduled instant.
     pub lateness: Histogram<u64>,
+    /// Start lateness, µs, of the runs due later than their scheduled
+    /// instant (a retry, a released queued firing), from when each was due
+    /// (`Chime-Due-At`): how long work waited once it could run.
+    pub due_lateness: Histogram<u64>,
     /// Handler runs of first attempts.
     pub started: u64,
     /// Handler runs of later attempts (retries, re-queued lost attempts).
@@ -33,7 +37,8 @@ impl Window {
         Window {
             start_ms,
             end_ms,
-            lateness: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
+            lateness: lateness_histogram(),
+            due_lateness: lateness_histogram(),
             started: 0,
             retries: 0,
             duplicates: 0,
@@ -80,10 +85,9 @@ impl Recorder {
     pub fn record(&self, ctx: &FiringContext, now: DateTime<Utc>) {
         let scheduled_ms = ctx.firing.scheduled_at.timestamp_millis();
         let now_ms = now.timestamp_millis();
-        let late_us = (now - ctx.firing.scheduled_at)
-            .num_microseconds()
-            .unwrap_or(i64::MAX)
-            .max(1) as u64;
+        let late_us = micros_after(ctx.firing.scheduled_at, now);
+        let due_late_us = (ctx.firing.due_at > ctx.firing.scheduled_at)
+            .then(|| micros_after(ctx.firing.due_at, now));
         let mut inner = self.inner.lock().unwrap();
         inner.total += 1;
         for w in inner.windows.iter_mut() {
@@ -102,6 +106,9 @@ impl Recorder {
             } else {
                 w.retries += 1;
             }
+            if let Some(us) = due_late_us {
+                w.due_lateness.saturating_record(us);
+            }
             w.start_times.push(now_ms);
         }
     }
@@ -110,4 +117,14 @@ impl Recorder {
     pub fn with<T>(&self, index: usize, f: impl FnOnce(&Window) -> T) -> T {
         f(&self.inner.lock().unwrap().windows[index])
     }
+}
+
+/// Microseconds to the hour, three significant figures.
+fn lateness_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
+}
+
+/// `now - since` in µs, at least 1 (a histogram records no zero).
+fn micros_after(since: DateTime<Utc>, now: DateTime<Utc>) -> u64 {
+    (now - since).num_microseconds().unwrap_or(i64::MAX).max(1) as u64
 }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::record::Window;
@@ -35,9 +36,23 @@ pub struct Row {
 
 impl Row {
     pub fn from_window(scenario: &str, label: &str, w: &Window) -> Row {
+        let mut row = Row {
+            scenario: scenario.to_owned(),
+            label: label.to_owned(),
+            window_s: (w.end_ms - w.start_ms) as f64 / 1000.0,
+            started: w.started,
+            duplicates: w.duplicates,
+            retries: w.retries,
+            ..Row::default()
+        };
+        row.set_lateness(&w.lateness);
+        row
+    }
+
+    /// The lateness columns (p50, p99, p99.9, max) from `h`, in µs.
+    pub fn set_lateness(&mut self, h: &Histogram<u64>) {
         let ms = |us: u64| us as f64 / 1000.0;
-        let h = &w.lateness;
-        let (p50, p99, p999, max) = if h.is_empty() {
+        (self.p50_ms, self.p99_ms, self.p999_ms, self.max_ms) = if h.is_empty() {
             (0.0, 0.0, 0.0, 0.0)
         } else {
             (
@@ -47,19 +62,6 @@ impl Row {
                 ms(h.max()),
             )
         };
-        Row {
-            scenario: scenario.to_owned(),
-            label: label.to_owned(),
-            window_s: (w.end_ms - w.start_ms) as f64 / 1000.0,
-            started: w.started,
-            p50_ms: p50,
-            p99_ms: p99,
-            p999_ms: p999,
-            max_ms: max,
-            duplicates: w.duplicates,
-            retries: w.retries,
-            ..Row::default()
-        }
     }
 
     /// Fills the SQL side: counts by state, succeeded instants, lost.

@@ -127,6 +127,7 @@ pub async fn finish(
     }
     row.set_counts(expected, succeeded, states);
     row.note("backend", env.db.kind());
+    env.note_disk(w0, w1, &mut row);
     if let Some((cost0, cost1)) = &span.cost {
         cost0.note(cost1, &mut row);
     }
