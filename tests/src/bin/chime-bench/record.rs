@@ -55,6 +55,41 @@ impl Window {
         times.sort_unstable();
         times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0)
     }
+
+    /// How far the worst lateness per second climbed over the window, in ms:
+    /// the rise, from the first second to the last, of the least-squares
+    /// line through each second's worst. A rate the pipeline keeps up with
+    /// scatters around a level (a rise near 0, of either sign); one it falls
+    /// behind on climbs by the backlog it gathers.
+    pub fn worst_growth_ms(&self) -> f64 {
+        let points: Vec<(f64, f64)> = self
+            .max_by_second
+            .iter()
+            .map(|(&second, &us)| (second as f64, us as f64 / 1000.0))
+            .collect();
+        rise_of_fit(&points)
+    }
+}
+
+/// The rise of the least-squares line through `points` over their span of
+/// x; 0 for fewer than two distinct x.
+fn rise_of_fit(points: &[(f64, f64)]) -> f64 {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return 0.0;
+    }
+    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let (sxy, sxx) = points.iter().fold((0.0, 0.0), |(sxy, sxx), (x, y)| {
+        let dx = x - mean_x;
+        (sxy + dx * (y - mean_y), sxx + dx * dx)
+    });
+    if sxx == 0.0 {
+        return 0.0;
+    }
+    let span = points.iter().map(|p| p.0).fold(f64::MIN, f64::max)
+        - points.iter().map(|p| p.0).fold(f64::MAX, f64::min);
+    sxy / sxx * span
 }
 
 #[derive(Default)]
@@ -127,4 +162,44 @@ fn lateness_histogram() -> Histogram<u64> {
 /// `now - since` in µs, at least 1 (a histogram records no zero).
 fn micros_after(since: DateTime<Utc>, now: DateTime<Utc>) -> u64 {
     (now - since).num_microseconds().unwrap_or(i64::MAX).max(1) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rise_of_fit;
+
+    fn seconds(worst_ms: &[f64]) -> Vec<(f64, f64)> {
+        worst_ms
+            .iter()
+            .enumerate()
+            .map(|(i, &y)| (i as f64, y))
+            .collect()
+    }
+
+    #[test]
+    fn a_level_that_scatters_does_not_rise() {
+        let rise = rise_of_fit(&seconds(&[100.0, 60.0, 140.0, 80.0, 120.0, 100.0]));
+        assert!(rise.abs() < 30.0, "rise {rise}");
+    }
+
+    #[test]
+    fn a_backlog_rises_by_what_it_gathered() {
+        // Falling behind by a second each second: 0.5 s late, then 1.5 s, ...
+        let rise = rise_of_fit(&seconds(&[500.0, 1500.0, 2500.0, 3500.0, 4500.0]));
+        assert!((rise - 4000.0).abs() < 1e-6, "rise {rise}");
+    }
+
+    #[test]
+    fn a_missing_second_keeps_the_slope_in_time() {
+        // Seconds 0, 1 and 4 (2 and 3 had no start): 100 ms more each second.
+        let rise = rise_of_fit(&[(0.0, 0.0), (1.0, 100.0), (4.0, 400.0)]);
+        assert!((rise - 400.0).abs() < 1e-6, "rise {rise}");
+    }
+
+    #[test]
+    fn too_few_seconds_have_no_rise() {
+        assert_eq!(rise_of_fit(&[]), 0.0);
+        assert_eq!(rise_of_fit(&[(3.0, 900.0)]), 0.0);
+        assert_eq!(rise_of_fit(&[(3.0, 900.0), (3.0, 100.0)]), 0.0);
+    }
 }

@@ -1,7 +1,13 @@
 //! Saturation: steps through `--rates`; each step's jobs fire only inside
 //! their own `--warmup` + `--step` seconds (`start_at`/`end_at`), so the
 //! steps follow each other open-loop. Stops after the first step whose p99
-//! lateness passes `--p99-limit-ms` or that fell behind.
+//! lateness passes `--p99-limit-ms` or that lost firings.
+//!
+//! Each row says whether its rate was `sustained` by the brief's
+//! definition, whatever `--p99-limit-ms` is: nothing lost, lateness p99 at
+//! most 100 ms, and the worst lateness per second not growing over the
+//! window (its fitted rise, `worst_growth_ms`, at most 100 ms). A step past
+//! a generous `--p99-limit-ms` still runs, and says it was not sustained.
 
 use std::time::Duration;
 
@@ -9,6 +15,10 @@ use crate::env::{now_ms, second_after, Env};
 use crate::report::Row;
 use crate::steady::{every_second, finish, observe_with_metrics};
 use crate::Args;
+
+/// The brief's bound for "sustained": lateness p99, and how far the worst
+/// lateness per second may climb over the window.
+const SUSTAINED_MS: f64 = 100.0;
 
 pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
     let env = Env::start(args, 1).await?;
@@ -52,7 +62,9 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
         .await?;
         let behind = row.lost > 0;
         let late = row.p99_ms > args.p99_limit_ms as f64;
-        row.note("sustained", !(behind || late));
+        let growth = env.recorder.with(windows[k], |w| w.worst_growth_ms());
+        let sustained = !behind && row.p99_ms <= SUSTAINED_MS && growth <= SUSTAINED_MS;
+        row.note("sustained", sustained);
         eprintln!(
             "  {rate}/s: {:.0} fired/s, p99 {:.1} ms, lost {}",
             row.firings_per_s, row.p99_ms, row.lost

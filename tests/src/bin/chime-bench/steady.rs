@@ -119,6 +119,7 @@ pub async fn finish(
             .map(|us| (us / 1000).to_string())
             .collect();
         row.note("max_ms_by_second", per_second.join(","));
+        row.note("worst_growth_ms", format!("{:.0}", w.worst_growth_ms()));
         row
     });
     row.offered_per_s = f64::from(rate);
