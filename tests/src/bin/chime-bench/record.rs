@@ -74,10 +74,10 @@ impl Window {
 /// The rise of the least-squares line through `points` over their span of
 /// x; 0 for fewer than two distinct x.
 fn rise_of_fit(points: &[(f64, f64)]) -> f64 {
-    let n = points.len() as f64;
     if points.len() < 2 {
         return 0.0;
     }
+    let n = points.len() as f64;
     let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
     let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
     let (sxy, sxx) = points.iter().fold((0.0, 0.0), |(sxy, sxx), (x, y)| {
@@ -87,9 +87,10 @@ fn rise_of_fit(points: &[(f64, f64)]) -> f64 {
     if sxx == 0.0 {
         return 0.0;
     }
-    let span = points.iter().map(|p| p.0).fold(f64::MIN, f64::max)
-        - points.iter().map(|p| p.0).fold(f64::MAX, f64::min);
-    sxy / sxx * span
+    let (first, last) = points.iter().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
+        (lo.min(p.0), hi.max(p.0))
+    });
+    sxy / sxx * (last - first)
 }
 
 #[derive(Default)]
