@@ -11,6 +11,7 @@
 //! cargo build --release --bins -p chime-scheduler -p chime-worker -p chimectl -p chime-tests
 //! target/release/chime-bench steady            # or saturation, burst, scale, failover, immediate, all
 //! target/release/chime-bench soak --seconds 3600   # not part of `all`
+//! target/release/chime-bench floor --rates 1000,4000   # not part of `all`
 //! target/release/chime-bench all --json out.json
 //! ```
 //!
@@ -26,6 +27,7 @@ mod burst;
 mod cost;
 mod env;
 mod failover;
+mod floor;
 mod flush;
 mod immediate;
 mod record;
@@ -52,6 +54,10 @@ enum Scenario {
     Immediate,
     /// Long-running: not part of `all`.
     Soak,
+    /// A firing's durable minimum (its row, publish, start update, finished
+    /// event) at each of `--rates`, with no scheduler: a lower bound for the
+    /// cost per firing. Not part of `all`.
+    Floor,
     All,
 }
 
@@ -104,14 +110,14 @@ pub struct Args {
     /// Threads (concurrent firings) per worker.
     #[arg(long, default_value_t = 512)]
     threads: usize,
-    /// Saturation: the rates (firings/s) to step through, in order.
+    /// Saturation and floor: the rates (firings/s) to step through, in order.
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "1000,2000,4000,6000,8000,10000,12000,14000,16000"
     )]
     rates: Vec<u32>,
-    /// Saturation: measured seconds per step (after `--warmup`).
+    /// Saturation and floor: measured seconds per step (after `--warmup`).
     #[arg(long, default_value_t = 20)]
     step: u64,
     /// Saturation: no step runs after one whose lateness p99 exceeded this
@@ -153,6 +159,9 @@ pub struct Args {
     /// Store partitions (passed to every scheduler as `--partitions` and used when seeding).
     #[arg(long, default_value_t = 1)]
     partitions: u32,
+    /// Floor: also write Chime's `waiting` and `executing` rows (PostgreSQL).
+    #[arg(long)]
+    floor_bookkeeping: bool,
     /// Copy every scheduler's log into this directory before it is removed.
     #[arg(long)]
     keep_logs: Option<PathBuf>,
@@ -219,6 +228,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::Failover => failover::run(&args).await,
             Scenario::Immediate => immediate::run(&args).await,
             Scenario::Soak => soak::run(&args).await,
+            Scenario::Floor => floor::run(&args).await,
             Scenario::All => unreachable!("expanded above"),
         };
         match result {

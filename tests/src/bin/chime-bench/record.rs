@@ -119,21 +119,40 @@ impl Recorder {
 
     /// Called first thing in the handler.
     pub fn record(&self, ctx: &FiringContext, now: DateTime<Utc>) {
-        let scheduled_ms = ctx.firing.scheduled_at.timestamp_millis();
+        let firing = &ctx.firing;
+        self.record_start(
+            &firing.firing_id.to_string(),
+            firing.scheduled_at,
+            firing.due_at,
+            firing.attempt,
+            now,
+        );
+    }
+
+    /// Records that the firing `firing_id` of the instant `scheduled_at`,
+    /// due at `due_at`, started its `attempt` at `now`.
+    pub fn record_start(
+        &self,
+        firing_id: &str,
+        scheduled_at: DateTime<Utc>,
+        due_at: DateTime<Utc>,
+        attempt: u32,
+        now: DateTime<Utc>,
+    ) {
+        let scheduled_ms = scheduled_at.timestamp_millis();
         let now_ms = now.timestamp_millis();
-        let late_us = micros_after(ctx.firing.scheduled_at, now);
-        let due_late_us = (ctx.firing.due_at > ctx.firing.scheduled_at)
-            .then(|| micros_after(ctx.firing.due_at, now));
+        let late_us = micros_after(scheduled_at, now);
+        let due_late_us = (due_at > scheduled_at).then(|| micros_after(due_at, now));
         let mut inner = self.inner.lock().unwrap();
         inner.total += 1;
         for w in inner.windows.iter_mut() {
             if scheduled_ms < w.start_ms || scheduled_ms >= w.end_ms {
                 continue;
             }
-            if !w.seen.insert(ctx.firing.firing_id.to_string()) {
+            if !w.seen.insert(firing_id.to_owned()) {
                 w.duplicates += 1;
             }
-            if ctx.firing.attempt == 1 {
+            if attempt == 1 {
                 w.started += 1;
                 w.lateness.saturating_record(late_us);
                 let second = (scheduled_ms - w.start_ms) / 1000;
