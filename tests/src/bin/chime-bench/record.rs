@@ -121,7 +121,7 @@ impl Recorder {
     pub fn record(&self, ctx: &FiringContext, now: DateTime<Utc>) {
         let firing = &ctx.firing;
         self.record_start(
-            &firing.firing_id.to_string(),
+            &firing.firing_id,
             firing.scheduled_at,
             firing.due_at,
             firing.attempt,
@@ -133,7 +133,7 @@ impl Recorder {
     /// due at `due_at`, started its `attempt` at `now`.
     pub fn record_start(
         &self,
-        firing_id: &str,
+        firing_id: &impl std::fmt::Display,
         scheduled_at: DateTime<Utc>,
         due_at: DateTime<Utc>,
         attempt: u32,
@@ -149,7 +149,7 @@ impl Recorder {
             if scheduled_ms < w.start_ms || scheduled_ms >= w.end_ms {
                 continue;
             }
-            if !w.seen.insert(firing_id.to_owned()) {
+            if !w.seen.insert(firing_id.to_string()) {
                 w.duplicates += 1;
             }
             if attempt == 1 {
