@@ -6,7 +6,7 @@
 //! job still excludes (`conflict`, naming the jobs), so a job never
 //! silently loses its exclusions.
 
-use super::dialect::Col;
+use super::dialect::{BindRows, Col};
 use super::{id_batch, ms, truncate, RowExt, Store, StoreError};
 use chime_common::calendars::Calendar;
 use chime_common::JobSpec;
@@ -81,7 +81,7 @@ impl Store {
             "SELECT id, body FROM calendars WHERE id IN (SELECT r.id FROM {})",
             self.backend.json_rows(1, &[("id", Col::Text)])
         ))
-        .bind(id_batch(ids)?)
+        .bind_rows(id_batch(ids)?)
         .fetch_all(&self.read)
         .await?;
         let mut found = Vec::with_capacity(rows.len());

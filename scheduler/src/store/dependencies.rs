@@ -11,7 +11,7 @@
 //! are not caught (each sees the other's old spec); a put of either job
 //! later is.
 
-use super::dialect::Col;
+use super::dialect::{BindRows, Col};
 use super::{id_batch, RowExt, Store, StoreError};
 use chime_common::JobSpec;
 use serde::Deserialize;
@@ -69,7 +69,7 @@ impl Store {
                 return Err(walk.cycle(last, "schedule.after"));
             }
             let rows = sqlx::query(&specs)
-                .bind(id_batch(&level)?)
+                .bind_rows(id_batch(&level)?)
                 .fetch_all(&self.read)
                 .await?;
             for row in rows {
@@ -113,11 +113,11 @@ impl Store {
     ) -> Result<Vec<(String, String)>, StoreError> {
         let sql = format!(
             "SELECT upstream_id, job_id FROM fan_in \
-             WHERE upstream_id IN (SELECT r.id FROM {}) AND job_id <> $2",
+             WHERE upstream_id IN (SELECT r.id FROM {}) AND job_id <> $3",
             self.backend.json_rows(1, &[("id", Col::Text)])
         );
         let rows = sqlx::query(&sql)
-            .bind(id_batch(upstreams)?)
+            .bind_rows(id_batch(upstreams)?)
             .bind(except)
             .fetch_all(&self.read)
             .await?;

@@ -3,7 +3,7 @@
 //! is the lease: a start takes it once, a finish or a requeue ends it once,
 //! and only for the worker that holds it.
 
-use super::dialect::Col;
+use super::dialect::{BindRows, Col};
 use super::locks::Tx;
 use super::rows::{self, EXECUTING_COLUMNS};
 use super::types::{ExecutingRow, RunningFiring};
@@ -44,7 +44,7 @@ impl Store {
         let insert = format!(
             "INSERT INTO executing (firing_id, job_id, group_name, worker_id, attempt, \
                  started_at, deadline_at) \
-             SELECT r.id, r.job_id, r.group_name, r.worker_id, r.attempt, $2, r.deadline_at \
+             SELECT r.id, r.job_id, r.group_name, r.worker_id, r.attempt, $3, r.deadline_at \
              FROM {} WHERE true ON CONFLICT DO NOTHING RETURNING firing_id",
             self.backend.json_rows(
                 1,
@@ -59,7 +59,7 @@ impl Store {
             )
         );
         Ok(sqlx::query_scalar(&insert)
-            .bind(json_text(started)?)
+            .bind_rows(json_text(started)?)
             .bind(now)
             .fetch_all(&mut **tx)
             .await?
@@ -84,7 +84,7 @@ impl Store {
                 .json_rows(1, &[("id", Col::Text), ("worker_id", Col::Text)])
         );
         Ok(sqlx::query_scalar(&delete)
-            .bind(json_text(leases)?)
+            .bind_rows(json_text(leases)?)
             .fetch_all(&mut **tx)
             .await?
             .into_iter()

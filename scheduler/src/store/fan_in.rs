@@ -10,7 +10,7 @@
 //! (within `within`), the same transaction stages one firing of it through
 //! the path `on_success` takes and clears its rows.
 
-use super::dialect::Col;
+use super::dialect::{BindRows, Col};
 use super::locks::Tx;
 use super::{id_batch, RowExt, Store, StoreError};
 use chime_common::schedule::ScheduleSpec;
@@ -34,11 +34,11 @@ impl Store {
             return Ok(());
         }
         let sql = format!(
-            "INSERT INTO fan_in (job_id, upstream_id) SELECT CAST($2 AS TEXT), r.id FROM {}",
+            "INSERT INTO fan_in (job_id, upstream_id) SELECT CAST($3 AS TEXT), r.id FROM {}",
             self.backend.json_rows(1, &[("id", Col::Text)])
         );
         sqlx::query(&sql)
-            .bind(id_batch(after)?)
+            .bind_rows(id_batch(after)?)
             .bind(spec.id.as_str())
             .execute(&mut **tx)
             .await?;
@@ -142,7 +142,7 @@ impl Store {
             self.backend.json_rows(1, &[("id", Col::Text)])
         );
         let rows = sqlx::query(&sql)
-            .bind(id_batch(&named)?)
+            .bind_rows(id_batch(&named)?)
             .fetch_all(&self.read)
             .await?;
         let existing = rows

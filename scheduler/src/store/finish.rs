@@ -16,7 +16,7 @@
 //! takes one transaction: the plain successes set-based, the rest one by
 //! one.
 
-use super::dialect::{Backend, Col};
+use super::dialect::{Backend, BindRows, Col};
 use super::executing::Lease;
 use super::fan_in::NO_FAN_IN_DEPENDENTS;
 use super::hold::NOTHING_HELD_IN_GROUP;
@@ -35,9 +35,9 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 
 /// What a success sets on the firing row, from the batch row `r` (`id`,
-/// `output`) at `$2`.
+/// `output`) at `$3`.
 const SET_SUCCEEDED: &str =
-    "state = 'succeeded', finished_at = $2, error = NULL, output = r.output";
+    "state = 'succeeded', finished_at = $3, error = NULL, output = r.output";
 
 /// Resets the failure count of the jobs the appended subquery names.
 const RESET_FAILURES: &str =
@@ -247,7 +247,7 @@ impl Store {
             }
         };
         let succeeded: HashSet<String> = match self
-            .fast_path(sqlx::query_as(&sql).bind(body).bind(now))
+            .fast_path(sqlx::query_as(&sql).bind_rows(body).bind(now))
             .await
         {
             Ok(ids) => ids.into_iter().map(|(id,): (String,)| id).collect(),
@@ -344,7 +344,7 @@ impl Store {
                 .json_rows(1, &[("id", Col::Text), ("output", Col::Text)])
         );
         sqlx::query(&update)
-            .bind(batch.as_str())
+            .bind_rows(batch.clone())
             .bind(now)
             .execute(&mut **tx)
             .await?;
@@ -353,7 +353,7 @@ impl Store {
             self.backend.json_rows(1, &[("job_id", Col::Text)])
         );
         sqlx::query(&reset)
-            .bind(batch.as_str())
+            .bind_rows(batch)
             .execute(&mut **tx)
             .await?;
         Ok(())

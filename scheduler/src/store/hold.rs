@@ -23,7 +23,7 @@
 //! and in the periodic pass of `limits.rs` (rates, changed limits, and
 //! anything a crash left behind).
 
-use super::dialect::Col;
+use super::dialect::{BindRows, Col};
 use super::locks::Tx;
 use super::rows;
 use super::states::{sources_sql, Transition};
@@ -310,27 +310,27 @@ impl Store {
             self.backend.json_rows(1, &[("id", Col::Text)])
         );
         sqlx::query(&format!(
-            "UPDATE held SET released_at = $2 WHERE firing_id IN {selected}"
+            "UPDATE held SET released_at = $3 WHERE firing_id IN {selected}"
         ))
-        .bind(batch.as_str())
+        .bind_rows(batch.clone())
         .bind(now)
         .execute(&mut **tx)
         .await?;
         sqlx::query(&format!(
-            "UPDATE firings SET state = 'staged', due_at = $2, publish_seq = publish_seq + 1 \
+            "UPDATE firings SET state = 'staged', due_at = $3, publish_seq = publish_seq + 1 \
              WHERE id IN {selected} AND state IN {}",
             sources_sql(Transition::Release)
         ))
-        .bind(batch.as_str())
+        .bind_rows(batch.clone())
         .bind(now)
         .execute(&mut **tx)
         .await?;
         // Unadopted again: the next slice of its partition publishes it.
         sqlx::query(&format!(
-            "UPDATE waiting SET slice = NULL, due_at = $2, published_at = NULL \
+            "UPDATE waiting SET slice = NULL, due_at = $3, published_at = NULL \
              WHERE firing_id IN {selected}"
         ))
-        .bind(batch.as_str())
+        .bind_rows(batch)
         .bind(now)
         .execute(&mut **tx)
         .await?;

@@ -5,7 +5,7 @@
 //! row, then the group's limits, then held rows; a firing's `waiting` row
 //! only after its firing row. The rare deadlock that is left is retried by [`Store::retrying`].
 
-use super::dialect::Col;
+use super::dialect::{BindRows, Col};
 use super::fan_in::NO_FAN_IN_DEPENDENTS;
 use super::hold::NOTHING_HELD_IN_GROUP;
 use super::lateness::{due_instant, Due, LATENESS_SPEC};
@@ -154,7 +154,7 @@ impl Store {
             self.backend.for_update_of("f")
         );
         let found = sqlx::query(&sql)
-            .bind(id_batch(&ids)?)
+            .bind_rows(id_batch(&ids)?)
             .fetch_all(&mut **tx)
             .await?;
         let mut rows = HashMap::with_capacity(found.len());

@@ -103,6 +103,7 @@ mod waiting;
 pub use audit::{AuditFilter, AuditRecord};
 pub use cancel::{CancelOutcome, CANCELLED_BY_OPERATOR};
 pub use dialect::Backend;
+use dialect::{BindRows, JsonRows};
 pub use error::StoreError;
 pub use groups::MAX_GROUPS;
 pub use history::Activity;
@@ -282,7 +283,7 @@ impl Store {
             sqlx::query(&format!(
                 "UPDATE job_schedule SET part = r.part FROM {src} WHERE job_schedule.job_id = r.id"
             ))
-            .bind(batch.clone())
+            .bind_rows(batch.clone())
             .execute(&mut *tx)
             .await?;
             sqlx::query(&format!(
@@ -290,7 +291,7 @@ impl Store {
                  WHERE f.job_id = r.id AND waiting.firing_id = f.id \
                      AND waiting.slice IS NULL AND waiting.published_at IS NULL"
             ))
-            .bind(batch)
+            .bind_rows(batch)
             .execute(&mut *tx)
             .await?;
         }
@@ -337,13 +338,15 @@ fn truncate(now: DateTime<Utc>) -> DateTime<Utc> {
     at_ms(ms(now))
 }
 
-/// A batch as the JSON text bound to [`Backend::json_rows`].
-fn json_text<T: serde::Serialize>(rows: &[T]) -> Result<String, StoreError> {
-    serde_json::to_string(rows).map_err(|e| StoreError::Internal(format!("encoding a batch: {e}")))
+/// A batch as bound to [`Backend::json_rows`].
+fn json_text<T: serde::Serialize>(rows: &[T]) -> Result<JsonRows, StoreError> {
+    let text = serde_json::to_string(rows)
+        .map_err(|e| StoreError::Internal(format!("encoding a batch: {e}")))?;
+    Ok(JsonRows::new(text, rows.len()))
 }
 
-/// A batch of ids as the JSON text bound to `json_rows` with one `id` column.
-fn id_batch<S: AsRef<str>>(ids: &[S]) -> Result<String, StoreError> {
+/// A batch of ids as bound to `json_rows` with one `id` column.
+fn id_batch<S: AsRef<str>>(ids: &[S]) -> Result<JsonRows, StoreError> {
     #[derive(serde::Serialize)]
     struct Id<'a> {
         id: &'a str,

@@ -3,7 +3,7 @@
 //! firings no slice owns (retries, triggers, released queue firings). Also
 //! the reads that find staged firings to publish.
 
-use super::dialect::{Backend, Col};
+use super::dialect::{Backend, BindRows, Col};
 use super::jobs::{compile, next_ms};
 use super::locks::Tx;
 use super::plan::{plan, PlanInput};
@@ -560,7 +560,7 @@ impl Store {
         );
         for chunk in writes.advances.chunks(BATCH_ROWS) {
             sqlx::query(&update)
-                .bind(json_text(chunk)?)
+                .bind_rows(json_text(chunk)?)
                 .execute(&mut **tx)
                 .await?;
         }
@@ -585,7 +585,7 @@ impl Store {
             "BEGIN IMMEDIATE; \
              {insert}; \
              INSERT INTO waiting (firing_id, group_name, part, due_at, slice) \
-             SELECT f.id, f.group_name, $4, f.due_at, $5 FROM firings f \
+             SELECT f.id, f.group_name, $6, f.due_at, $7 FROM firings f \
              WHERE f.id IN (SELECT r.id FROM {staged}) AND f.state = 'staged' \
              ON CONFLICT DO NOTHING; \
              UPDATE job_schedule SET next_fire_at = r.next_fire_at, state = r.state \
@@ -602,8 +602,8 @@ impl Store {
                          AND s.next_fire_at = r.from_fire_at AND j.version = r.version)",
                 "'inserted', id",
             ),
-            staged = self.backend.json_rows(3, &[("id", Col::Text)]),
-            advances = self.backend.json_rows(6, &ADVANCE_COLUMNS),
+            staged = self.backend.json_rows(4, &[("id", Col::Text)]),
+            advances = self.backend.json_rows(8, &ADVANCE_COLUMNS),
         );
         let staged: Vec<&str> = writes
             .firings
@@ -614,12 +614,12 @@ impl Store {
         let rows: Vec<(String, String)> = self
             .in_one_command(
                 sqlx::query_as(&sql)
-                    .bind(json_text(&firing_rows(&writes.firings))?)
+                    .bind_rows(json_text(&firing_rows(&writes.firings))?)
                     .bind(ms(req.now))
-                    .bind(id_batch(&staged)?)
+                    .bind_rows(id_batch(&staged)?)
                     .bind(i64::from(req.partition))
                     .bind(req.slice.as_str())
-                    .bind(json_text(&writes.advances)?),
+                    .bind_rows(json_text(&writes.advances)?),
             )
             .await?;
         let mut inserted = HashSet::new();
@@ -644,7 +644,7 @@ impl Store {
     ) -> Result<Vec<String>, StoreError> {
         Ok(
             sqlx::query_scalar(&self.insert_firings_sql(&NEW_FIRING_COLUMNS, "", "id"))
-                .bind(json_text(&firing_rows(firings))?)
+                .bind_rows(json_text(&firing_rows(firings))?)
                 .bind(now)
                 .fetch_all(&mut **tx)
                 .await?,
@@ -652,7 +652,7 @@ impl Store {
     }
 
     /// The insert of a batch of new firings (`$1`, rows as [`FiringRow`]
-    /// serializes them, `columns` of them) created at `$2`, returning
+    /// serializes them, `columns` of them, and their count `$2`) created at `$3`, returning
     /// `returning` of each row it inserted. One whose (job, instant, shard,
     /// attempt) exists already is left alone, and so is a row the condition
     /// `also` (SQL on the batch row `r`, empty or starting with `AND`)
@@ -664,7 +664,7 @@ impl Store {
                  payload_sha256, backfill, shard, shards, created_at) \
              SELECT r.id, r.job_id, r.scheduled_at, r.attempt, r.group_name, r.priority, \
                  r.handler, r.payload, r.timeout_ms, r.due_at, r.state, r.error, r.finished_at, \
-                 r.payload_sha256, r.backfill, r.shard, r.shards, $2 \
+                 r.payload_sha256, r.backfill, r.shard, r.shards, $3 \
              FROM {} WHERE true {also} ON CONFLICT DO NOTHING RETURNING {returning}",
             self.backend.json_rows(1, columns)
         )
@@ -733,7 +733,7 @@ impl Store {
             "SELECT {STAGED_COLUMNS} FROM firings WHERE id IN (SELECT r.id FROM {})",
             self.backend.json_rows(1, &[("id", Col::Text)])
         ))
-        .bind(id_batch(&adopted)?)
+        .bind_rows(id_batch(&adopted)?)
         .fetch_all(&self.write)
         .await?;
         Ok(decode_staged(&rows))

@@ -12,7 +12,7 @@
 //! [`Store::begin_executing`]'s statements and decide "plain" with the same
 //! SQL.
 
-use super::dialect::{Backend, Col};
+use super::dialect::{Backend, BindRows, Col};
 use super::executing::Started;
 use super::hold::Cause;
 use super::lateness::{due_instant, Due, LATENESS_SPEC};
@@ -50,9 +50,9 @@ pub(super) static PLAIN_START: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// What a start sets on the firing row, from the batch row `r` (`id`,
-/// `worker_id`) at `$2`.
-const SET_EXECUTING: &str = "state = 'executing', worker = r.worker_id, started_at = $2, \
-     published_at = COALESCE(published_at, $2)";
+/// `worker_id`) at `$3`.
+const SET_EXECUTING: &str = "state = 'executing', worker = r.worker_id, started_at = $3, \
+     published_at = COALESCE(published_at, $3)";
 
 /// The batch columns [`SET_EXECUTING`] reads.
 const STARTED_COLUMNS: [(&str, Col); 2] = [("id", Col::Text), ("worker_id", Col::Text)];
@@ -169,7 +169,7 @@ impl Store {
                  executing_rows AS ( \
                      INSERT INTO executing (firing_id, job_id, group_name, worker_id, attempt, \
                          started_at, deadline_at) \
-                     SELECT id, job_id, group_name, worker_id, attempt, $2, $2 + timeout_ms \
+                     SELECT id, job_id, group_name, worker_id, attempt, $3, $3 + timeout_ms \
                      FROM started), \
                  no_longer_waiting AS ( \
                      DELETE FROM waiting w USING started WHERE w.firing_id = started.id) \
@@ -180,7 +180,7 @@ impl Store {
             // table of the command's own would be planned as if it were
             // large). The update reports what it started (`RETURNING` names
             // the table, not its alias); the firings it started are then
-            // the batch's executing since `$2` for their worker without an
+            // the batch's executing since `$3` for their worker without an
             // executing row. One already running is left to the
             // transaction path.
             Backend::Sqlite => format!(
@@ -193,9 +193,9 @@ impl Store {
                      (SELECT {LATENESS_SPEC} FROM jobs j WHERE j.id = firings.job_id); \
                  INSERT INTO executing (firing_id, job_id, group_name, worker_id, attempt, \
                      started_at, deadline_at) \
-                 SELECT f.id, f.job_id, f.group_name, f.worker, f.attempt, $2, $2 + f.timeout_ms \
+                 SELECT f.id, f.job_id, f.group_name, f.worker, f.attempt, $3, $3 + f.timeout_ms \
                  FROM {asked} JOIN firings f ON f.id = r.id \
-                 WHERE f.state = 'executing' AND f.started_at = $2 AND f.worker = r.worker_id \
+                 WHERE f.state = 'executing' AND f.started_at = $3 AND f.worker = r.worker_id \
                      AND NOT EXISTS (SELECT 1 FROM executing e WHERE e.firing_id = f.id); \
                  DELETE FROM waiting WHERE firing_id IN (SELECT r.id FROM {asked}) \
                      AND EXISTS (SELECT 1 FROM firings f \
@@ -212,7 +212,7 @@ impl Store {
             }
         };
         let started: Vec<(String, i64, i64, Option<String>)> = match self
-            .fast_path(sqlx::query_as(&sql).bind(body).bind(now))
+            .fast_path(sqlx::query_as(&sql).bind_rows(body).bind(now))
             .await
         {
             Ok(rows) => rows,
@@ -313,7 +313,7 @@ impl Store {
             self.backend.json_rows(1, &STARTED_COLUMNS)
         );
         sqlx::query(&update)
-            .bind(json_text(&started)?)
+            .bind_rows(json_text(&started)?)
             .bind(now)
             .execute(&mut **tx)
             .await?;

@@ -8,7 +8,7 @@
 //! state writes the row in the same transaction or statement, `firings`
 //! row first (see the migration `20261123120000_waiting.sql`).
 
-use super::dialect::Col;
+use super::dialect::{BindRows, Col};
 use super::{id_batch, json_text, Store, StoreError};
 use serde::Serialize;
 use sqlx::{Any, Transaction};
@@ -49,7 +49,7 @@ impl Store {
             self.backend.json_rows(1, &WAITING_COLUMNS)
         );
         sqlx::query(&sql)
-            .bind(json_text(rows)?)
+            .bind_rows(json_text(rows)?)
             .execute(&mut **tx)
             .await?;
         Ok(())
@@ -79,7 +79,7 @@ impl Store {
             self.backend.json_rows(1, &[("id", Col::Text)])
         );
         sqlx::query(&sql)
-            .bind(id_batch(ids)?)
+            .bind_rows(id_batch(ids)?)
             .execute(&mut **tx)
             .await?;
         Ok(())

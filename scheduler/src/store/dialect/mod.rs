@@ -26,7 +26,7 @@ mod sqlite;
 use super::jobs::Put;
 use super::{Store, StoreError};
 use sqlx::any::{AnyArguments, AnyRow};
-use sqlx::query::QueryAs;
+use sqlx::query::{Query, QueryAs, QueryScalar};
 use sqlx::{Any, AnyPool, FromRow};
 
 /// Which database the store talks to.
@@ -119,14 +119,15 @@ impl Backend {
     }
 
     /// A FROM item, aliased `r`, that expands the JSON array of objects bound
-    /// as parameter `$param` into rows with the given columns.
+    /// as parameter `$param` into rows with the given columns; `$param + 1`
+    /// is the array's length (both bound by [`BindRows::bind_rows`]).
     ///
-    /// This is how every batch reaches the database: one parameter, one
-    /// statement, any number of rows (PostgreSQL `json_to_recordset`, SQLite
-    /// `json_each`). It plays the part of PostgreSQL's `UNNEST($1::text[], …)`,
-    /// which sqlx's `Any` driver cannot bind, and keeps one SQL text per
-    /// statement on both backends. Text values are JSON strings, integers JSON
-    /// numbers (milliseconds stay below 2^53), absent values JSON null.
+    /// This is how every batch reaches the database: one statement, any
+    /// number of rows (PostgreSQL `json_to_recordset`, SQLite `json_each`).
+    /// It plays the part of PostgreSQL's `UNNEST($1::text[], …)`, which
+    /// sqlx's `Any` driver cannot bind, and keeps one SQL text per statement
+    /// on both backends. Text values are JSON strings, integers JSON numbers
+    /// (milliseconds stay below 2^53), absent values JSON null.
     pub(crate) fn json_rows(self, param: usize, columns: &[(&str, Col)]) -> String {
         match self {
             Backend::Postgres => postgres::json_rows(param, columns),
@@ -200,6 +201,48 @@ impl Backend {
     }
 }
 
+/// A batch for [`Backend::json_rows`]: its rows as one JSON array, and how
+/// many there are. Only `json_text` and `id_batch` build one, from the rows
+/// themselves, so the count is always the array's.
+#[derive(Debug, Clone)]
+pub(crate) struct JsonRows {
+    text: String,
+    len: i64,
+}
+
+impl JsonRows {
+    pub(crate) fn new(text: String, len: usize) -> JsonRows {
+        JsonRows {
+            text,
+            len: i64::try_from(len).unwrap_or(i64::MAX),
+        }
+    }
+}
+
+/// Binds a [`JsonRows`] to the two placeholders [`Backend::json_rows`]
+/// reads, in order: the JSON, then its length.
+pub(crate) trait BindRows {
+    fn bind_rows(self, rows: JsonRows) -> Self;
+}
+
+impl<'q> BindRows for Query<'q, Any, AnyArguments<'q>> {
+    fn bind_rows(self, rows: JsonRows) -> Self {
+        self.bind(rows.text).bind(rows.len)
+    }
+}
+
+impl<'q, O> BindRows for QueryAs<'q, Any, O, AnyArguments<'q>> {
+    fn bind_rows(self, rows: JsonRows) -> Self {
+        self.bind(rows.text).bind(rows.len)
+    }
+}
+
+impl<'q, O> BindRows for QueryScalar<'q, Any, O, AnyArguments<'q>> {
+    fn bind_rows(self, rows: JsonRows) -> Self {
+        self.bind(rows.text).bind(rows.len)
+    }
+}
+
 /// Serializes SQLite migrations within the process.
 static SQLITE_MIGRATIONS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -259,13 +302,13 @@ impl Store {
         }
     }
 
-    /// Runs `mark_firings` (`$1` the instant, `$2` the batch of ids, returning
+    /// Runs `mark_firings` (`$1` the instant, `$2` and `$3` the batch of ids, returning
     /// the ids it marked) and marks the same firings' `waiting` rows, as one
     /// unit; returns how many firings it marked.
     pub(crate) async fn mark_published_rows(
         &self,
         mark_firings: &str,
-        batch: &str,
+        batch: JsonRows,
         at: i64,
     ) -> Result<u64, StoreError> {
         match self.backend {
@@ -313,12 +356,11 @@ mod tests {
         let cols = [("id", Col::Text), ("n", Col::Int)];
         assert_eq!(
             Backend::Postgres.json_rows(1, &cols),
-            "(SELECT * FROM json_to_recordset($1::json) AS r(id text, n bigint) \
-             LIMIT json_array_length($1::json)) AS r"
+            "(SELECT * FROM json_to_recordset($1::json) AS r(id text, n bigint) LIMIT $2) AS r"
         );
         assert_eq!(
             Backend::Sqlite.json_rows(2, &cols),
-            "(SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.n') AS n FROM json_each($2)) AS r"
+            "(SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.n') AS n FROM json_each($2) LIMIT $3) AS r"
         );
     }
 }

@@ -4,7 +4,7 @@
 
 use super::super::jobs::{Put, UPSERT_JOB, UPSERT_SCHEDULE};
 use super::super::{Store, StoreError};
-use super::{Col, Pools};
+use super::{BindRows, Col, JsonRows, Pools};
 use chrono::Utc;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
@@ -21,8 +21,10 @@ pub(super) fn for_update_skip_locked(alias: &str) -> String {
 /// `json_to_recordset`, cut to the batch's real length: PostgreSQL guesses
 /// 100 rows for any set-returning function, and for 100 rows a hash join over
 /// a sequential scan of `firings` looks cheaper than index lookups until the
-/// table is large. The `LIMIT json_array_length(…)` changes no result; the
-/// planner folds it to the batch's size and looks the rows up by index.
+/// table is large. The `LIMIT` changes no result; a custom plan folds it to
+/// the batch's size and looks the rows up by index. The length is bound
+/// beside the JSON rather than computed from it (`json_array_length`): that
+/// folding would parse the whole batch once more while planning.
 pub(super) fn json_rows(param: usize, columns: &[(&str, Col)]) -> String {
     let cols: Vec<String> = columns
         .iter()
@@ -35,9 +37,9 @@ pub(super) fn json_rows(param: usize, columns: &[(&str, Col)]) -> String {
         })
         .collect();
     format!(
-        "(SELECT * FROM json_to_recordset(${param}::json) AS r({}) \
-         LIMIT json_array_length(${param}::json)) AS r",
-        cols.join(", ")
+        "(SELECT * FROM json_to_recordset(${param}::json) AS r({}) LIMIT ${}) AS r",
+        cols.join(", "),
+        param + 1
     )
 }
 
@@ -114,7 +116,7 @@ pub(super) async fn upsert_job(store: &Store, put: &Put<'_>) -> Result<AnyRow, S
 pub(super) async fn record_published(
     store: &Store,
     mark_firings: &str,
-    batch: &str,
+    batch: JsonRows,
     at: i64,
 ) -> Result<u64, StoreError> {
     let count: i64 = sqlx::query_scalar(&format!(
@@ -124,7 +126,7 @@ pub(super) async fn record_published(
          SELECT COUNT(*) FROM marked"
     ))
     .bind(at)
-    .bind(batch)
+    .bind_rows(batch)
     .fetch_one(&store.write)
     .await?;
     Ok(u64::try_from(count).unwrap_or(0))

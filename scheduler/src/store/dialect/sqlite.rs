@@ -4,7 +4,7 @@
 
 use super::super::jobs::{Put, UPSERT_JOB, UPSERT_SCHEDULE};
 use super::super::{id_batch, Store, StoreError};
-use super::{Col, Pools};
+use super::{BindRows, Col, JsonRows, Pools};
 use sqlx::any::{AnyArguments, AnyPoolOptions, AnyRow};
 use sqlx::pool::PoolConnection;
 use sqlx::query::QueryAs;
@@ -16,7 +16,13 @@ pub(super) fn json_rows(param: usize, columns: &[(&str, Col)]) -> String {
         .iter()
         .map(|(name, _)| format!("json_extract(value, '$.{name}') AS {name}"))
         .collect();
-    format!("(SELECT {} FROM json_each(${param})) AS r", cols.join(", "))
+    // The length is only read to keep the placeholders the same as
+    // PostgreSQL's.
+    format!(
+        "(SELECT {} FROM json_each(${param}) LIMIT ${}) AS r",
+        cols.join(", "),
+        param + 1
+    )
 }
 
 /// See [`super::Backend::stage_jobs_per_transaction`]: commands short enough
@@ -200,13 +206,13 @@ pub(super) async fn upsert_job(store: &Store, put: &Put<'_>) -> Result<AnyRow, S
 pub(super) async fn record_published(
     store: &Store,
     mark_firings: &str,
-    batch: &str,
+    batch: JsonRows,
     at: i64,
 ) -> Result<u64, StoreError> {
     let mut tx = store.begin().await?;
     let marked: Vec<String> = sqlx::query_scalar(mark_firings)
         .bind(at)
-        .bind(batch)
+        .bind_rows(batch)
         .fetch_all(&mut *tx)
         .await?;
     // Exactly the firings marked: one the mark skipped (held by a limit,
@@ -217,7 +223,7 @@ pub(super) async fn record_published(
         json_rows(2, &[("id", Col::Text)])
     ))
     .bind(at)
-    .bind(id_batch(&marked)?)
+    .bind_rows(id_batch(&marked)?)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
