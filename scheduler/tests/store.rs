@@ -307,6 +307,7 @@ both_backends!(
     migrations_are_idempotent,
     a_checkpoint_copies_the_write_ahead_log,
     an_upgrade_keeps_every_job_where_it_was,
+    an_upgrade_keeps_every_on_success,
     an_upgrade_keeps_every_waiting_firing_findable,
     concurrent_connects_all_succeed,
     put_and_get_round_trip,
@@ -344,6 +345,7 @@ both_backends!(
     exhausted_retries_fail_and_alert,
     timed_out_firings_say_so,
     on_success_triggers_named_jobs,
+    on_success_added_by_a_replace_triggers,
     on_success_cycles_are_refused_at_put,
     a_stored_timeout_out_of_range_fails_its_firing_at_start,
     any_output_a_worker_reports_is_stored_clean_and_capped,
@@ -598,6 +600,47 @@ async fn an_upgrade_keeps_every_job_where_it_was(db: &TestDb) {
         "only the active job fires, once in [1 s, 2 s)"
     );
     assert_eq!(read("due").await.next_fire_at, Some(t(2)));
+}
+
+/// Jobs written before `jobs.on_success_jobs` (`20261128000000`) keep
+/// their `on_success`: the one-statement finish, which reads that column
+/// instead of the spec, must not take such a job's success for a plain one.
+async fn an_upgrade_keeps_every_on_success(db: &TestDb) {
+    db.migrate_before(20261128000000).await;
+    for (id, extra) in [
+        ("first", json!({"on_success": ["next"]})),
+        ("next", json!({})),
+    ] {
+        let spec_text = serde_json::to_string(&every(id, "1h", extra).to_json()).expect("json");
+        db.exec(&format!(
+            "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, consecutive_failures, \
+                 created_at, updated_at) \
+             VALUES ('{id}', 'default', '{spec_text}', 1893456000000, 1, 0, 1893456000000, \
+                 1893456000000)"
+        ))
+        .await;
+        db.exec(&format!(
+            "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
+             VALUES ('{id}', 0, 'active', 1893459600000)"
+        ))
+        .await;
+    }
+
+    let store = db.store().await;
+    for job in ["first", "next"] {
+        let id = store
+            .trigger(job, None, t(1))
+            .await
+            .expect("trigger")
+            .expect("a firing");
+        assert!(start(&store, &id, "w", t(1)).await.reply.accepted);
+        let done = finish(&store, &id, "w", Outcome::Succeeded, t(2)).await;
+        let expected = match job {
+            "first" => vec![FiringId::new("next", t(2).timestamp_millis(), 1)],
+            _ => Vec::new(),
+        };
+        assert_eq!(done.triggered, expected, "{job}");
+    }
 }
 
 /// Firings staged or published before they waited in a table of their own
@@ -2160,6 +2203,43 @@ async fn on_success_triggers_named_jobs(db: &TestDb) {
         .await
         .triggered
         .is_empty());
+}
+
+/// A replace that adds `on_success` (unconditional, and on a version) is
+/// what the next success follows, on the fast path as on the other.
+async fn on_success_added_by_a_replace_triggers(db: &TestDb) {
+    let store = db.store().await;
+    store
+        .put_job(&every("next", "1h", json!({})), t(0))
+        .await
+        .expect("put");
+    for (job, conditional) in [
+        ("plain-then-unconditional", false),
+        ("plain-then-versioned", true),
+    ] {
+        let written = store
+            .put_job(&every(job, "1h", json!({})), t(0))
+            .await
+            .expect("put");
+        let with_trigger = every(job, "1h", json!({"on_success": ["next"]}));
+        if conditional {
+            store
+                .put_job_if(&with_trigger, Some(written.version), t(0))
+                .await
+                .expect("put on the version");
+        } else {
+            store.put_job(&with_trigger, t(0)).await.expect("replace");
+        }
+        let id = store
+            .trigger(job, None, t(1))
+            .await
+            .expect("trigger")
+            .expect("a firing");
+        assert!(start(&store, &id, "w", t(1)).await.reply.accepted);
+        let done = finish(&store, &id, "w", Outcome::Succeeded, t(2)).await;
+        let triggered: Vec<&str> = done.triggered.iter().map(|f| f.job_id.as_str()).collect();
+        assert_eq!(triggered, ["next"], "{job}");
+    }
 }
 
 async fn on_success_cycles_are_refused_at_put(db: &TestDb) {

@@ -77,26 +77,33 @@ fn max_concurrent_column(spec: &JobSpec) -> Option<i64> {
     spec.concurrency.limit(spec.overlap).map(i64::from)
 }
 
+/// The `jobs.on_success_jobs` column: how many jobs a success triggers,
+/// which is what lets a finish skip reading the spec when it is none.
+fn on_success_column(spec: &JobSpec) -> i64 {
+    i64::try_from(spec.on_success.len()).unwrap_or(i64::MAX)
+}
+
 /// A statement with its parameters bound so far.
 type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
 
 /// The `jobs` half of a put: `$1` id, `$2` group, `$3` spec, `$4` now, `$5`
-/// overlap, `$6` max_concurrent. A replace keeps `created_at` and bumps `version`.
+/// overlap, `$6` max_concurrent, `$7` on_success_jobs. A replace keeps
+/// `created_at` and bumps `version`.
 pub(crate) const UPSERT_JOB: &str = "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, \
-         consecutive_failures, created_at, updated_at, overlap, max_concurrent) \
-     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5, $6) \
+         consecutive_failures, created_at, updated_at, overlap, max_concurrent, on_success_jobs) \
+     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5, $6, $7) \
      ON CONFLICT (id) DO UPDATE SET group_name = excluded.group_name, spec = excluded.spec, \
          overlap = excluded.overlap, max_concurrent = excluded.max_concurrent, \
-         anchor_ms = excluded.anchor_ms, \
+         on_success_jobs = excluded.on_success_jobs, anchor_ms = excluded.anchor_ms, \
          version = jobs.version + 1, updated_at = excluded.updated_at \
      RETURNING version, created_at";
 
-/// The `job_schedule` half of a put: `$1` id, `$7` partition, `$8` state,
-/// `$9` next instant (numbered after [`UPSERT_JOB`]'s, so PostgreSQL can run
+/// The `job_schedule` half of a put: `$1` id, `$8` partition, `$9` state,
+/// `$10` next instant (numbered after [`UPSERT_JOB`]'s, so PostgreSQL can run
 /// both as one statement).
 pub(crate) const UPSERT_SCHEDULE: &str =
     "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
-     VALUES ($1, $7, $8, $9) \
+     VALUES ($1, $8, $9, $10) \
      ON CONFLICT (job_id) DO UPDATE SET part = excluded.part, state = excluded.state, \
          next_fire_at = excluded.next_fire_at, \
          paused_until = CASE WHEN excluded.state = 'paused' THEN job_schedule.paused_until END";
@@ -104,16 +111,17 @@ pub(crate) const UPSERT_SCHEDULE: &str =
 /// [`UPSERT_JOB`]'s insert for a put with `if_version: 0`: no row comes
 /// back when the job exists.
 const INSERT_JOB_IF_ABSENT: &str = "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, \
-         consecutive_failures, created_at, updated_at, overlap, max_concurrent) \
-     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5, $6) \
+         consecutive_failures, created_at, updated_at, overlap, max_concurrent, on_success_jobs) \
+     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5, $6, $7) \
      ON CONFLICT (id) DO NOTHING \
      RETURNING version, created_at";
 
-/// [`UPSERT_JOB`]'s replace for a put with `if_version: $7`: no row comes
+/// [`UPSERT_JOB`]'s replace for a put with `if_version: $8`: no row comes
 /// back unless the stored job has that version.
 const UPDATE_JOB_IF_VERSION: &str = "UPDATE jobs SET group_name = $2, spec = $3, overlap = $5, \
-         max_concurrent = $6, anchor_ms = $4, version = version + 1, updated_at = $4 \
-     WHERE id = $1 AND version = $7 \
+         max_concurrent = $6, on_success_jobs = $7, anchor_ms = $4, version = version + 1, \
+         updated_at = $4 \
+     WHERE id = $1 AND version = $8 \
      RETURNING version, created_at";
 
 /// [`UPSERT_SCHEDULE`] as a statement of its own (parameters from `$1`).
@@ -146,6 +154,7 @@ impl<'a> Put<'a> {
             .bind(self.now_ms)
             .bind(self.spec.overlap.as_str())
             .bind(max_concurrent_column(self.spec))
+            .bind(on_success_column(self.spec))
     }
 
     /// Binds [`UPSERT_SCHEDULE_ALONE`]'s parameters.
@@ -589,14 +598,15 @@ pub(crate) async fn write_spec_and_state(
     updated_at: i64,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "UPDATE jobs SET spec = $2, overlap = $4, max_concurrent = $5, version = version + 1, \
-         updated_at = $3 WHERE id = $1",
+        "UPDATE jobs SET spec = $2, overlap = $4, max_concurrent = $5, on_success_jobs = $6, \
+         version = version + 1, updated_at = $3 WHERE id = $1",
     )
     .bind(spec.id.as_str())
     .bind(spec_text(spec)?)
     .bind(updated_at)
     .bind(spec.overlap.as_str())
     .bind(max_concurrent_column(spec))
+    .bind(on_success_column(spec))
     .execute(&mut **tx)
     .await?;
     sqlx::query("UPDATE job_schedule SET state = $2 WHERE job_id = $1")

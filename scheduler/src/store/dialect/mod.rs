@@ -148,15 +148,6 @@ impl Backend {
         }
     }
 
-    /// The length of the JSON array under `key` of the JSON text `column`,
-    /// NULL when it has none.
-    pub(crate) fn json_array_length(self, column: &str, key: &str) -> String {
-        match self {
-            Backend::Postgres => format!("jsonb_array_length({column}::jsonb -> '{key}')"),
-            Backend::Sqlite => format!("json_array_length({column}, '$.{key}')"),
-        }
-    }
-
     /// The database clock minus this process's clock (see
     /// `Store::clock_offset`).
     pub(crate) async fn clock_offset(self, pool: &AnyPool) -> Result<chrono::Duration, StoreError> {
