@@ -205,7 +205,8 @@ impl Store {
                  WHERE e.firing_id = f.id AND e.worker_id = r.worker_id) \
              AND {NOTHING_HELD_IN_GROUP} \
              AND f.shards = 1 \
-             AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = f.job_id AND j.on_success_jobs = 0) \
+             AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = f.job_id \
+                 AND j.no_on_success_version = j.version) \
              AND {NO_FAN_IN_DEPENDENTS}",
             sources_sql(Transition::Finish),
         );

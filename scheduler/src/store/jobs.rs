@@ -77,24 +77,28 @@ fn max_concurrent_column(spec: &JobSpec) -> Option<i64> {
     spec.concurrency.limit(spec.overlap).map(i64::from)
 }
 
-/// The `jobs.on_success_jobs` column: how many jobs a success triggers,
-/// which is what lets a finish skip reading the spec when it is none.
-fn on_success_column(spec: &JobSpec) -> i64 {
-    i64::try_from(spec.on_success.len()).unwrap_or(i64::MAX)
+/// 1 if a success of the job triggers no job (no `on_success`), else 0:
+/// the statements below then stamp `jobs.no_on_success_version` with the
+/// version they write, which is what lets a finish skip reading the spec.
+fn triggers_nothing(spec: &JobSpec) -> i64 {
+    i64::from(spec.on_success.is_empty())
 }
 
 /// A statement with its parameters bound so far.
 type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
 
 /// The `jobs` half of a put: `$1` id, `$2` group, `$3` spec, `$4` now, `$5`
-/// overlap, `$6` max_concurrent, `$7` on_success_jobs. A replace keeps
+/// overlap, `$6` max_concurrent, `$7` [`triggers_nothing`]. A replace keeps
 /// `created_at` and bumps `version`.
 pub(crate) const UPSERT_JOB: &str = "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, \
-         consecutive_failures, created_at, updated_at, overlap, max_concurrent, on_success_jobs) \
-     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5, $6, $7) \
+         consecutive_failures, created_at, updated_at, overlap, max_concurrent, \
+         no_on_success_version) \
+     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5, $6, CASE WHEN $7 = 1 THEN 1 END) \
      ON CONFLICT (id) DO UPDATE SET group_name = excluded.group_name, spec = excluded.spec, \
          overlap = excluded.overlap, max_concurrent = excluded.max_concurrent, \
-         on_success_jobs = excluded.on_success_jobs, anchor_ms = excluded.anchor_ms, \
+         no_on_success_version = CASE WHEN excluded.no_on_success_version IS NOT NULL \
+             THEN jobs.version + 1 END, \
+         anchor_ms = excluded.anchor_ms, \
          version = jobs.version + 1, updated_at = excluded.updated_at \
      RETURNING version, created_at";
 
@@ -111,16 +115,17 @@ pub(crate) const UPSERT_SCHEDULE: &str =
 /// [`UPSERT_JOB`]'s insert for a put with `if_version: 0`: no row comes
 /// back when the job exists.
 const INSERT_JOB_IF_ABSENT: &str = "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, \
-         consecutive_failures, created_at, updated_at, overlap, max_concurrent, on_success_jobs) \
-     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5, $6, $7) \
+         consecutive_failures, created_at, updated_at, overlap, max_concurrent, \
+         no_on_success_version) \
+     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5, $6, CASE WHEN $7 = 1 THEN 1 END) \
      ON CONFLICT (id) DO NOTHING \
      RETURNING version, created_at";
 
 /// [`UPSERT_JOB`]'s replace for a put with `if_version: $8`: no row comes
 /// back unless the stored job has that version.
 const UPDATE_JOB_IF_VERSION: &str = "UPDATE jobs SET group_name = $2, spec = $3, overlap = $5, \
-         max_concurrent = $6, on_success_jobs = $7, anchor_ms = $4, version = version + 1, \
-         updated_at = $4 \
+         max_concurrent = $6, no_on_success_version = CASE WHEN $7 = 1 THEN version + 1 END, \
+         anchor_ms = $4, version = version + 1, updated_at = $4 \
      WHERE id = $1 AND version = $8 \
      RETURNING version, created_at";
 
@@ -154,7 +159,7 @@ impl<'a> Put<'a> {
             .bind(self.now_ms)
             .bind(self.spec.overlap.as_str())
             .bind(max_concurrent_column(self.spec))
-            .bind(on_success_column(self.spec))
+            .bind(triggers_nothing(self.spec))
     }
 
     /// Binds [`UPSERT_SCHEDULE_ALONE`]'s parameters.
@@ -598,7 +603,8 @@ pub(crate) async fn write_spec_and_state(
     updated_at: i64,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "UPDATE jobs SET spec = $2, overlap = $4, max_concurrent = $5, on_success_jobs = $6, \
+        "UPDATE jobs SET spec = $2, overlap = $4, max_concurrent = $5, \
+         no_on_success_version = CASE WHEN $6 = 1 THEN version + 1 END, \
          version = version + 1, updated_at = $3 WHERE id = $1",
     )
     .bind(spec.id.as_str())
@@ -606,7 +612,7 @@ pub(crate) async fn write_spec_and_state(
     .bind(updated_at)
     .bind(spec.overlap.as_str())
     .bind(max_concurrent_column(spec))
-    .bind(on_success_column(spec))
+    .bind(triggers_nothing(spec))
     .execute(&mut **tx)
     .await?;
     sqlx::query("UPDATE job_schedule SET state = $2 WHERE job_id = $1")
