@@ -511,6 +511,19 @@ async fn put_and_trigger(store: &Store, job: &JobSpec, now: DateTime<Utc>) -> Fi
         .expect("the job exists")
 }
 
+/// Triggers `job` at 1 s, starts it and reports its success at 2 s; the
+/// jobs that success triggered.
+async fn jobs_a_success_triggers(store: &Store, job: &str) -> Vec<String> {
+    let id = store
+        .trigger(job, None, t(1))
+        .await
+        .expect("trigger")
+        .expect("a firing");
+    assert!(start(store, &id, "w", t(1)).await.reply.accepted);
+    let done = finish(store, &id, "w", Outcome::Succeeded, t(2)).await;
+    done.triggered.into_iter().map(|f| f.job_id).collect()
+}
+
 fn count(outcome: &StageOutcome, job_id: &str) -> usize {
     outcome
         .firings
@@ -640,14 +653,7 @@ async fn an_upgrade_keeps_every_on_success(db: &TestDb) {
     ))
     .await;
     for job in ["first", "next", "third"] {
-        let id = store
-            .trigger(job, None, t(1))
-            .await
-            .expect("trigger")
-            .expect("a firing");
-        assert!(start(&store, &id, "w", t(1)).await.reply.accepted);
-        let done = finish(&store, &id, "w", Outcome::Succeeded, t(2)).await;
-        let triggered: Vec<&str> = done.triggered.iter().map(|f| f.job_id.as_str()).collect();
+        let triggered = jobs_a_success_triggers(&store, job).await;
         let expected: &[&str] = if job == "next" { &[] } else { &["next"] };
         assert_eq!(triggered, expected, "{job}");
     }
@@ -2240,14 +2246,7 @@ async fn on_success_added_by_a_replace_triggers(db: &TestDb) {
         } else {
             store.put_job(&with_trigger, t(0)).await.expect("replace");
         }
-        let id = store
-            .trigger(job, None, t(1))
-            .await
-            .expect("trigger")
-            .expect("a firing");
-        assert!(start(&store, &id, "w", t(1)).await.reply.accepted);
-        let done = finish(&store, &id, "w", Outcome::Succeeded, t(2)).await;
-        let triggered: Vec<&str> = done.triggered.iter().map(|f| f.job_id.as_str()).collect();
+        let triggered = jobs_a_success_triggers(&store, job).await;
         assert_eq!(triggered, ["next"], "{job}");
     }
 }

@@ -81,7 +81,7 @@ impl Store {
             "SELECT id, body FROM calendars WHERE id IN (SELECT r.id FROM {})",
             self.backend.json_rows(1, &[("id", Col::Text)])
         ))
-        .bind_rows(id_batch(ids)?)
+        .bind_rows(&id_batch(ids)?)
         .fetch_all(&self.read)
         .await?;
         let mut found = Vec::with_capacity(rows.len());

@@ -69,7 +69,7 @@ impl Store {
                 return Err(walk.cycle(last, "schedule.after"));
             }
             let rows = sqlx::query(&specs)
-                .bind_rows(id_batch(&level)?)
+                .bind_rows(&id_batch(&level)?)
                 .fetch_all(&self.read)
                 .await?;
             for row in rows {
@@ -117,7 +117,7 @@ impl Store {
             self.backend.json_rows(1, &[("id", Col::Text)])
         );
         let rows = sqlx::query(&sql)
-            .bind_rows(id_batch(upstreams)?)
+            .bind_rows(&id_batch(upstreams)?)
             .bind(except)
             .fetch_all(&self.read)
             .await?;

@@ -59,7 +59,7 @@ impl Store {
             )
         );
         Ok(sqlx::query_scalar(&insert)
-            .bind_rows(json_text(started)?)
+            .bind_rows(&json_text(started)?)
             .bind(now)
             .fetch_all(&mut **tx)
             .await?
@@ -84,7 +84,7 @@ impl Store {
                 .json_rows(1, &[("id", Col::Text), ("worker_id", Col::Text)])
         );
         Ok(sqlx::query_scalar(&delete)
-            .bind_rows(json_text(leases)?)
+            .bind_rows(&json_text(leases)?)
             .fetch_all(&mut **tx)
             .await?
             .into_iter()

@@ -38,7 +38,7 @@ impl Store {
             self.backend.json_rows(1, &[("id", Col::Text)])
         );
         sqlx::query(&sql)
-            .bind_rows(id_batch(after)?)
+            .bind_rows(&id_batch(after)?)
             .bind(spec.id.as_str())
             .execute(&mut **tx)
             .await?;
@@ -142,7 +142,7 @@ impl Store {
             self.backend.json_rows(1, &[("id", Col::Text)])
         );
         let rows = sqlx::query(&sql)
-            .bind_rows(id_batch(&named)?)
+            .bind_rows(&id_batch(&named)?)
             .fetch_all(&self.read)
             .await?;
         let existing = rows

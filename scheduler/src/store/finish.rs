@@ -246,7 +246,7 @@ impl Store {
             }
         };
         let succeeded: HashSet<String> = match self
-            .fast_path(sqlx::query_as(&sql).bind_rows(body).bind(now))
+            .fast_path(sqlx::query_as(&sql).bind_rows(&body).bind(now))
             .await
         {
             Ok(ids) => ids.into_iter().map(|(id,): (String,)| id).collect(),
@@ -343,7 +343,7 @@ impl Store {
                 .json_rows(1, &[("id", Col::Text), ("output", Col::Text)])
         );
         sqlx::query(&update)
-            .bind_rows(batch.clone())
+            .bind_rows(&batch)
             .bind(now)
             .execute(&mut **tx)
             .await?;
@@ -352,7 +352,7 @@ impl Store {
             self.backend.json_rows(1, &[("job_id", Col::Text)])
         );
         sqlx::query(&reset)
-            .bind_rows(batch)
+            .bind_rows(&batch)
             .execute(&mut **tx)
             .await?;
         Ok(())

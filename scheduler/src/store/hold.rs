@@ -312,7 +312,7 @@ impl Store {
         sqlx::query(&format!(
             "UPDATE held SET released_at = $3 WHERE firing_id IN {selected}"
         ))
-        .bind_rows(batch.clone())
+        .bind_rows(&batch)
         .bind(now)
         .execute(&mut **tx)
         .await?;
@@ -321,7 +321,7 @@ impl Store {
              WHERE id IN {selected} AND state IN {}",
             sources_sql(Transition::Release)
         ))
-        .bind_rows(batch.clone())
+        .bind_rows(&batch)
         .bind(now)
         .execute(&mut **tx)
         .await?;
@@ -330,7 +330,7 @@ impl Store {
             "UPDATE waiting SET slice = NULL, due_at = $3, published_at = NULL \
              WHERE firing_id IN {selected}"
         ))
-        .bind_rows(batch)
+        .bind_rows(&batch)
         .bind(now)
         .execute(&mut **tx)
         .await?;

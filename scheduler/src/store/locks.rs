@@ -154,7 +154,7 @@ impl Store {
             self.backend.for_update_of("f")
         );
         let found = sqlx::query(&sql)
-            .bind_rows(id_batch(&ids)?)
+            .bind_rows(&id_batch(&ids)?)
             .fetch_all(&mut **tx)
             .await?;
         let mut rows = HashMap::with_capacity(found.len());

@@ -283,7 +283,7 @@ impl Store {
             sqlx::query(&format!(
                 "UPDATE job_schedule SET part = r.part FROM {src} WHERE job_schedule.job_id = r.id"
             ))
-            .bind_rows(batch.clone())
+            .bind_rows(&batch)
             .execute(&mut *tx)
             .await?;
             sqlx::query(&format!(
@@ -291,7 +291,7 @@ impl Store {
                  WHERE f.job_id = r.id AND waiting.firing_id = f.id \
                      AND waiting.slice IS NULL AND waiting.published_at IS NULL"
             ))
-            .bind_rows(batch)
+            .bind_rows(&batch)
             .execute(&mut *tx)
             .await?;
         }

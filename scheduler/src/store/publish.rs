@@ -43,7 +43,7 @@ impl Store {
             let texts: Vec<String> = chunk.iter().map(FiringId::to_string).collect();
             let batch = id_batch(&texts)?;
             changed += self
-                .retrying(|| self.mark_published_rows(&mark_firings, batch.clone(), ms(at)))
+                .retrying(|| self.mark_published_rows(&mark_firings, &batch, ms(at)))
                 .await?;
         }
         Ok(changed)

@@ -560,7 +560,7 @@ impl Store {
         );
         for chunk in writes.advances.chunks(BATCH_ROWS) {
             sqlx::query(&update)
-                .bind_rows(json_text(chunk)?)
+                .bind_rows(&json_text(chunk)?)
                 .execute(&mut **tx)
                 .await?;
         }
@@ -614,12 +614,12 @@ impl Store {
         let rows: Vec<(String, String)> = self
             .in_one_command(
                 sqlx::query_as(&sql)
-                    .bind_rows(json_text(&firing_rows(&writes.firings))?)
+                    .bind_rows(&json_text(&firing_rows(&writes.firings))?)
                     .bind(ms(req.now))
-                    .bind_rows(id_batch(&staged)?)
+                    .bind_rows(&id_batch(&staged)?)
                     .bind(i64::from(req.partition))
                     .bind(req.slice.as_str())
-                    .bind_rows(json_text(&writes.advances)?),
+                    .bind_rows(&json_text(&writes.advances)?),
             )
             .await?;
         let mut inserted = HashSet::new();
@@ -644,7 +644,7 @@ impl Store {
     ) -> Result<Vec<String>, StoreError> {
         Ok(
             sqlx::query_scalar(&self.insert_firings_sql(&NEW_FIRING_COLUMNS, "", "id"))
-                .bind_rows(json_text(&firing_rows(firings))?)
+                .bind_rows(&json_text(&firing_rows(firings))?)
                 .bind(now)
                 .fetch_all(&mut **tx)
                 .await?,
@@ -733,7 +733,7 @@ impl Store {
             "SELECT {STAGED_COLUMNS} FROM firings WHERE id IN (SELECT r.id FROM {})",
             self.backend.json_rows(1, &[("id", Col::Text)])
         ))
-        .bind_rows(id_batch(&adopted)?)
+        .bind_rows(&id_batch(&adopted)?)
         .fetch_all(&self.write)
         .await?;
         Ok(decode_staged(&rows))

@@ -212,7 +212,7 @@ impl Store {
             }
         };
         let started: Vec<(String, i64, i64, Option<String>)> = match self
-            .fast_path(sqlx::query_as(&sql).bind_rows(body).bind(now))
+            .fast_path(sqlx::query_as(&sql).bind_rows(&body).bind(now))
             .await
         {
             Ok(rows) => rows,
@@ -313,7 +313,7 @@ impl Store {
             self.backend.json_rows(1, &STARTED_COLUMNS)
         );
         sqlx::query(&update)
-            .bind_rows(json_text(&started)?)
+            .bind_rows(&json_text(&started)?)
             .bind(now)
             .execute(&mut **tx)
             .await?;

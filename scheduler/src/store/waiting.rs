@@ -49,7 +49,7 @@ impl Store {
             self.backend.json_rows(1, &WAITING_COLUMNS)
         );
         sqlx::query(&sql)
-            .bind_rows(json_text(rows)?)
+            .bind_rows(&json_text(rows)?)
             .execute(&mut **tx)
             .await?;
         Ok(())
@@ -79,7 +79,7 @@ impl Store {
             self.backend.json_rows(1, &[("id", Col::Text)])
         );
         sqlx::query(&sql)
-            .bind_rows(id_batch(ids)?)
+            .bind_rows(&id_batch(ids)?)
             .execute(&mut **tx)
             .await?;
         Ok(())

@@ -195,7 +195,7 @@ impl Backend {
 /// A batch for [`Backend::json_rows`]: its rows as one JSON array, and how
 /// many there are. Only `json_text` and `id_batch` build one, from the rows
 /// themselves, so the count is always the array's.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct JsonRows {
     text: String,
     len: i64,
@@ -211,26 +211,27 @@ impl JsonRows {
 }
 
 /// Binds a [`JsonRows`] to the two placeholders [`Backend::json_rows`]
-/// reads, in order: the JSON, then its length.
-pub(crate) trait BindRows {
-    fn bind_rows(self, rows: JsonRows) -> Self;
+/// reads, in order: the JSON, then its length. Borrowed, so one batch can
+/// serve several statements without a copy.
+pub(crate) trait BindRows<'q> {
+    fn bind_rows(self, rows: &'q JsonRows) -> Self;
 }
 
-impl<'q> BindRows for Query<'q, Any, AnyArguments<'q>> {
-    fn bind_rows(self, rows: JsonRows) -> Self {
-        self.bind(rows.text).bind(rows.len)
+impl<'q> BindRows<'q> for Query<'q, Any, AnyArguments<'q>> {
+    fn bind_rows(self, rows: &'q JsonRows) -> Self {
+        self.bind(rows.text.as_str()).bind(rows.len)
     }
 }
 
-impl<'q, O> BindRows for QueryAs<'q, Any, O, AnyArguments<'q>> {
-    fn bind_rows(self, rows: JsonRows) -> Self {
-        self.bind(rows.text).bind(rows.len)
+impl<'q, O> BindRows<'q> for QueryAs<'q, Any, O, AnyArguments<'q>> {
+    fn bind_rows(self, rows: &'q JsonRows) -> Self {
+        self.bind(rows.text.as_str()).bind(rows.len)
     }
 }
 
-impl<'q, O> BindRows for QueryScalar<'q, Any, O, AnyArguments<'q>> {
-    fn bind_rows(self, rows: JsonRows) -> Self {
-        self.bind(rows.text).bind(rows.len)
+impl<'q, O> BindRows<'q> for QueryScalar<'q, Any, O, AnyArguments<'q>> {
+    fn bind_rows(self, rows: &'q JsonRows) -> Self {
+        self.bind(rows.text.as_str()).bind(rows.len)
     }
 }
 
@@ -299,7 +300,7 @@ impl Store {
     pub(crate) async fn mark_published_rows(
         &self,
         mark_firings: &str,
-        batch: JsonRows,
+        batch: &JsonRows,
         at: i64,
     ) -> Result<u64, StoreError> {
         match self.backend {

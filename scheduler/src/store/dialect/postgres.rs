@@ -116,7 +116,7 @@ pub(super) async fn upsert_job(store: &Store, put: &Put<'_>) -> Result<AnyRow, S
 pub(super) async fn record_published(
     store: &Store,
     mark_firings: &str,
-    batch: JsonRows,
+    batch: &JsonRows,
     at: i64,
 ) -> Result<u64, StoreError> {
     let count: i64 = sqlx::query_scalar(&format!(

@@ -206,7 +206,7 @@ pub(super) async fn upsert_job(store: &Store, put: &Put<'_>) -> Result<AnyRow, S
 pub(super) async fn record_published(
     store: &Store,
     mark_firings: &str,
-    batch: JsonRows,
+    batch: &JsonRows,
     at: i64,
 ) -> Result<u64, StoreError> {
     let mut tx = store.begin().await?;
@@ -223,7 +223,7 @@ pub(super) async fn record_published(
         json_rows(2, &[("id", Col::Text)])
     ))
     .bind(at)
-    .bind_rows(id_batch(&marked)?)
+    .bind_rows(&id_batch(&marked)?)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
