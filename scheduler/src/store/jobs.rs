@@ -84,30 +84,40 @@ fn triggers_nothing(spec: &JobSpec) -> i64 {
     i64::from(spec.on_success.is_empty())
 }
 
+/// 1 if the job has no `max_lateness`, else 0: the statements below then
+/// stamp `jobs.no_max_lateness_version` with the version they write, which
+/// is what lets a start skip reading the spec (`lateness.rs`).
+fn never_late(spec: &JobSpec) -> i64 {
+    i64::from(spec.time.max_lateness.is_none())
+}
+
 /// A statement with its parameters bound so far.
 type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
 
 /// The `jobs` half of a put: `$1` id, `$2` group, `$3` spec, `$4` now, `$5`
-/// overlap, `$6` max_concurrent, `$7` [`triggers_nothing`]. A replace keeps
-/// `created_at` and bumps `version`.
+/// overlap, `$6` max_concurrent, `$7` [`triggers_nothing`], `$8`
+/// [`never_late`]. A replace keeps `created_at` and bumps `version`.
 pub(crate) const UPSERT_JOB: &str = "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, \
          consecutive_failures, created_at, updated_at, overlap, max_concurrent, \
-         no_on_success_version) \
-     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5, $6, CASE WHEN $7 = 1 THEN 1 END) \
+         no_on_success_version, no_max_lateness_version) \
+     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5, $6, CASE WHEN $7 = 1 THEN 1 END, \
+         CASE WHEN $8 = 1 THEN 1 END) \
      ON CONFLICT (id) DO UPDATE SET group_name = excluded.group_name, spec = excluded.spec, \
          overlap = excluded.overlap, max_concurrent = excluded.max_concurrent, \
          no_on_success_version = CASE WHEN excluded.no_on_success_version IS NOT NULL \
+             THEN jobs.version + 1 END, \
+         no_max_lateness_version = CASE WHEN excluded.no_max_lateness_version IS NOT NULL \
              THEN jobs.version + 1 END, \
          anchor_ms = excluded.anchor_ms, \
          version = jobs.version + 1, updated_at = excluded.updated_at \
      RETURNING version, created_at";
 
-/// The `job_schedule` half of a put: `$1` id, `$8` partition, `$9` state,
-/// `$10` next instant (numbered after [`UPSERT_JOB`]'s, so PostgreSQL can run
+/// The `job_schedule` half of a put: `$1` id, `$9` partition, `$10` state,
+/// `$11` next instant (numbered after [`UPSERT_JOB`]'s, so PostgreSQL can run
 /// both as one statement).
 pub(crate) const UPSERT_SCHEDULE: &str =
     "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
-     VALUES ($1, $8, $9, $10) \
+     VALUES ($1, $9, $10, $11) \
      ON CONFLICT (job_id) DO UPDATE SET part = excluded.part, state = excluded.state, \
          next_fire_at = excluded.next_fire_at, \
          paused_until = CASE WHEN excluded.state = 'paused' THEN job_schedule.paused_until END";
@@ -116,17 +126,19 @@ pub(crate) const UPSERT_SCHEDULE: &str =
 /// back when the job exists.
 const INSERT_JOB_IF_ABSENT: &str = "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, \
          consecutive_failures, created_at, updated_at, overlap, max_concurrent, \
-         no_on_success_version) \
-     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5, $6, CASE WHEN $7 = 1 THEN 1 END) \
+         no_on_success_version, no_max_lateness_version) \
+     VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5, $6, CASE WHEN $7 = 1 THEN 1 END, \
+         CASE WHEN $8 = 1 THEN 1 END) \
      ON CONFLICT (id) DO NOTHING \
      RETURNING version, created_at";
 
-/// [`UPSERT_JOB`]'s replace for a put with `if_version: $8`: no row comes
+/// [`UPSERT_JOB`]'s replace for a put with `if_version: $9`: no row comes
 /// back unless the stored job has that version.
 const UPDATE_JOB_IF_VERSION: &str = "UPDATE jobs SET group_name = $2, spec = $3, overlap = $5, \
          max_concurrent = $6, no_on_success_version = CASE WHEN $7 = 1 THEN version + 1 END, \
+         no_max_lateness_version = CASE WHEN $8 = 1 THEN version + 1 END, \
          anchor_ms = $4, version = version + 1, updated_at = $4 \
-     WHERE id = $1 AND version = $8 \
+     WHERE id = $1 AND version = $9 \
      RETURNING version, created_at";
 
 /// [`UPSERT_SCHEDULE`] as a statement of its own (parameters from `$1`).
@@ -160,6 +172,7 @@ impl<'a> Put<'a> {
             .bind(self.spec.overlap.as_str())
             .bind(max_concurrent_column(self.spec))
             .bind(triggers_nothing(self.spec))
+            .bind(never_late(self.spec))
     }
 
     /// Binds [`UPSERT_SCHEDULE_ALONE`]'s parameters.
@@ -605,6 +618,7 @@ pub(crate) async fn write_spec_and_state(
     sqlx::query(
         "UPDATE jobs SET spec = $2, overlap = $4, max_concurrent = $5, \
          no_on_success_version = CASE WHEN $6 = 1 THEN version + 1 END, \
+         no_max_lateness_version = CASE WHEN $7 = 1 THEN version + 1 END, \
          version = version + 1, updated_at = $3 WHERE id = $1",
     )
     .bind(spec.id.as_str())
@@ -613,6 +627,7 @@ pub(crate) async fn write_spec_and_state(
     .bind(spec.overlap.as_str())
     .bind(max_concurrent_column(spec))
     .bind(triggers_nothing(spec))
+    .bind(never_late(spec))
     .execute(&mut **tx)
     .await?;
     sqlx::query("UPDATE job_schedule SET state = $2 WHERE job_id = $1")

@@ -7,7 +7,7 @@ use super::{every, finish, stage, start, t, TestDb};
 use chime_common::calendars::Calendar;
 use chime_common::protocol::{AlertKind, Outcome};
 use chime_common::FiringId;
-use chime_scheduler::store::MissCause;
+use chime_scheduler::store::{MissCause, Store};
 use chrono::Duration as Span;
 use serde_json::json;
 use std::time::Duration;
@@ -64,6 +64,87 @@ pub(crate) async fn a_start_later_than_max_lateness_raises_one_late_alert(db: &T
     let outcome = start(&store, &relaxed, "w2", t(100)).await;
     assert_eq!(outcome.lateness, Some(Duration::from_secs(40)));
     assert_eq!(outcome.late, None);
+}
+
+/// Whether the first firing of each of `jobs` (every minute from `t(0)`),
+/// started 5 s after its instant, carries a `late` alert.
+async fn started_late(store: &Store, jobs: &[&str]) -> Vec<bool> {
+    store
+        .stage_slice(&stage("late-check", t(61), t(0)))
+        .await
+        .expect("stage");
+    let mut late = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let id = FiringId::new(*job, t(60).timestamp_millis(), 1);
+        let outcome = start(store, &id, "w", t(65)).await;
+        assert_eq!(outcome.reply.refusal, None, "{job}");
+        late.push(outcome.late.is_some());
+    }
+    late
+}
+
+/// Jobs written before `jobs.no_max_lateness_version` (`20261128120000`),
+/// and jobs a replica of that release rewrites after it (a rolling
+/// upgrade), keep their `max_lateness`: a start, which reads that column
+/// instead of the spec, must not take such a job for one without.
+pub(crate) async fn an_upgrade_keeps_every_max_lateness(db: &TestDb) {
+    db.migrate_before(20261128120000).await;
+    for (id, extra) in [
+        ("strict", json!({"max_lateness": "1s"})),
+        ("relaxed", json!({})),
+        ("rewritten", json!({})),
+    ] {
+        let spec_text = serde_json::to_string(&every(id, "1m", extra).to_json()).expect("json");
+        db.exec(&format!(
+            "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, consecutive_failures, \
+                 created_at, updated_at, overlap) \
+             VALUES ('{id}', 'default', '{spec_text}', 1893456000000, 1, 0, 1893456000000, \
+                 1893456000000, 'allow')"
+        ))
+        .await;
+        db.exec(&format!(
+            "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
+             VALUES ('{id}', 0, 'active', 1893456060000)"
+        ))
+        .await;
+    }
+
+    let store = db.store().await;
+    // The previous release's replace: it writes the spec and bumps the
+    // version, and knows nothing of the new column.
+    let spec_text = serde_json::to_string(
+        &every("rewritten", "1m", json!({"max_lateness": "1s"})).to_json(),
+    )
+    .expect("json");
+    db.exec(&format!(
+        "UPDATE jobs SET spec = '{spec_text}', version = version + 1 WHERE id = 'rewritten'"
+    ))
+    .await;
+    let late = started_late(&store, &["strict", "relaxed", "rewritten"]).await;
+    assert_eq!(late, [true, false, true]);
+}
+
+/// A replace that gives a job `max_lateness`, unconditionally or on its
+/// version, applies it from the next start.
+pub(crate) async fn max_lateness_added_by_a_replace_is_applied(db: &TestDb) {
+    let store = db.store().await;
+    let jobs = ["plain-then-unconditional", "plain-then-versioned"];
+    for (job, conditional) in jobs.iter().zip([false, true]) {
+        let written = store
+            .put_job(&every(job, "1m", json!({})), t(0))
+            .await
+            .expect("put");
+        let strict = every(job, "1m", json!({"max_lateness": "1s"}));
+        if conditional {
+            store
+                .put_job_if(&strict, Some(written.version), t(0))
+                .await
+                .expect("put on the version");
+        } else {
+            store.put_job(&strict, t(0)).await.expect("replace");
+        }
+    }
+    assert_eq!(started_late(&store, &jobs).await, [true, true]);
 }
 
 pub(crate) async fn misfire_skips_raise_one_missed_alert_each(db: &TestDb) {
