@@ -225,10 +225,9 @@ use console::{audit_pages_newest_first, sessions_expire_and_end};
 mod lateness;
 use lateness::{
     a_retry_is_late_from_when_it_was_due, a_start_later_than_max_lateness_raises_one_late_alert,
-    an_upgrade_keeps_every_max_lateness, max_lateness_added_by_a_replace_is_applied,
-    calendar_skips_alert_only_when_the_job_asks,
+    an_upgrade_keeps_every_max_lateness, calendar_skips_alert_only_when_the_job_asks,
     every_start_path_judges_lateness_and_backfills_count_from_their_backfill,
-    misfire_skips_raise_one_missed_alert_each,
+    max_lateness_added_by_a_replace_is_applied, misfire_skips_raise_one_missed_alert_each,
 };
 #[path = "store/time_rules.rs"]
 mod time_rules;

@@ -112,10 +112,9 @@ pub(crate) async fn an_upgrade_keeps_every_max_lateness(db: &TestDb) {
     let store = db.store().await;
     // The previous release's replace: it writes the spec and bumps the
     // version, and knows nothing of the new column.
-    let spec_text = serde_json::to_string(
-        &every("rewritten", "1m", json!({"max_lateness": "1s"})).to_json(),
-    )
-    .expect("json");
+    let spec_text =
+        serde_json::to_string(&every("rewritten", "1m", json!({"max_lateness": "1s"})).to_json())
+            .expect("json");
     db.exec(&format!(
         "UPDATE jobs SET spec = '{spec_text}', version = version + 1 WHERE id = 'rewritten'"
     ))
