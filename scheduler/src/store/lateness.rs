@@ -94,3 +94,49 @@ fn late_alert(id: &FiringId, group: &str, lateness: Duration, max: Duration, now
         lateness_ms: u64::try_from(lateness.as_millis()).ok(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_stores::TestStore;
+    use super::*;
+    use chime_common::{JobSpec, Limits};
+    use chrono::DateTime;
+
+    /// A start must read the column for a job without `max_lateness`, not
+    /// only fall back to the spec: every write stamps it, and the spec is
+    /// sent only for the job that has one.
+    async fn only_a_job_with_max_lateness_sends_its_spec(test: TestStore) {
+        let now = DateTime::from_timestamp(1_893_456_000, 0).expect("an instant");
+        for (id, extra) in [("plain", None), ("strict", Some("1s"))] {
+            let mut job =
+                serde_json::json!({"id": id, "schedule": {"every": "1h"}, "handler": "h"});
+            if let Some(max) = extra {
+                job["max_lateness"] = max.into();
+            }
+            let spec = JobSpec::from_json(&job, &Limits::default()).expect("a valid spec");
+            test.store.put_job(&spec, now).await.expect("put");
+            test.store.put_job(&spec, now).await.expect("replace");
+        }
+        let sent: Vec<(String, Option<String>)> = sqlx::query_as(&format!(
+            "SELECT j.id, {LATENESS_SPEC} FROM jobs j ORDER BY j.id"
+        ))
+        .fetch_all(&test.store.read)
+        .await
+        .expect("read");
+        let sent: Vec<(&str, bool)> = sent
+            .iter()
+            .map(|(id, spec)| (id.as_str(), spec.is_some()))
+            .collect();
+        assert_eq!(sent, [("plain", false), ("strict", true)]);
+    }
+
+    #[tokio::test]
+    async fn postgres_sends_only_the_spec_that_has_max_lateness() {
+        only_a_job_with_max_lateness_sends_its_spec(TestStore::postgres().await).await;
+    }
+
+    #[tokio::test]
+    async fn sqlite_sends_only_the_spec_that_has_max_lateness() {
+        only_a_job_with_max_lateness_sends_its_spec(TestStore::sqlite().await).await;
+    }
+}
