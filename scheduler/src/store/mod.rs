@@ -136,8 +136,9 @@ pub struct Store {
     read: AnyPool,
     /// Write transactions (the same pool as `read` on PostgreSQL).
     write: AnyPool,
-    /// PostgreSQL's one-statement fast paths of start and finish, the
-    /// hottest statements: connections that plan each statement once (see
+    /// PostgreSQL's one-statement fast paths of start and finish, and the
+    /// publish mark, the hottest statements: connections that plan each
+    /// statement once (see
     /// `dialect/postgres.rs`), kept between statements (`held.rs`). None on
     /// SQLite, whose fast paths run on the writer.
     fast_path_connections: Option<held::HeldConnections>,

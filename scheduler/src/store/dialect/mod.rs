@@ -244,8 +244,8 @@ pub(crate) struct Pools {
     pub read: AnyPool,
     /// Write transactions (the same pool as `read` on PostgreSQL).
     pub write: AnyPool,
-    /// The one-statement fast paths of start and finish on PostgreSQL; none
-    /// on SQLite, whose fast paths run on the writer.
+    /// The one-statement fast paths of start and finish, and the publish
+    /// mark, on PostgreSQL; none on SQLite, whose fast paths run on the writer.
     pub fast_paths: Option<AnyPool>,
 }
 

@@ -44,7 +44,7 @@ pub(super) fn json_rows(param: usize, columns: &[(&str, Col)]) -> String {
 }
 
 /// The general pool, and the fast paths' pool (the one-statement start and
-/// finish), whose connections plan each statement once.
+/// finish, and the publish mark), whose connections plan each statement once.
 pub(super) async fn open(url: &str, max_connections: u32) -> Result<Pools, StoreError> {
     let general = pool(max_connections, PLANNED_PER_EXECUTION)
         .connect(url)
@@ -113,22 +113,30 @@ pub(super) async fn upsert_job(store: &Store, put: &Put<'_>) -> Result<AnyRow, S
 
 /// Records a batch published in one statement: the `waiting` rows of exactly
 /// the firings marked (not those skipped as locked), after them.
+///
+/// A mark is, with start and finish, a statement of every firing's path,
+/// and like theirs it finds every row by its key (its generic plan probes
+/// the primary keys of `firings`, `held` and `waiting`, driven by the
+/// batch), so it runs on their held connections: planned once instead of
+/// at each execution, where planning cost as much as running it.
 pub(super) async fn record_published(
     store: &Store,
     mark_firings: &str,
     batch: &JsonRows,
     at: i64,
 ) -> Result<u64, StoreError> {
-    let count: i64 = sqlx::query_scalar(&format!(
+    let sql = format!(
         "WITH marked AS ({mark_firings}), \
          published AS (UPDATE waiting SET published_at = $1 FROM marked \
              WHERE waiting.firing_id = marked.id) \
          SELECT COUNT(*) FROM marked"
-    ))
-    .bind(at)
-    .bind_rows(batch)
-    .fetch_one(&store.write)
-    .await?;
+    );
+    let query = sqlx::query_as(&sql).bind(at).bind_rows(batch);
+    let counted: Vec<(i64,)> = match &store.fast_path_connections {
+        Some(held) => held.fetch_all(query).await?,
+        None => query.fetch_all(&store.write).await?,
+    };
+    let count = counted.first().map_or(0, |(count,)| *count);
     Ok(u64::try_from(count).unwrap_or(0))
 }
 
