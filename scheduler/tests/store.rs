@@ -617,6 +617,42 @@ async fn an_upgrade_keeps_every_job_where_it_was(db: &TestDb) {
     assert_eq!(read("due").await.next_fire_at, Some(t(2)));
 }
 
+/// Writes `jobs` (anchored at `t(0)`, next due at `next_fire_at`) as a
+/// release before the migration under test did: straight to the tables,
+/// without the columns that migration adds.
+async fn plant_previous_release_jobs(db: &TestDb, jobs: &[JobSpec], next_fire_at: DateTime<Utc>) {
+    let anchor = t(0).timestamp_millis();
+    let next = next_fire_at.timestamp_millis();
+    for job in jobs {
+        let id = job.id.as_str();
+        let spec_text = serde_json::to_string(&job.to_json()).expect("json");
+        db.exec(&format!(
+            "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, consecutive_failures, \
+                 created_at, updated_at, overlap) \
+             VALUES ('{id}', 'default', '{spec_text}', {anchor}, 1, 0, {anchor}, {anchor}, \
+                 'allow')"
+        ))
+        .await;
+        db.exec(&format!(
+            "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
+             VALUES ('{id}', 0, 'active', {next})"
+        ))
+        .await;
+    }
+}
+
+/// A replace by a replica of the previous release, during a rolling
+/// upgrade: it writes the spec and bumps the version, and knows nothing of
+/// the newer columns.
+async fn rewrite_as_previous_release(db: &TestDb, job: &JobSpec) {
+    let spec_text = serde_json::to_string(&job.to_json()).expect("json");
+    db.exec(&format!(
+        "UPDATE jobs SET spec = '{spec_text}', version = version + 1 WHERE id = '{}'",
+        job.id
+    ))
+    .await;
+}
+
 /// Jobs written before `jobs.no_on_success_version` (`20261128000000`),
 /// and jobs a replica of that release rewrites after it (a rolling
 /// upgrade), keep their `on_success`: the one-statement finish, which reads
@@ -624,36 +660,14 @@ async fn an_upgrade_keeps_every_job_where_it_was(db: &TestDb) {
 /// one that triggers nothing.
 async fn an_upgrade_keeps_every_on_success(db: &TestDb) {
     db.migrate_before(20261128000000).await;
-    for (id, extra) in [
-        ("first", json!({"on_success": ["next"]})),
-        ("next", json!({})),
-        ("third", json!({})),
-    ] {
-        let spec_text = serde_json::to_string(&every(id, "1h", extra).to_json()).expect("json");
-        db.exec(&format!(
-            "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, consecutive_failures, \
-                 created_at, updated_at) \
-             VALUES ('{id}', 'default', '{spec_text}', 1893456000000, 1, 0, 1893456000000, \
-                 1893456000000)"
-        ))
-        .await;
-        db.exec(&format!(
-            "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
-             VALUES ('{id}', 0, 'active', 1893459600000)"
-        ))
-        .await;
-    }
-
+    let jobs = [
+        every("first", "1h", json!({"on_success": ["next"]})),
+        every("next", "1h", json!({})),
+        every("third", "1h", json!({})),
+    ];
+    plant_previous_release_jobs(db, &jobs, t(3600)).await;
     let store = db.store().await;
-    // The previous release's replace: it writes the spec and bumps the
-    // version, and knows nothing of the new column.
-    let spec_text =
-        serde_json::to_string(&every("third", "1h", json!({"on_success": ["next"]})).to_json())
-            .expect("json");
-    db.exec(&format!(
-        "UPDATE jobs SET spec = '{spec_text}', version = version + 1 WHERE id = 'third'"
-    ))
-    .await;
+    rewrite_as_previous_release(db, &every("third", "1h", json!({"on_success": ["next"]}))).await;
     for job in ["first", "next", "third"] {
         let triggered = jobs_a_success_triggers(&store, job).await;
         let expected: &[&str] = if job == "next" { &[] } else { &["next"] };

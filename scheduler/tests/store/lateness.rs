@@ -3,7 +3,10 @@
 //! `skipped` by the misfire policy (or by a calendar, when the job asks)
 //! carry one `missed` alert each.
 
-use super::{every, finish, stage, start, t, TestDb};
+use super::{
+    every, finish, plant_previous_release_jobs, rewrite_as_previous_release, stage, start, t,
+    TestDb,
+};
 use chime_common::calendars::Calendar;
 use chime_common::protocol::{AlertKind, Outcome};
 use chime_common::FiringId;
@@ -89,36 +92,14 @@ async fn started_late(store: &Store, jobs: &[&str]) -> Vec<bool> {
 /// instead of the spec, must not take such a job for one without.
 pub(crate) async fn an_upgrade_keeps_every_max_lateness(db: &TestDb) {
     db.migrate_before(20261128120000).await;
-    for (id, extra) in [
-        ("strict", json!({"max_lateness": "1s"})),
-        ("relaxed", json!({})),
-        ("rewritten", json!({})),
-    ] {
-        let spec_text = serde_json::to_string(&every(id, "1m", extra).to_json()).expect("json");
-        db.exec(&format!(
-            "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, consecutive_failures, \
-                 created_at, updated_at, overlap) \
-             VALUES ('{id}', 'default', '{spec_text}', 1893456000000, 1, 0, 1893456000000, \
-                 1893456000000, 'allow')"
-        ))
-        .await;
-        db.exec(&format!(
-            "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
-             VALUES ('{id}', 0, 'active', 1893456060000)"
-        ))
-        .await;
-    }
-
+    let jobs = [
+        every("strict", "1m", json!({"max_lateness": "1s"})),
+        every("relaxed", "1m", json!({})),
+        every("rewritten", "1m", json!({})),
+    ];
+    plant_previous_release_jobs(db, &jobs, t(60)).await;
     let store = db.store().await;
-    // The previous release's replace: it writes the spec and bumps the
-    // version, and knows nothing of the new column.
-    let spec_text =
-        serde_json::to_string(&every("rewritten", "1m", json!({"max_lateness": "1s"})).to_json())
-            .expect("json");
-    db.exec(&format!(
-        "UPDATE jobs SET spec = '{spec_text}', version = version + 1 WHERE id = 'rewritten'"
-    ))
-    .await;
+    rewrite_as_previous_release(db, &every("rewritten", "1m", json!({"max_lateness": "1s"}))).await;
     let late = started_late(&store, &["strict", "relaxed", "rewritten"]).await;
     assert_eq!(late, [true, false, true]);
 }
