@@ -6,10 +6,12 @@
 //! JetStream (`chime.events.finished`), so a scheduler restart loses none;
 //! applying them is idempotent, so a redelivered event changes nothing.
 //! Both sides batch: whatever requests are waiting are decided in one store
-//! call. Finished events also wait `finish_linger` (5 ms) for the ones behind
-//! them, so at a steady rate they share a commit instead of paying one each;
-//! nothing waits for a finish, so only history and what a finish starts (a
-//! retry, a release, a fan-in) see those milliseconds.
+//! call, and a call of starts waits for the one in flight, up to
+//! `start_overlap_after` (2 ms), before running beside it. Finished events
+//! wait `finish_linger` (5 ms) for the ones behind them, so at a steady
+//! rate they share a commit instead of paying one each; nothing waits for
+//! a finish, so only history and what a finish starts (a retry, a release,
+//! a fan-in) see those milliseconds.
 //!
 //! One bad item never holds back the rest: a batch the store refuses for a
 //! reason other than its own availability is applied item by item. A
@@ -37,8 +39,52 @@ use chrono::Utc;
 use futures::{FutureExt, StreamExt};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+
+/// The store calls deciding start requests that are in flight, and when
+/// the next may start.
+///
+/// With no call in flight the next starts at once. With one in flight it
+/// waits for that call, up to `overlap_after`, before starting beside it:
+/// at a steady rate a request that arrives during a call then joins the
+/// next batch instead of paying a call, a commit and a database backend's
+/// wake-up of its own (BENCHMARKS.md, nineteenth session), and a slow call
+/// holds the requests behind it back by no more than that bound.
+struct StartCalls {
+    permits: Arc<Semaphore>,
+    limit: u32,
+    overlap_after: Duration,
+}
+
+impl StartCalls {
+    /// At most `limit` calls at once (at least one).
+    fn new(limit: usize, overlap_after: Duration) -> Self {
+        let limit = u32::try_from(limit.max(1)).unwrap_or(u32::MAX);
+        StartCalls {
+            permits: Arc::new(Semaphore::new(limit as usize)),
+            limit,
+            overlap_after,
+        }
+    }
+
+    /// The permit for the next call, held until the call ends; `None` once closed.
+    async fn next(&self) -> Option<OwnedSemaphorePermit> {
+        if self.limit > 1 {
+            let idle = tokio::time::timeout(
+                self.overlap_after,
+                self.permits.clone().acquire_many_owned(self.limit),
+            )
+            .await;
+            match idle {
+                Ok(Ok(mut idle)) => return idle.split(1),
+                Ok(Err(_closed)) => return None,
+                Err(_waited) => {}
+            }
+        }
+        self.permits.clone().acquire_owned().await.ok()
+    }
+}
 
 /// Start requests on the v1 subject and on every worker's own subject.
 pub type StartRequests = futures::stream::Select<async_nats::Subscriber, async_nats::Subscriber>;
@@ -50,6 +96,9 @@ pub struct WorkerReportsConfig {
     pub start_batch: usize,
     /// Store calls for starts in flight at once.
     pub start_concurrency: usize,
+    /// How long start requests wait for the store call in flight before
+    /// another call starts beside it; zero starts one at once.
+    pub start_overlap_after: Duration,
     /// Finished events applied per store call.
     pub finish_batch: usize,
     /// How long the first finished event of a batch waits for others before
@@ -71,6 +120,7 @@ impl Default for WorkerReportsConfig {
         WorkerReportsConfig {
             start_batch: 500,
             start_concurrency: 4,
+            start_overlap_after: Duration::from_millis(2),
             finish_batch: 500,
             finish_linger: Duration::from_millis(5),
             wait: Duration::from_millis(500),
@@ -206,16 +256,19 @@ impl WorkerReports {
     /// Answers the start requests of `requests` (from
     /// [`WorkerReports::subscribe_starts`]) until `shutdown`.
     pub async fn serve_starts(self, mut requests: StartRequests, shutdown: CancellationToken) {
-        let permits = Arc::new(Semaphore::new(self.config.start_concurrency));
+        let calls = StartCalls::new(
+            self.config.start_concurrency,
+            self.config.start_overlap_after,
+        );
         loop {
             let first = tokio::select! {
                 m = requests.next() => match m { Some(m) => m, None => break },
                 _ = shutdown.cancelled() => break,
             };
-            // Wait for a free store call first, then take whatever else
-            // arrived meanwhile: batching that adds no latency of its own,
-            // and batches grow exactly when the store is the bottleneck.
-            let Ok(permit) = permits.clone().acquire_owned().await else {
+            // Wait for a store call first, then take whatever else arrived
+            // meanwhile: batches grow exactly when the store is the
+            // bottleneck.
+            let Some(permit) = calls.next().await else {
                 break;
             };
             let mut batch = vec![first];
@@ -616,7 +669,72 @@ fn take_ready<S: futures::Stream + Unpin>(
 
 #[cfg(test)]
 mod tests {
-    use super::take_ready;
+    use super::{take_ready, StartCalls};
+    use std::time::Duration;
+    use tokio::time::{timeout, Instant};
+
+    const BOUND: Duration = Duration::from_millis(2);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_starts_at_once_when_none_is_in_flight() {
+        let calls = StartCalls::new(4, BOUND);
+        let began = Instant::now();
+        let first = calls.next().await.expect("open");
+        assert_eq!(began.elapsed(), Duration::ZERO);
+        drop(first);
+        let _second = calls.next().await.expect("open");
+        assert_eq!(began.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_next_call_waits_for_the_one_in_flight_within_the_bound() {
+        let calls = StartCalls::new(4, BOUND);
+        let in_flight = calls.next().await.expect("open");
+        let began = Instant::now();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            drop(in_flight);
+        });
+        let _next = calls.next().await.expect("open");
+        assert_eq!(began.elapsed(), Duration::from_millis(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn past_the_bound_a_call_starts_beside_the_one_in_flight() {
+        let calls = StartCalls::new(4, BOUND);
+        let _in_flight = calls.next().await.expect("open");
+        let began = Instant::now();
+        let _beside = timeout(Duration::from_secs(1), calls.next())
+            .await
+            .expect("a second call within the bound")
+            .expect("open");
+        assert_eq!(began.elapsed(), BOUND);
+        assert_eq!(calls.permits.available_permits(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_the_limit_a_call_waits_for_one_to_end() {
+        let calls = StartCalls::new(2, BOUND);
+        let _first = calls.next().await.expect("open");
+        let second = calls.next().await.expect("open");
+        let began = Instant::now();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            drop(second);
+        });
+        let _third = calls.next().await.expect("open");
+        assert_eq!(began.elapsed(), Duration::from_millis(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn closed_calls_give_no_permit() {
+        let calls = StartCalls::new(4, BOUND);
+        calls.permits.close();
+        assert!(calls.next().await.is_none());
+        let one = StartCalls::new(1, BOUND);
+        one.permits.close();
+        assert!(one.next().await.is_none());
+    }
 
     #[test]
     fn take_ready_stops_at_the_limit_and_tells_when_the_pull_ended() {
