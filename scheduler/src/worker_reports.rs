@@ -6,8 +6,8 @@
 //! JetStream (`chime.events.finished`), so a scheduler restart loses none;
 //! applying them is idempotent, so a redelivered event changes nothing.
 //! Both sides batch: whatever requests are waiting are decided in one store
-//! call, and a call of starts waits for the one in flight, up to
-//! `start_overlap_after` (2 ms), before running beside it. Finished events
+//! call, and a call of starts waits for the calls in flight, up to
+//! `start_overlap_after` (2 ms), before running beside them. Finished events
 //! wait `finish_linger` (5 ms) for the ones behind them, so at a steady
 //! rate they share a commit instead of paying one each; nothing waits for
 //! a finish, so only history and what a finish starts (a retry, a release,
@@ -45,8 +45,8 @@ use tokio_util::sync::CancellationToken;
 /// The store calls deciding start requests that are in flight, and when
 /// the next may start.
 ///
-/// With no call in flight the next starts at once. With one in flight it
-/// waits for that call, up to `overlap_after`, before starting beside it:
+/// With no call in flight the next starts at once. Otherwise it waits for
+/// the calls in flight to end, up to `overlap_after`, then starts beside them:
 /// at a steady rate a request that arrives during a call then joins the
 /// next batch instead of paying a call, a commit and a database backend's
 /// wake-up of its own (BENCHMARKS.md, nineteenth session), and a slow call
@@ -96,8 +96,8 @@ pub struct WorkerReportsConfig {
     pub start_batch: usize,
     /// Store calls for starts in flight at once.
     pub start_concurrency: usize,
-    /// How long start requests wait for the store call in flight before
-    /// another call starts beside it; zero starts one at once.
+    /// How long start requests wait for the store calls in flight before
+    /// another call starts beside them; zero starts one at once.
     pub start_overlap_after: Duration,
     /// Finished events applied per store call.
     pub finish_batch: usize,
