@@ -671,9 +671,18 @@ fn take_ready<S: futures::Stream + Unpin>(
 mod tests {
     use super::{take_ready, StartCalls};
     use std::time::Duration;
+    use tokio::sync::OwnedSemaphorePermit;
     use tokio::time::{timeout, Instant};
 
     const BOUND: Duration = Duration::from_millis(2);
+
+    /// Ends the call holding `call` after `after`, as its store call would.
+    fn end_after(call: OwnedSemaphorePermit, after: Duration) {
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            drop(call);
+        });
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_call_starts_at_once_when_none_is_in_flight() {
@@ -691,10 +700,7 @@ mod tests {
         let calls = StartCalls::new(4, BOUND);
         let in_flight = calls.next().await.expect("open");
         let began = Instant::now();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            drop(in_flight);
-        });
+        end_after(in_flight, Duration::from_millis(1));
         let _next = calls.next().await.expect("open");
         assert_eq!(began.elapsed(), Duration::from_millis(1));
     }
@@ -718,10 +724,7 @@ mod tests {
         let _first = calls.next().await.expect("open");
         let second = calls.next().await.expect("open");
         let began = Instant::now();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            drop(second);
-        });
+        end_after(second, Duration::from_millis(10));
         let _third = calls.next().await.expect("open");
         assert_eq!(began.elapsed(), Duration::from_millis(10));
     }
