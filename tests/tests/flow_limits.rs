@@ -8,6 +8,7 @@ use chime_common::client::Client;
 use chime_common::{Firing, FiringState};
 use chime_tests::*;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -21,10 +22,10 @@ fn logged_run(log: &Path, seconds: &str) -> Value {
     )]})
 }
 
-/// The runs `log` recorded: (start ms, end ms if it ended).
-fn runs(log: &Path) -> Vec<(i64, Option<i64>)> {
+/// The runs `log` recorded, by firing id: (start ms, end ms if it ended).
+fn runs(log: &Path) -> BTreeMap<String, (i64, Option<i64>)> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
-    let mut starts = std::collections::BTreeMap::new();
+    let mut starts = BTreeMap::new();
     let mut ends = std::collections::HashMap::new();
     for line in text.lines() {
         let parts: Vec<&str> = line.split_whitespace().collect();
@@ -46,15 +47,18 @@ fn runs(log: &Path) -> Vec<(i64, Option<i64>)> {
     }
     starts
         .into_iter()
-        .map(|(id, start)| (start, ends.get(&id).copied()))
+        .map(|(id, start)| {
+            let end = ends.get(&id).copied();
+            (id, (start, end))
+        })
         .collect()
 }
 
 /// The most runs of `log` that were running at one moment (an end at the
 /// same millisecond as a start counts first).
-fn most_at_once(runs: &[(i64, Option<i64>)]) -> usize {
+fn most_at_once(runs: &BTreeMap<String, (i64, Option<i64>)>) -> usize {
     let mut events: Vec<(i64, i32)> = Vec::new();
-    for (start, end) in runs {
+    for (start, end) in runs.values() {
         events.push((*start, 1));
         events.push((end.unwrap_or(i64::MAX), -1));
     }
@@ -193,8 +197,12 @@ backend_tests! {
     }
 
     /// `max_per_second: 10`: 45 quick firings due over 3 s start no more
-    /// than 10 in any one second, by the scheduler's start times and by
-    /// the handlers' own, and all of them run.
+    /// than 10 in any window of the store's 1.05 s by the scheduler's start
+    /// times, and all of them run, each once and after its start. By the
+    /// handlers' own start times no one-second window holds more than 10
+    /// while the handlers' delays after their starts differ by at most the
+    /// 50 ms margin (docs/API.md); under load they may differ by more, and
+    /// then the handlers' count says nothing about the limit.
     async fn a_group_rate_limit_holds_in_every_second(db: TestDatabase) {
         init_tracing();
         let nats = NatsServer::start().await;
@@ -220,22 +228,33 @@ backend_tests! {
         }
         let all = all_final(&client, &["a", "b", "c"], 45).await;
         assert!(all.iter().all(|f| f.state == FiringState::Succeeded), "{all:?}");
-        let mut decided: Vec<i64> = all
-            .iter()
-            .map(|f| f.started_at.expect("started").timestamp_millis())
-            .collect();
+        let ran = runs(&log);
+        assert_eq!(ran.len(), 45);
+        let mut decided = Vec::new();
+        let mut handled = Vec::new();
+        let mut delays = Vec::new();
+        for f in &all {
+            let at = f.started_at.expect("started").timestamp_millis();
+            let (handler_at, _) = ran[&f.id.to_string()];
+            assert!(handler_at >= at, "{} ran at {handler_at}, before its start at {at}", f.id);
+            decided.push(at);
+            handled.push(handler_at);
+            delays.push(handler_at - at);
+        }
         decided.sort_unstable();
-        let mut handled: Vec<i64> = runs(&log).into_iter().map(|(s, _)| s).collect();
         handled.sort_unstable();
+        let delay_spread = delays.iter().max().unwrap() - delays.iter().min().unwrap();
         println!(
-            "45 starts over {} ms; most in one second: {} decided, {} by the handlers",
+            "45 starts over {} ms; most in 1.05 s decided: {}; most in one second by the \
+             handlers: {}, their delays after the start differing by up to {delay_spread} ms",
             decided[44] - decided[0],
-            most_in_window(&decided, 1000),
+            most_in_window(&decided, 1050),
             most_in_window(&handled, 1000)
         );
-        assert_eq!(handled.len(), 45);
-        assert!(most_in_window(&decided, 1000) <= 10);
-        assert!(most_in_window(&handled, 1000) <= 10);
+        assert!(most_in_window(&decided, 1050) <= 10);
+        if delay_spread <= 50 {
+            assert!(most_in_window(&handled, 1000) <= 10);
+        }
         assert!(decided[44] - decided[0] >= 4000, "45 starts at 10 a second take over 4 s");
         scheduler.terminate(Duration::from_secs(10)).await;
     }
