@@ -3,7 +3,9 @@
 //! Time is cut into slices (default 1 s). Each replica looks `lookahead`
 //! ahead and tries `create("slice.<start>.<partition>")` in `chime-slices`;
 //! exactly one replica wins each key, stages the slice's due firings in the
-//! store in one transaction and puts them in its wheel. There is no global
+//! store (spread over a moment in small transactions when the slice is
+//! still a lookahead away, see `SlicerConfig::stage_spread`) and puts them
+//! in its wheel. There is no global
 //! lock: replicas race only per key, and the store's unique (job, instant,
 //! attempt) plus `next_fire_at` advancing in the same transaction make a
 //! double stage impossible even if two replicas overlap.
@@ -19,7 +21,7 @@ use crate::claim::{
 };
 use crate::clock::ClockStatus;
 use crate::metrics::Metrics;
-use crate::store::{StageRequest, Store};
+use crate::store::{StagePace, StageRequest, Store};
 use crate::wheel::Wheel;
 use crate::worker_reports::WorkerReports;
 use async_nats::jetstream::kv::{self, Operation};
@@ -62,6 +64,18 @@ pub struct SlicerConfig {
     pub dense_horizon: Duration,
     /// Jobs due in one slice partition that make it dense.
     pub dense_jobs: u32,
+    /// A slice claimed at the lookahead is staged in transactions of
+    /// `stage_pace_jobs` jobs with `stage_pause` after each, for at most
+    /// this long (shared among the partitions, which one replica may stage
+    /// in turn); the rest goes at `max_jobs` without pauses. Staging a whole
+    /// slice in one transaction competes with the starts and finishes in
+    /// flight for as long as it writes, and those firings start late.
+    /// Zero stages every slice as fast as it can.
+    pub stage_spread: Duration,
+    /// Jobs per transaction while a staging is spread out.
+    pub stage_pace_jobs: u32,
+    /// The pause after each transaction while a staging is spread out.
+    pub stage_pause: Duration,
 }
 
 impl Default for SlicerConfig {
@@ -78,6 +92,9 @@ impl Default for SlicerConfig {
             max_jobs: 5_000,
             dense_horizon: Duration::from_secs(15),
             dense_jobs: 20_000,
+            stage_spread: Duration::from_millis(250),
+            stage_pace_jobs: 100,
+            stage_pause: Duration::from_millis(25),
         }
     }
 }
@@ -111,7 +128,40 @@ impl SlicerConfig {
         if self.max_catch_up == 0 || self.max_jobs == 0 {
             return Err("--max-catch-up and the job batch must be at least 1".into());
         }
+        if !self.stage_spread.is_zero() && (self.stage_pace_jobs == 0 || self.stage_pause.is_zero())
+        {
+            return Err(
+                "a spread staging needs at least 1 job and a pause longer than zero".into(),
+            );
+        }
         Ok(())
+    }
+
+    /// How the staging of a slice starting at `slice_start_ms` is spread
+    /// out, claimed at `now_ms`: only a slice claimed at the lookahead (due
+    /// in more than `lookahead` − `slice`) is; a nearer one (a catch-up, a
+    /// replica starting, an early claim topped up) is due too soon, and an
+    /// early dense claim (`early`) needs every transaction at full size.
+    /// Returns the jobs per transaction, the pause and how long to spread:
+    /// at most half a slice in all, since a replica stages its claims one
+    /// after the other and one slice's stagings must not delay the next.
+    fn stage_pace(
+        &self,
+        early: bool,
+        slice_start_ms: i64,
+        now_ms: i64,
+    ) -> Option<(u32, Duration, Duration)> {
+        let ahead = slice_start_ms.saturating_sub(now_ms);
+        let near = i64::try_from(self.lookahead.saturating_sub(self.slice).as_millis())
+            .unwrap_or(i64::MAX);
+        if early || self.stage_spread.is_zero() || ahead <= near {
+            return None;
+        }
+        Some((
+            self.stage_pace_jobs,
+            self.stage_pause,
+            self.stage_spread.min(self.slice / 2) / self.partitions.max(1),
+        ))
     }
 }
 
@@ -228,6 +278,16 @@ impl Slicer {
     /// Claims every unclaimed slice partition in the lookahead window, then
     /// takes over stale claims. Time is passed in so tests control it.
     pub async fn run_once(&self, now: DateTime<Utc>) -> SlicerOutcome {
+        let mut outcome = self.claim_pass(now).await;
+        if !outcome.clock_off {
+            self.takeover_pass(now, &mut outcome).await;
+        }
+        outcome
+    }
+
+    /// Claims every unclaimed slice partition in the lookahead window and
+    /// the dense slices beyond it, staging what it wins.
+    async fn claim_pass(&self, now: DateTime<Utc>) -> SlicerOutcome {
         let mut outcome = SlicerOutcome::default();
         if !self.clock.in_sync() {
             // Claims are cut by wall-clock time; a replica whose clock is
@@ -263,12 +323,18 @@ impl Slicer {
             }
             start += len;
         }
-        if self.claim_dense(start, now, &mut outcome).await.is_err() {
-            return outcome;
-        }
-        self.take_over_stale(now, &mut outcome).await;
-        self.forget_old(now_ms);
+        let _ = self.claim_dense(start, now, &mut outcome).await;
         outcome
+    }
+
+    /// Takes over the stale claims of other replicas and forgets old ones.
+    async fn takeover_pass(&self, now: DateTime<Utc>, outcome: &mut SlicerOutcome) {
+        if !self.clock.in_sync() {
+            outcome.clock_off = true;
+            return;
+        }
+        self.take_over_stale(now, outcome).await;
+        self.forget_old(now.timestamp_millis());
     }
 
     /// Whether `key` is an early claim of this replica's still to be topped
@@ -404,6 +470,18 @@ impl Slicer {
         end_ms: i64,
         now: DateTime<Utc>,
     ) -> usize {
+        let pace = self
+            .config
+            .stage_pace(
+                start_ms.is_some(),
+                end_ms.saturating_sub(self.slice_ms()),
+                now.timestamp_millis(),
+            )
+            .map(|(jobs, pause, spread)| StagePace {
+                jobs,
+                pause,
+                until: std::time::Instant::now() + spread,
+            });
         let request = StageRequest {
             slice: key.to_string(),
             partition,
@@ -412,6 +490,7 @@ impl Slicer {
             now,
             max_catch_up: self.config.max_catch_up,
             max_jobs: self.config.max_jobs,
+            pace,
         };
         let slice: Arc<str> = Arc::from(key);
         // Staging counts as one pending firing until it ends, so the acks of
@@ -463,11 +542,14 @@ impl Slicer {
             .iter()
             .filter_map(|(key, k)| Some((key.clone(), k.revision, k.value.clone()?)))
             .collect();
-        let stale: Vec<(String, u64)> = known
+        let mut stale: Vec<(String, u64)> = known
             .into_iter()
             .filter(|(_, _, v)| v.takeable_by(&self.replica, now_ms, self.gone(&v.owner, now_ms)))
             .map(|(key, revision, _)| (key, revision))
             .collect();
+        // The slice due first is taken over first: a dead replica leaves
+        // several, and the later ones can wait.
+        stale.sort_by_key(|(key, _)| slice_start(key));
         for (key, revision) in stale {
             let value = ClaimValue {
                 owner: self.replica.clone(),
@@ -692,26 +774,127 @@ impl Slicer {
             self.config.liveness,
             drained.clone(),
         )));
+        // Claims and takeovers run side by side: a claim pass waits for its
+        // staging, spread over up to half a slice (`stage_spread`), and a
+        // dead replica's slices must not wait behind that.
+        tokio::join!(
+            self.claim_passes(&shutdown),
+            self.takeover_passes(done, &shutdown, &drained)
+        );
+        while let Ok(key) = done.try_recv() {
+            self.mark_published(&key).await;
+        }
+        self.release_unfinished().await;
+    }
+
+    /// A claim pass every tick until `shutdown`.
+    async fn claim_passes(&self, shutdown: &CancellationToken) {
         // Each pass waits a random 50–150 % of the tick: with a fixed period
         // the replica whose phase comes first after a slice enters the window
         // would win every slice and do all the staging alone.
         let mut next_pass = tokio::time::Instant::now();
         loop {
             tokio::select! {
+                _ = tokio::time::sleep_until(next_pass) => {}
+                _ = shutdown.cancelled() => return,
+            }
+            next_pass =
+                tokio::time::Instant::now() + self.config.tick.mul_f64(rand::random::<f64>() + 0.5);
+            let outcome = self.claim_pass(Utc::now()).await;
+            if !outcome.claimed.is_empty() {
+                tracing::debug!(?outcome, "slicer claim pass");
+            }
+        }
+    }
+
+    /// A takeover pass every tick until `shutdown`, and finished slices
+    /// marked published as they finish until `drained`.
+    async fn takeover_passes(
+        &self,
+        done: &mut mpsc::UnboundedReceiver<Arc<str>>,
+        shutdown: &CancellationToken,
+        drained: &CancellationToken,
+    ) {
+        let mut next_pass = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
                 _ = tokio::time::sleep_until(next_pass), if !shutdown.is_cancelled() => {
-                    next_pass = tokio::time::Instant::now() + self.config.tick.mul_f64(rand::random::<f64>() + 0.5);
-                    let outcome = self.run_once(Utc::now()).await;
-                    if !outcome.claimed.is_empty() || !outcome.taken_over.is_empty() {
-                        tracing::debug!(?outcome, "slicer pass");
+                    next_pass = tokio::time::Instant::now() + self.config.tick;
+                    let mut outcome = SlicerOutcome::default();
+                    self.takeover_pass(Utc::now(), &mut outcome).await;
+                    if !outcome.taken_over.is_empty() {
+                        tracing::debug!(?outcome, "slicer takeover pass");
                     }
                 }
                 Some(key) = done.recv() => self.mark_published(&key).await,
-                _ = drained.cancelled() => break,
+                _ = drained.cancelled() => return,
             }
         }
-        while let Ok(key) = done.try_recv() {
-            self.mark_published(&key).await;
-        }
-        self.release_unfinished().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: i64 = 1_000;
+
+    #[test]
+    fn a_slice_claimed_at_the_lookahead_is_spread_out() {
+        let config = SlicerConfig::default();
+        // Lookahead 3 s: the slice starting 2.95 s from now was just reached.
+        assert_eq!(
+            config.stage_pace(false, 2_950, 0),
+            Some((100, Duration::from_millis(25), Duration::from_millis(250)))
+        );
+    }
+
+    #[test]
+    fn a_nearer_slice_an_early_claim_or_a_zero_spread_is_staged_at_once() {
+        let config = SlicerConfig::default();
+        assert_eq!(config.stage_pace(false, 2 * SECOND, 0), None, "a catch-up");
+        assert_eq!(config.stage_pace(false, 0, 500), None, "the current slice");
+        assert_eq!(
+            config.stage_pace(true, 10 * SECOND, 0),
+            None,
+            "a dense slice"
+        );
+        let unpaced = SlicerConfig {
+            stage_spread: Duration::ZERO,
+            ..SlicerConfig::default()
+        };
+        assert_eq!(unpaced.stage_pace(false, 2_950, 0), None);
+    }
+
+    #[test]
+    fn partitions_share_the_spread() {
+        let config = SlicerConfig {
+            partitions: 4,
+            ..SlicerConfig::default()
+        };
+        let (_, _, spread) = config.stage_pace(false, 2_950, 0).expect("paced");
+        assert_eq!(spread, Duration::from_micros(62_500));
+    }
+
+    #[test]
+    fn the_spread_is_at_most_half_a_slice() {
+        let config = SlicerConfig {
+            slice: Duration::from_millis(100),
+            lookahead: Duration::from_millis(300),
+            ..SlicerConfig::default()
+        };
+        assert_eq!(config.validate(), Ok(()));
+        let (_, _, spread) = config.stage_pace(false, 290, 0).expect("paced");
+        assert_eq!(spread, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn a_spread_without_a_pause_is_refused() {
+        let no_pause = SlicerConfig {
+            stage_pause: Duration::ZERO,
+            ..SlicerConfig::default()
+        };
+        assert!(no_pause.validate().unwrap_err().contains("pause"));
+        assert_eq!(SlicerConfig::default().validate(), Ok(()));
     }
 }

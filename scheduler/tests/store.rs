@@ -12,7 +12,7 @@
 use chime_common::protocol::{AlertKind, Finished, Outcome, StartRefusal, StartRequest};
 use chime_common::{FiringId, FiringState, JobSpec, JobState, Limits, RetryPolicy};
 use chime_scheduler::store::{
-    Backend, ExecutingRow, FiringFilter, JobFilter, Pause, StageOutcome, StageRequest,
+    Backend, ExecutingRow, FiringFilter, JobFilter, Pause, StageOutcome, StagePace, StageRequest,
     StagedFiring, StartOutcome, Store, StoreError, StoreOptions,
 };
 use chrono::{DateTime, Utc};
@@ -324,6 +324,7 @@ both_backends!(
     corrupt_rows_are_reported_with_their_id,
     stage_slice_stages_each_due_instant_once,
     stage_slice_each_hands_over_each_transaction,
+    a_paced_staging_spreads_its_transactions,
     an_early_claim_stages_only_its_own_slice,
     misfire_skip_records_skipped_instants,
     misfire_fire_once_stages_only_the_last,
@@ -1221,6 +1222,55 @@ async fn stage_slice_each_hands_over_each_transaction(db: &TestDb) {
     let mut ids: Vec<String> = handed.concat().iter().map(|id| id.job_id.clone()).collect();
     ids.sort();
     assert_eq!(ids, ["a", "b", "c"]);
+}
+
+/// A paced staging writes `jobs` jobs per transaction and pauses after
+/// each while the pause ends before `until`; past it, the rest goes at
+/// `max_jobs` at once.
+async fn a_paced_staging_spreads_its_transactions(db: &TestDb) {
+    let store = db.store().await;
+    for i in 0..25 {
+        store
+            .put_job(&every(&format!("j{i:02}"), "1s", json!({})), t(0))
+            .await
+            .expect("put");
+    }
+    let pause = Duration::from_millis(40);
+    let paced = StageRequest {
+        pace: Some(StagePace {
+            jobs: 10,
+            pause,
+            until: std::time::Instant::now() + Duration::from_secs(60),
+        }),
+        ..stage("s1", t(2), t(0))
+    };
+    let mut sizes = Vec::new();
+    let began = std::time::Instant::now();
+    store
+        .stage_slice_each(&paced, |firings| sizes.push(firings.len()))
+        .await
+        .expect("stage");
+    assert_eq!(sizes, [10, 10, 5], "transactions of 10 jobs");
+    assert!(
+        began.elapsed() >= 2 * pause,
+        "a pause after each of the first two"
+    );
+
+    // The same staging whose spread has ended: one transaction.
+    let late = StageRequest {
+        pace: Some(StagePace {
+            jobs: 10,
+            pause,
+            until: std::time::Instant::now(),
+        }),
+        ..stage("s2", t(3), t(2))
+    };
+    let mut sizes = Vec::new();
+    store
+        .stage_slice_each(&late, |firings| sizes.push(firings.len()))
+        .await
+        .expect("stage");
+    assert_eq!(sizes, [25], "past the spread, all at once");
 }
 
 async fn stage_slice_stages_each_due_instant_once(db: &TestDb) {

@@ -112,8 +112,8 @@ pub use retry::RetryDelay;
 pub use sessions::Session;
 pub use types::{
     Deleted, ExecutingRow, FinishOutcome, FiringFilter, HoldCause, JobFilter, MissCause, Missed,
-    Page, RequeueOutcome, RunningFiring, StageOutcome, StageRequest, StagedFiring, StartOutcome,
-    StoreOptions, DEFAULT_MAX_CATCH_UP, DEFAULT_MAX_JOBS,
+    Page, RequeueOutcome, RunningFiring, StageOutcome, StagePace, StageRequest, StagedFiring,
+    StartOutcome, StoreOptions, DEFAULT_MAX_CATCH_UP, DEFAULT_MAX_JOBS,
 };
 
 use chime_common::api::page_limit;

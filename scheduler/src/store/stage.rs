@@ -8,7 +8,7 @@ use super::jobs::{compile, next_ms};
 use super::locks::Tx;
 use super::plan::{plan, PlanInput};
 use super::rows::{self, STAGED_COLUMNS};
-use super::types::{MissCause, Missed, StageOutcome, StageRequest, StagedFiring};
+use super::types::{MissCause, Missed, StageOutcome, StagePace, StageRequest, StagedFiring};
 use super::waiting::Waiting;
 use super::{at_ms, id_batch, json_text, ms, RowExt, Store, StoreError};
 use chime_common::calendars::{excluded_by, Calendar};
@@ -390,9 +390,9 @@ impl Store {
         let mut corrupt_seen = HashSet::new();
         let mut staged_jobs = 0;
         loop {
-            let max_jobs = self
-                .backend
-                .stage_jobs_per_transaction(req.max_jobs, staged_jobs);
+            let pace = req.pace.filter(StagePace::pause_fits);
+            let asked = pace.map_or(req.max_jobs, |p| p.jobs.min(req.max_jobs));
+            let max_jobs = self.backend.stage_jobs_per_transaction(asked, staged_jobs);
             let batch = self.retrying(|| self.stage_batch(req, max_jobs)).await?;
             if !batch.firings.is_empty() {
                 on_staged(batch.firings);
@@ -414,6 +414,9 @@ impl Store {
             let more = batch.selected == max_jobs || batch.unfinished;
             if !more || batch.advanced == 0 {
                 break;
+            }
+            if let Some(pace) = pace.filter(StagePace::pause_fits) {
+                tokio::time::sleep(pace.pause).await;
             }
         }
         let adopted = self.retrying(|| self.adopt(req)).await?;

@@ -138,6 +138,29 @@ pub struct StageRequest {
     pub max_catch_up: u32,
     /// Jobs per transaction.
     pub max_jobs: u32,
+    /// Staging spread out in smaller transactions with pauses between
+    /// them, so that a slice's writes do not all compete at once with the
+    /// starts and finishes in flight; `None` stages as fast as it can.
+    pub pace: Option<StagePace>,
+}
+
+/// How a slice's staging is spread out: while a pause still ends before
+/// `until`, at most `jobs` jobs per transaction and `pause` after each; then
+/// the rest at the request's `max_jobs`, without pauses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StagePace {
+    pub jobs: u32,
+    pub pause: std::time::Duration,
+    pub until: std::time::Instant,
+}
+
+impl StagePace {
+    /// Whether a pause taken now still ends before `until`.
+    pub(crate) fn pause_fits(&self) -> bool {
+        std::time::Instant::now()
+            .checked_add(self.pause)
+            .is_some_and(|end| end <= self.until)
+    }
 }
 
 impl StageRequest {
@@ -156,6 +179,7 @@ impl StageRequest {
             now,
             max_catch_up: DEFAULT_MAX_CATCH_UP,
             max_jobs: DEFAULT_MAX_JOBS,
+            pace: None,
         }
     }
 }
