@@ -542,14 +542,9 @@ impl Slicer {
             .iter()
             .filter_map(|(key, k)| Some((key.clone(), k.revision, k.value.clone()?)))
             .collect();
-        let mut stale: Vec<(String, u64)> = known
-            .into_iter()
-            .filter(|(_, _, v)| v.takeable_by(&self.replica, now_ms, self.gone(&v.owner, now_ms)))
-            .map(|(key, revision, _)| (key, revision))
-            .collect();
-        // The slice due first is taken over first: a dead replica leaves
-        // several, and the later ones can wait.
-        stale.sort_by_key(|(key, _)| slice_start(key));
+        let stale = stale_due_first(known, &self.replica, now_ms, |owner| {
+            self.gone(owner, now_ms)
+        });
         for (key, revision) in stale {
             let value = ClaimValue {
                 owner: self.replica.clone(),
@@ -833,9 +828,52 @@ impl Slicer {
     }
 }
 
+/// The claims of `known` that `me` may take over (their owner `gone` or
+/// their lease over), with their revisions, the slice due first first: a
+/// dead replica leaves several, and the later ones can wait.
+fn stale_due_first(
+    known: Vec<(String, u64, ClaimValue)>,
+    me: &str,
+    now_ms: i64,
+    gone: impl Fn(&str) -> bool,
+) -> Vec<(String, u64)> {
+    let mut stale: Vec<(String, u64)> = known
+        .into_iter()
+        .filter(|(_, _, v)| v.takeable_by(me, now_ms, gone(&v.owner)))
+        .map(|(key, revision, _)| (key, revision))
+        .collect();
+    stale.sort_by_key(|(key, _)| slice_start(key));
+    stale
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dead_replicas_slices_are_taken_over_the_first_due_first() {
+        let claim = |owner: &str| ClaimValue {
+            owner: owner.to_string(),
+            state: ClaimState::Claimed,
+            until_ms: 10 * SECOND,
+        };
+        let known = vec![
+            (slice_key(3 * SECOND, 0), 7, claim("dead")),
+            (slice_key(SECOND, 0), 5, claim("dead")),
+            (slice_key(4 * SECOND, 0), 9, claim("alive")),
+            (slice_key(2 * SECOND, 0), 6, claim("dead")),
+            (slice_key(0, 0), 4, claim("me")),
+        ];
+        let stale = stale_due_first(known, "me", 2 * SECOND, |owner| owner == "dead");
+        assert_eq!(
+            stale,
+            [
+                (slice_key(SECOND, 0), 5),
+                (slice_key(2 * SECOND, 0), 6),
+                (slice_key(3 * SECOND, 0), 7)
+            ]
+        );
+    }
 
     const SECOND: i64 = 1_000;
 
