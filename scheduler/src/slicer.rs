@@ -3,12 +3,12 @@
 //! Time is cut into slices (default 1 s). Each replica looks `lookahead`
 //! ahead and tries `create("slice.<start>.<partition>")` in `chime-slices`;
 //! exactly one replica wins each key, stages the slice's due firings in the
-//! store (spread over a moment in small transactions when the slice is
+//! store (in small transactions spread over a moment when the slice is
 //! still a lookahead away, see `SlicerConfig::stage_spread`) and puts them
-//! in its wheel. There is no global
-//! lock: replicas race only per key, and the store's unique (job, instant,
-//! attempt) plus `next_fire_at` advancing in the same transaction make a
-//! double stage impossible even if two replicas overlap.
+//! in its wheel. There is no global lock: replicas race only per key, and
+//! the store's unique (job, instant, attempt) plus `next_fire_at` advancing
+//! in the same transaction make a double stage impossible even if two
+//! replicas overlap.
 //!
 //! Every replica watches the bucket. A claim still unpublished when its lease
 //! runs out, or whose owner's liveness key has lapsed (the owner died), is
@@ -773,7 +773,7 @@ impl Slicer {
         // staging, spread over up to half a slice (`stage_spread`), and a
         // dead replica's slices must not wait behind that.
         tokio::join!(
-            self.claim_passes(&shutdown),
+            self.claim_passes(&shutdown, &drained),
             self.takeover_passes(done, &shutdown, &drained)
         );
         while let Ok(key) = done.try_recv() {
@@ -782,8 +782,8 @@ impl Slicer {
         self.release_unfinished().await;
     }
 
-    /// A claim pass every tick until `shutdown`.
-    async fn claim_passes(&self, shutdown: &CancellationToken) {
+    /// A claim pass every tick until `shutdown` (or `drained`).
+    async fn claim_passes(&self, shutdown: &CancellationToken, drained: &CancellationToken) {
         // Each pass waits a random 50–150 % of the tick: with a fixed period
         // the replica whose phase comes first after a slice enters the window
         // would win every slice and do all the staging alone.
@@ -792,6 +792,7 @@ impl Slicer {
             tokio::select! {
                 _ = tokio::time::sleep_until(next_pass) => {}
                 _ = shutdown.cancelled() => return,
+                _ = drained.cancelled() => return,
             }
             next_pass =
                 tokio::time::Instant::now() + self.config.tick.mul_f64(rand::random::<f64>() + 0.5);
@@ -850,6 +851,8 @@ fn stale_due_first(
 mod tests {
     use super::*;
 
+    const SECOND: i64 = 1_000;
+
     #[test]
     fn a_dead_replicas_slices_are_taken_over_the_first_due_first() {
         let claim = |owner: &str| ClaimValue {
@@ -874,8 +877,6 @@ mod tests {
             ]
         );
     }
-
-    const SECOND: i64 = 1_000;
 
     #[test]
     fn a_slice_claimed_at_the_lookahead_is_spread_out() {
