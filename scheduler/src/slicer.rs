@@ -64,17 +64,15 @@ pub struct SlicerConfig {
     pub dense_horizon: Duration,
     /// Jobs due in one slice partition that make it dense.
     pub dense_jobs: u32,
-    /// A slice claimed at the lookahead is staged in transactions with
-    /// `stage_pause` after each, spread over at most this long (shared
-    /// among the partitions, which one replica may stage in turn): each
-    /// takes the jobs still due divided by the pauses left (see
-    /// [`StagePace`]), and whatever is left when no pause fits goes at
-    /// `max_jobs` without pauses. Staging a whole slice in one transaction
-    /// competes with the starts and finishes in flight for as long as it
-    /// writes, and those firings start late. Zero stages every slice as
-    /// fast as it can.
+    /// A slice claimed at the lookahead is staged in transactions of
+    /// `stage_pace_jobs` jobs with `stage_pause` after each, for at most
+    /// this long (shared among the partitions, which one replica may stage
+    /// in turn); the rest goes at `max_jobs` without pauses. Staging a whole
+    /// slice in one transaction competes with the starts and finishes in
+    /// flight for as long as it writes, and those firings start late.
+    /// Zero stages every slice as fast as it can.
     pub stage_spread: Duration,
-    /// The fewest jobs per transaction while a staging is spread out.
+    /// Jobs per transaction while a staging is spread out.
     pub stage_pace_jobs: u32,
     /// The pause after each transaction while a staging is spread out.
     pub stage_pause: Duration,

@@ -145,13 +145,10 @@ pub struct StageRequest {
 }
 
 /// How a slice's staging is spread out: while a pause still ends before
-/// `until`, each transaction takes the jobs still due divided by the pauses
-/// left before `until` (at least `jobs`) and `pause` follows it; then the
-/// rest goes at the request's `max_jobs`, without pauses. So the whole
-/// slice is spread over the time given, however many jobs it holds.
+/// `until`, at most `jobs` jobs per transaction and `pause` after each; then
+/// the rest at the request's `max_jobs`, without pauses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StagePace {
-    /// The fewest jobs a paced transaction takes.
     pub jobs: u32,
     pub pause: std::time::Duration,
     pub until: std::time::Instant,
@@ -160,19 +157,9 @@ pub struct StagePace {
 impl StagePace {
     /// Whether a pause taken now still ends before `until`.
     pub(crate) fn pause_fits(&self) -> bool {
-        self.jobs_at(std::time::Instant::now(), 0).is_some()
-    }
-
-    /// The jobs for a transaction begun at `now` with `due_left` jobs still
-    /// due; `None` once no pause fits before `until`.
-    pub(crate) fn jobs_at(&self, now: std::time::Instant, due_left: u64) -> Option<u32> {
-        let left = self.until.checked_duration_since(now)?;
-        let pauses = left.as_nanos() / self.pause.as_nanos().max(1);
-        if pauses == 0 {
-            return None;
-        }
-        let share = u128::from(due_left).div_ceil(pauses);
-        Some(u32::try_from(share).unwrap_or(u32::MAX).max(self.jobs))
+        std::time::Instant::now()
+            .checked_add(self.pause)
+            .is_some_and(|end| end <= self.until)
     }
 }
 
@@ -373,57 +360,4 @@ pub struct RequeueOutcome {
     pub released: Vec<FiringId>,
     /// `firing_lost` when no attempt remains.
     pub alert: Option<Alert>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::StagePace;
-    use std::time::{Duration, Instant};
-
-    fn pace(jobs: u32, pause_ms: u64, spread_ms: u64) -> (StagePace, Instant) {
-        let now = Instant::now();
-        let pace = StagePace {
-            jobs,
-            pause: Duration::from_millis(pause_ms),
-            until: now + Duration::from_millis(spread_ms),
-        };
-        (pace, now)
-    }
-
-    #[test]
-    fn the_jobs_due_are_shared_among_the_pauses_left() {
-        let (pace, now) = pace(10, 25, 250);
-        assert_eq!(pace.jobs_at(now, 1_000), Some(100), "ten pauses left");
-        assert_eq!(
-            pace.jobs_at(now + Duration::from_millis(150), 600),
-            Some(150),
-            "four pauses left"
-        );
-        assert_eq!(pace.jobs_at(now, 1_001), Some(101), "rounded up");
-    }
-
-    #[test]
-    fn a_transaction_takes_at_least_the_fewest_jobs() {
-        let (pace, now) = pace(10, 25, 250);
-        assert_eq!(pace.jobs_at(now, 50), Some(10));
-        assert_eq!(pace.jobs_at(now, 0), Some(10));
-    }
-
-    #[test]
-    fn no_pace_once_no_pause_fits() {
-        let (pace, now) = pace(10, 25, 250);
-        assert_eq!(pace.jobs_at(now + Duration::from_millis(226), 1_000), None);
-        assert_eq!(pace.jobs_at(now + Duration::from_secs(1), 1_000), None);
-        assert!(!StagePace {
-            until: Instant::now(),
-            ..pace
-        }
-        .pause_fits());
-    }
-
-    #[test]
-    fn a_huge_count_saturates() {
-        let (pace, now) = pace(10, 1, 1);
-        assert_eq!(pace.jobs_at(now, u64::MAX), Some(u32::MAX));
-    }
 }
