@@ -67,12 +67,14 @@ pub struct SlicerConfig {
     /// A slice claimed at the lookahead is staged in transactions of
     /// `stage_pace_jobs` jobs with `stage_pause` after each, for at most
     /// this long (shared among the partitions, which one replica may stage
-    /// in turn); the rest goes at `max_jobs` without pauses. Staging a whole
-    /// slice in one transaction competes with the starts and finishes in
-    /// flight for as long as it writes, and those firings start late.
-    /// Zero stages every slice as fast as it can.
+    /// in turn); the rest goes at `max_jobs` without pauses. A slice too
+    /// large for that shares its jobs among the pauses (see
+    /// [`StagePace`]). Staging a whole slice in one transaction competes
+    /// with the starts and finishes in flight for as long as it writes, and
+    /// those firings start late. Zero stages every slice as fast as it can.
     pub stage_spread: Duration,
-    /// Jobs per transaction while a staging is spread out.
+    /// Jobs per transaction while a staging is spread out (the fewest, when
+    /// it is shared).
     pub stage_pace_jobs: u32,
     /// The pause after each transaction while a staging is spread out.
     pub stage_pause: Duration,

@@ -325,6 +325,7 @@ both_backends!(
     stage_slice_stages_each_due_instant_once,
     stage_slice_each_hands_over_each_transaction,
     a_paced_staging_spreads_its_transactions,
+    a_paced_staging_shares_the_due_jobs_among_its_pauses,
     an_early_claim_stages_only_its_own_slice,
     misfire_skip_records_skipped_instants,
     misfire_fire_once_stages_only_the_last,
@@ -1271,6 +1272,53 @@ async fn a_paced_staging_spreads_its_transactions(db: &TestDb) {
         .await
         .expect("stage");
     assert_eq!(sizes, [25], "past the spread, all at once");
+}
+
+/// A paced staging of more than twice the jobs that fit its pauses shares
+/// them among the pauses, so the whole slice is spread over the time given
+/// rather than its first `jobs` jobs per pause and the rest at once; a
+/// smaller one keeps `jobs` a transaction.
+async fn a_paced_staging_shares_the_due_jobs_among_its_pauses(db: &TestDb) {
+    let store = db.store().await;
+    for i in 0..60 {
+        store
+            .put_job(&every(&format!("j{i:02}"), "1s", json!({})), t(0))
+            .await
+            .expect("put");
+    }
+    let paced = |jobs, slice, end, now| StageRequest {
+        pace: Some(StagePace {
+            jobs,
+            pause: Duration::from_millis(20),
+            until: std::time::Instant::now() + Duration::from_millis(200),
+        }),
+        ..stage(slice, end, now)
+    };
+    let mut sizes = Vec::new();
+    store
+        .stage_slice_each(&paced(1, "s1", t(2), t(0)), |firings| {
+            sizes.push(firings.len())
+        })
+        .await
+        .expect("stage");
+    assert_eq!(sizes.iter().sum::<usize>(), 60, "every job staged once");
+    assert!(
+        sizes[0] >= 6,
+        "60 jobs over at most ten pauses of 1: at least 6 in the first transaction ({sizes:?})"
+    );
+
+    let mut sizes = Vec::new();
+    store
+        .stage_slice_each(&paced(5, "s2", t(3), t(2)), |firings| {
+            sizes.push(firings.len())
+        })
+        .await
+        .expect("stage");
+    assert_eq!(sizes.iter().sum::<usize>(), 60, "every job staged once");
+    assert_eq!(
+        sizes[0], 5,
+        "60 jobs within twice the 45 to 50 that fit nine or ten pauses of 5: the fixed pace ({sizes:?})"
+    );
 }
 
 async fn stage_slice_stages_each_due_instant_once(db: &TestDb) {

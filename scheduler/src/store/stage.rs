@@ -389,9 +389,21 @@ impl Store {
         let mut outcome = StageOutcome::default();
         let mut corrupt_seen = HashSet::new();
         let mut staged_jobs = 0;
+        let mut due_left = match req.pace {
+            Some(_) => self.retrying(|| self.count_due(req)).await?,
+            None => 0,
+        };
+        let shared = req
+            .pace
+            .is_some_and(|p| p.shares(std::time::Instant::now(), due_left));
         loop {
-            let pace = req.pace.filter(StagePace::pause_fits);
-            let asked = pace.map_or(req.max_jobs, |p| p.jobs.min(req.max_jobs));
+            let asked = req
+                .pace
+                .and_then(|p| {
+                    let share = if shared { due_left } else { 0 };
+                    p.jobs_at(std::time::Instant::now(), share)
+                })
+                .map_or(req.max_jobs, |jobs| jobs.min(req.max_jobs));
             let max_jobs = self.backend.stage_jobs_per_transaction(asked, staged_jobs);
             let batch = self.retrying(|| self.stage_batch(req, max_jobs)).await?;
             if !batch.firings.is_empty() {
@@ -401,6 +413,7 @@ impl Store {
             outcome.misfired += batch.misfired;
             outcome.jobs += batch.advanced as u64;
             staged_jobs += batch.advanced;
+            due_left = due_left.saturating_sub(batch.advanced as u64);
             outcome.missed.extend(batch.missed);
             for (id, message) in batch.corrupt {
                 if corrupt_seen.insert(id.clone()) {
@@ -415,7 +428,7 @@ impl Store {
             if !more || batch.advanced == 0 {
                 break;
             }
-            if let Some(pace) = pace.filter(StagePace::pause_fits) {
+            if let Some(pace) = req.pace.filter(StagePace::pause_fits) {
                 tokio::time::sleep(pace.pause).await;
             }
         }
@@ -489,6 +502,23 @@ impl Store {
         .bind(i64::try_from(max_jobs).unwrap_or(i64::MAX))
         .fetch_all(executor)
         .await?)
+    }
+
+    /// How many active jobs of the request's partition are due in its
+    /// slice, for sizing a paced staging's transactions: an estimate, since
+    /// other replicas may stage some of them meanwhile.
+    async fn count_due(&self, req: &StageRequest) -> Result<u64, StoreError> {
+        let count: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM job_schedule s \
+             WHERE s.part = $1 AND s.state = 'active' \
+                 AND s.next_fire_at >= $2 AND s.next_fire_at < $3",
+        )
+        .bind(i64::from(req.partition))
+        .bind(start_ms(req))
+        .bind(ms(req.slice_end))
+        .fetch_one(&self.read)
+        .await?;
+        Ok(u64::try_from(count).unwrap_or(0))
     }
 
     /// Plans the due jobs `due`: their instants in the slice, less those an

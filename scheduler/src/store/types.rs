@@ -145,10 +145,18 @@ pub struct StageRequest {
 }
 
 /// How a slice's staging is spread out: while a pause still ends before
-/// `until`, at most `jobs` jobs per transaction and `pause` after each; then
-/// the rest at the request's `max_jobs`, without pauses.
+/// `until`, each transaction takes `jobs` jobs and `pause` follows it; then
+/// the rest goes at the request's `max_jobs`, without pauses.
+///
+/// A slice with more than twice the jobs that fit (`jobs` for each pause
+/// before `until`) is shared instead: each transaction takes the jobs still
+/// due divided by the pauses left, at least `jobs`, so no transaction of
+/// thousands is left for the end. Below that the fixed pace is kept: at a
+/// steady 1,000/s it had the shorter tail (BENCHMARKS.md, twenty-first
+/// session).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StagePace {
+    /// The jobs a paced transaction takes, and the fewest a shared one does.
     pub jobs: u32,
     pub pause: std::time::Duration,
     pub until: std::time::Instant,
@@ -157,9 +165,33 @@ pub struct StagePace {
 impl StagePace {
     /// Whether a pause taken now still ends before `until`.
     pub(crate) fn pause_fits(&self) -> bool {
-        std::time::Instant::now()
-            .checked_add(self.pause)
-            .is_some_and(|end| end <= self.until)
+        self.pauses_left(std::time::Instant::now()) > 0
+    }
+
+    /// Whether a staging of `due` jobs begun at `now` shares them among the
+    /// pauses (see the type's documentation).
+    pub(crate) fn shares(&self, now: std::time::Instant, due: u64) -> bool {
+        let fits = u128::from(self.jobs).saturating_mul(self.pauses_left(now));
+        u128::from(due) > fits.saturating_mul(2)
+    }
+
+    /// The jobs for a transaction begun at `now` with `due_left` jobs still
+    /// due and shared among the pauses left (zero for the fixed pace);
+    /// `None` once no pause fits before `until`.
+    pub(crate) fn jobs_at(&self, now: std::time::Instant, due_left: u64) -> Option<u32> {
+        let pauses = self.pauses_left(now);
+        if pauses == 0 {
+            return None;
+        }
+        let share = u128::from(due_left).div_ceil(pauses);
+        Some(u32::try_from(share).unwrap_or(u32::MAX).max(self.jobs))
+    }
+
+    /// How many pauses taken one after another from `now` end before `until`.
+    fn pauses_left(&self, now: std::time::Instant) -> u128 {
+        self.until
+            .checked_duration_since(now)
+            .map_or(0, |left| left.as_nanos() / self.pause.as_nanos().max(1))
     }
 }
 
@@ -360,4 +392,67 @@ pub struct RequeueOutcome {
     pub released: Vec<FiringId>,
     /// `firing_lost` when no attempt remains.
     pub alert: Option<Alert>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StagePace;
+    use std::time::{Duration, Instant};
+
+    fn pace(jobs: u32, pause_ms: u64, spread_ms: u64) -> (StagePace, Instant) {
+        let now = Instant::now();
+        let pace = StagePace {
+            jobs,
+            pause: Duration::from_millis(pause_ms),
+            until: now + Duration::from_millis(spread_ms),
+        };
+        (pace, now)
+    }
+
+    #[test]
+    fn the_jobs_due_are_shared_among_the_pauses_left() {
+        let (pace, now) = pace(10, 25, 250);
+        assert_eq!(pace.jobs_at(now, 1_000), Some(100), "ten pauses left");
+        assert_eq!(
+            pace.jobs_at(now + Duration::from_millis(150), 600),
+            Some(150),
+            "four pauses left"
+        );
+        assert_eq!(pace.jobs_at(now, 1_001), Some(101), "rounded up");
+    }
+
+    #[test]
+    fn a_transaction_takes_at_least_the_fewest_jobs() {
+        let (pace, now) = pace(10, 25, 250);
+        assert_eq!(pace.jobs_at(now, 50), Some(10));
+        assert_eq!(pace.jobs_at(now, 0), Some(10));
+    }
+
+    #[test]
+    fn no_pace_once_no_pause_fits() {
+        let (pace, now) = pace(10, 25, 250);
+        assert_eq!(pace.jobs_at(now + Duration::from_millis(226), 1_000), None);
+        assert_eq!(pace.jobs_at(now + Duration::from_secs(1), 1_000), None);
+        assert!(!StagePace {
+            until: Instant::now(),
+            ..pace
+        }
+        .pause_fits());
+    }
+
+    #[test]
+    fn only_a_slice_over_twice_what_fits_is_shared() {
+        let (pace, now) = pace(100, 25, 250);
+        assert!(!pace.shares(now, 2_000), "ten pauses of 100, twice over");
+        assert!(pace.shares(now, 2_001));
+        let later = now + Duration::from_millis(200);
+        assert!(!pace.shares(later, 400), "two pauses left");
+        assert!(pace.shares(later, 401));
+    }
+
+    #[test]
+    fn a_huge_count_saturates() {
+        let (pace, now) = pace(10, 1, 1);
+        assert_eq!(pace.jobs_at(now, u64::MAX), Some(u32::MAX));
+    }
 }
