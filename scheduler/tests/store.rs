@@ -1245,12 +1245,8 @@ async fn a_paced_staging_spreads_its_transactions(db: &TestDb) {
         }),
         ..stage("s1", t(2), t(0))
     };
-    let mut sizes = Vec::new();
     let began = std::time::Instant::now();
-    store
-        .stage_slice_each(&paced, |firings| sizes.push(firings.len()))
-        .await
-        .expect("stage");
+    let sizes = transaction_sizes(&store, &paced).await;
     assert_eq!(sizes, [10, 10, 5], "transactions of 10 jobs");
     assert!(
         began.elapsed() >= 2 * pause,
@@ -1266,11 +1262,7 @@ async fn a_paced_staging_spreads_its_transactions(db: &TestDb) {
         }),
         ..stage("s2", t(3), t(2))
     };
-    let mut sizes = Vec::new();
-    store
-        .stage_slice_each(&late, |firings| sizes.push(firings.len()))
-        .await
-        .expect("stage");
+    let sizes = transaction_sizes(&store, &late).await;
     assert_eq!(sizes, [25], "past the spread, all at once");
 }
 
@@ -1294,31 +1286,29 @@ async fn a_paced_staging_shares_the_due_jobs_among_its_pauses(db: &TestDb) {
         }),
         ..stage(slice, end, now)
     };
-    let mut sizes = Vec::new();
-    store
-        .stage_slice_each(&paced(1, "s1", t(2), t(0)), |firings| {
-            sizes.push(firings.len())
-        })
-        .await
-        .expect("stage");
+    let sizes = transaction_sizes(&store, &paced(1, "s1", t(2), t(0))).await;
     assert_eq!(sizes.iter().sum::<usize>(), 60, "every job staged once");
     assert!(
         sizes[0] >= 6,
         "60 jobs over at most ten pauses of 1: at least 6 in the first transaction ({sizes:?})"
     );
 
-    let mut sizes = Vec::new();
-    store
-        .stage_slice_each(&paced(5, "s2", t(3), t(2)), |firings| {
-            sizes.push(firings.len())
-        })
-        .await
-        .expect("stage");
+    let sizes = transaction_sizes(&store, &paced(5, "s2", t(3), t(2))).await;
     assert_eq!(sizes.iter().sum::<usize>(), 60, "every job staged once");
     assert_eq!(
         sizes[0], 5,
         "60 jobs within twice the 45 to 50 that fit nine or ten pauses of 5: the fixed pace ({sizes:?})"
     );
+}
+
+/// How many firings each transaction of `req`'s staging handed over.
+async fn transaction_sizes(store: &Store, req: &StageRequest) -> Vec<usize> {
+    let mut sizes = Vec::new();
+    store
+        .stage_slice_each(req, |firings| sizes.push(firings.len()))
+        .await
+        .expect("stage");
+    sizes
 }
 
 async fn stage_slice_stages_each_due_instant_once(db: &TestDb) {

@@ -390,7 +390,11 @@ impl Store {
         let mut corrupt_seen = HashSet::new();
         let mut staged_jobs = 0;
         let mut due_left = match req.pace {
-            Some(_) => self.retrying(|| self.count_due(req)).await?,
+            Some(_) => {
+                let (from, to) = (start_ms(req), ms(req.slice_end));
+                self.retrying(|| self.count_due_jobs(req.partition, from, to, i64::MAX))
+                    .await?
+            }
             None => 0,
         };
         let shared = req
@@ -502,23 +506,6 @@ impl Store {
         .bind(i64::try_from(max_jobs).unwrap_or(i64::MAX))
         .fetch_all(executor)
         .await?)
-    }
-
-    /// How many active jobs of the request's partition are due in its
-    /// slice, for sizing a paced staging's transactions: an estimate, since
-    /// other replicas may stage some of them meanwhile.
-    async fn count_due(&self, req: &StageRequest) -> Result<u64, StoreError> {
-        let count: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM job_schedule s \
-             WHERE s.part = $1 AND s.state = 'active' \
-                 AND s.next_fire_at >= $2 AND s.next_fire_at < $3",
-        )
-        .bind(i64::from(req.partition))
-        .bind(start_ms(req))
-        .bind(ms(req.slice_end))
-        .fetch_one(&self.read)
-        .await?;
-        Ok(u64::try_from(count).unwrap_or(0))
     }
 
     /// Plans the due jobs `due`: their instants in the slice, less those an
@@ -782,18 +769,35 @@ impl Store {
         to: DateTime<Utc>,
         count: u32,
     ) -> Result<bool, StoreError> {
+        let found = self
+            .count_due_jobs(partition, ms(from), ms(to), i64::from(count))
+            .await?;
+        Ok(found >= u64::from(count))
+    }
+
+    /// How many active jobs of `partition` are due in `[from_ms, to_ms)`,
+    /// reading at most `limit` entries of the due index. A paced staging
+    /// sizes its transactions from it: an estimate, since other replicas
+    /// may stage some of them meanwhile.
+    async fn count_due_jobs(
+        &self,
+        partition: u32,
+        from_ms: i64,
+        to_ms: i64,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
         let found: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM (SELECT 1 FROM job_schedule \
              WHERE part = $1 AND state = 'active' AND next_fire_at >= $2 AND next_fire_at < $3 \
              LIMIT $4) due",
         )
         .bind(i64::from(partition))
-        .bind(ms(from))
-        .bind(ms(to))
-        .bind(i64::from(count))
+        .bind(from_ms)
+        .bind(to_ms)
+        .bind(limit)
         .fetch_one(&self.read)
         .await?;
-        Ok(found >= i64::from(count))
+        Ok(u64::try_from(found).unwrap_or(0))
     }
 
     /// Staged (unpublished) firings owned by a slice: what a replica taking
