@@ -323,6 +323,7 @@ both_backends!(
     pause_and_resume_keep_next_fire_at,
     corrupt_rows_are_reported_with_their_id,
     stage_slice_stages_each_due_instant_once,
+    each_staging_reads_the_definition_as_stored_then,
     stage_slice_each_hands_over_each_transaction,
     a_paced_staging_spreads_its_transactions,
     a_paced_staging_shares_the_due_jobs_among_its_pauses,
@@ -1357,6 +1358,59 @@ async fn stage_slice_stages_each_due_instant_once(db: &TestDb) {
     assert_eq!(next.firings.len(), 5);
     assert_eq!(firings_of(&store, "a").await.len(), 9);
     assert_eq!(store.slice_firings("s1").await.expect("slice").len(), 4);
+}
+
+/// Staging keeps each job's parsed definition between slices
+/// (`store/spec_cache.rs`); whatever changes the stored definition, each
+/// slice still stages what is stored when it runs: a replace, and a write
+/// that changes the text alone (neither version nor anchor), as a job
+/// deleted and created again under its id can.
+async fn each_staging_reads_the_definition_as_stored_then(db: &TestDb) {
+    let store = db.store().await;
+    let staged = |outcome: &StageOutcome| -> Vec<(Value, u8)> {
+        outcome
+            .firings
+            .iter()
+            .map(|f| (f.payload.clone(), f.priority))
+            .collect()
+    };
+    store
+        .put_job(
+            &every("a", "1s", json!({"payload": {"v": 1}, "priority": 3})),
+            t(0),
+        )
+        .await
+        .expect("put");
+    let first = store
+        .stage_slice(&stage("s1", t(3), t(0)))
+        .await
+        .expect("stage");
+    assert_eq!(staged(&first), vec![(json!({"v": 1}), 3); 2]);
+
+    store
+        .put_job(
+            &every("a", "1s", json!({"payload": {"v": 2}, "priority": 7})),
+            t(3),
+        )
+        .await
+        .expect("replace");
+    let replaced = store
+        .stage_slice(&stage("s2", t(6), t(3)))
+        .await
+        .expect("stage");
+    assert_eq!(staged(&replaced), vec![(json!({"v": 2}), 7); 2]);
+
+    let rewritten = every("a", "1s", json!({"payload": {"v": 3}, "priority": 7}));
+    let spec_text = serde_json::to_string(&rewritten.to_json()).expect("json");
+    db.exec(&format!(
+        "UPDATE jobs SET spec = '{spec_text}' WHERE id = 'a'"
+    ))
+    .await;
+    let text_only = store
+        .stage_slice(&stage("s3", t(9), t(6)))
+        .await
+        .expect("stage");
+    assert_eq!(staged(&text_only), vec![(json!({"v": 3}), 7); 3]);
 }
 
 /// A dense slice claimed ahead of the lookahead (`slice_start` set) takes

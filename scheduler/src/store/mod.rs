@@ -92,6 +92,7 @@ mod rows;
 mod selection;
 mod sessions;
 mod skip;
+mod spec_cache;
 mod stage;
 mod start;
 mod states;
@@ -147,6 +148,8 @@ pub struct Store {
     fast_paths: bool,
     partitions: u32,
     limits: Limits,
+    /// Parsed definitions of recently staged jobs (`spec_cache.rs`).
+    specs: spec_cache::SpecCache,
 }
 
 impl std::fmt::Debug for Store {
@@ -185,6 +188,7 @@ impl Store {
             fast_paths: options.fast_paths,
             partitions: options.partitions,
             limits: options.limits,
+            specs: spec_cache::SpecCache::new(spec_cache::DEFAULT_BUDGET_BYTES),
         };
         store.check_partitions().await?;
         Ok(store)

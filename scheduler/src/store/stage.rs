@@ -4,10 +4,11 @@
 //! the reads that find staged firings to publish.
 
 use super::dialect::{Backend, BindRows, Col};
-use super::jobs::{compile, next_ms};
+use super::jobs::next_ms;
 use super::locks::Tx;
 use super::plan::{plan, PlanInput};
 use super::rows::{self, STAGED_COLUMNS};
+use super::spec_cache::ParsedJob;
 use super::types::{MissCause, Missed, StageOutcome, StagePace, StageRequest, StagedFiring};
 use super::waiting::Waiting;
 use super::{at_ms, id_batch, json_text, ms, RowExt, Store, StoreError};
@@ -20,6 +21,7 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::Any;
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Rows per batch statement.
@@ -126,10 +128,10 @@ const ADVANCE_COLUMNS: [(&str, Col); 5] = [
 
 /// One due job, read and planned.
 struct DueJob {
-    spec: JobSpec,
+    /// Its definition, as staging reads it.
+    definition: Arc<ParsedJob>,
     /// What its rows were when read.
     guard: Guard,
-    payload: String,
     plan: super::plan::Plan,
     /// Instants taken out of `plan.staged` by an excluding calendar, with
     /// the recorded error naming it.
@@ -143,6 +145,7 @@ impl DueJob {
     /// nothing.
     fn exclude(&mut self, calendars: &[Calendar]) {
         let mine: Vec<Calendar> = self
+            .definition
             .spec
             .time
             .exclude
@@ -152,7 +155,7 @@ impl DueJob {
         if mine.is_empty() {
             return;
         }
-        let tz = self.spec.schedule.time_zone();
+        let tz = self.definition.spec.schedule.time_zone();
         let excluded = &mut self.excluded;
         self.plan.staged.retain(|&(t, _)| {
             let instant = at_ms(t);
@@ -193,7 +196,7 @@ impl Batch {
     /// each instant it inserted as skipped.
     fn collect(&mut self, jobs: &[DueJob], inserted: &HashSet<String>, now: i64) {
         for job in jobs {
-            let spec = &job.spec;
+            let spec = &job.definition.spec;
             let shards = spec.concurrency.shard_count();
             let shard_ids = |scheduled_at| {
                 (0..shards).map(move |shard| {
@@ -259,7 +262,7 @@ impl<'a> Writes<'a> {
         let mut firings = Vec::new();
         let mut advances = Vec::with_capacity(jobs.len());
         for job in jobs {
-            let spec = &job.spec;
+            let spec = &job.definition.spec;
             let timeout_ms = i64::try_from(spec.timeout.as_millis()).unwrap_or(i64::MAX);
             let base = |scheduled_at: i64, due_at: i64, state| NewFiring {
                 id: FiringId::new(spec.id.as_str(), scheduled_at, 1).to_string(),
@@ -283,7 +286,7 @@ impl<'a> Writes<'a> {
             let shards = spec.concurrency.shard_count();
             for &(scheduled_at, due_at) in &job.plan.staged {
                 let first = NewFiring {
-                    payload: &job.payload,
+                    payload: &job.definition.payload,
                     ..base(scheduled_at, due_at, FiringState::Staged.as_str())
                 };
                 firings.extend(first.sharded(shards));
@@ -531,7 +534,7 @@ impl Store {
         }
         let mut excluded_ids: Vec<String> = jobs
             .iter()
-            .flat_map(|j| j.spec.time.exclude.iter().cloned())
+            .flat_map(|j| j.definition.spec.time.exclude.iter().cloned())
             .collect();
         excluded_ids.sort_unstable();
         excluded_ids.dedup();
@@ -702,8 +705,10 @@ impl Store {
         let id: String = row
             .try_get("id")
             .map_err(|e| StoreError::Internal(format!("reading a due job's id: {e}")))?;
-        let spec = rows::spec(&id, &row.text(&id, "spec")?)?;
-        let schedule = compile(&spec, row.int(&id, "anchor_ms")?)?;
+        let definition =
+            self.specs
+                .parsed(&id, &row.text(&id, "spec")?, row.int(&id, "anchor_ms")?)?;
+        let spec = &definition.spec;
         let first = row.int(&id, "next_fire_at")?;
         let threshold = i64::try_from(spec.misfire_threshold.as_millis()).unwrap_or(i64::MAX);
         let input = PlanInput {
@@ -714,16 +719,13 @@ impl Store {
             misfire: spec.misfire,
             max_catch_up: req.max_catch_up,
         };
-        let plan = plan(&input, |t| next_ms(&schedule, t));
-        let payload = serde_json::to_string(&spec.payload)
-            .map_err(|e| StoreError::corrupt(&id, format!("payload does not encode: {e}")))?;
+        let plan = plan(&input, |t| next_ms(&definition.schedule, t));
         Ok(DueJob {
             guard: Guard {
                 from_fire_at: first,
                 version: row.int(&id, "version")?,
             },
-            spec,
-            payload,
+            definition,
             plan,
             excluded: Vec::new(),
         })
