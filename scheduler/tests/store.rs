@@ -1367,50 +1367,40 @@ async fn stage_slice_stages_each_due_instant_once(db: &TestDb) {
 /// deleted and created again under its id can.
 async fn each_staging_reads_the_definition_as_stored_then(db: &TestDb) {
     let store = db.store().await;
-    let staged = |outcome: &StageOutcome| -> Vec<(Value, u8)> {
-        outcome
-            .firings
-            .iter()
-            .map(|f| (f.payload.clone(), f.priority))
-            .collect()
+    let a = |v: i64, priority: u8| {
+        every(
+            "a",
+            "1s",
+            json!({"payload": {"v": v}, "priority": priority}),
+        )
     };
-    store
-        .put_job(
-            &every("a", "1s", json!({"payload": {"v": 1}, "priority": 3})),
-            t(0),
-        )
-        .await
-        .expect("put");
-    let first = store
-        .stage_slice(&stage("s1", t(3), t(0)))
-        .await
-        .expect("stage");
-    assert_eq!(staged(&first), vec![(json!({"v": 1}), 3); 2]);
+    // The payload and priority of each firing a slice ending at `end` stages at `now`.
+    let staged = |slice: &'static str, end: i64, now: i64| {
+        let store = store.clone();
+        async move {
+            let outcome = store
+                .stage_slice(&stage(slice, t(end), t(now)))
+                .await
+                .expect("stage");
+            outcome
+                .firings
+                .iter()
+                .map(|f| (f.payload.clone(), f.priority))
+                .collect::<Vec<(Value, u8)>>()
+        }
+    };
+    store.put_job(&a(1, 3), t(0)).await.expect("put");
+    assert_eq!(staged("s1", 3, 0).await, vec![(json!({"v": 1}), 3); 2]);
 
-    store
-        .put_job(
-            &every("a", "1s", json!({"payload": {"v": 2}, "priority": 7})),
-            t(3),
-        )
-        .await
-        .expect("replace");
-    let replaced = store
-        .stage_slice(&stage("s2", t(6), t(3)))
-        .await
-        .expect("stage");
-    assert_eq!(staged(&replaced), vec![(json!({"v": 2}), 7); 2]);
+    store.put_job(&a(2, 7), t(3)).await.expect("replace");
+    assert_eq!(staged("s2", 6, 3).await, vec![(json!({"v": 2}), 7); 2]);
 
-    let rewritten = every("a", "1s", json!({"payload": {"v": 3}, "priority": 7}));
-    let spec_text = serde_json::to_string(&rewritten.to_json()).expect("json");
+    let spec_text = serde_json::to_string(&a(3, 7).to_json()).expect("json");
     db.exec(&format!(
         "UPDATE jobs SET spec = '{spec_text}' WHERE id = 'a'"
     ))
     .await;
-    let text_only = store
-        .stage_slice(&stage("s3", t(9), t(6)))
-        .await
-        .expect("stage");
-    assert_eq!(staged(&text_only), vec![(json!({"v": 3}), 7); 3]);
+    assert_eq!(staged("s3", 9, 6).await, vec![(json!({"v": 3}), 7); 3]);
 }
 
 /// A dense slice claimed ahead of the lookahead (`slice_start` set) takes
