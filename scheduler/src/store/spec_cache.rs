@@ -84,15 +84,6 @@ pub(crate) struct SpecCache {
     entries: Arc<Cache<String, Arc<ParsedJob>, EstimatedBytes>>,
 }
 
-impl std::fmt::Debug for SpecCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SpecCache")
-            .field("entries", &self.entries.len())
-            .field("bytes", &self.entries.weight())
-            .finish()
-    }
-}
-
 impl SpecCache {
     /// A cache that keeps about `budget_bytes` of definitions (0 keeps none).
     pub(crate) fn new(budget_bytes: u64) -> SpecCache {
