@@ -57,16 +57,7 @@ pub struct StartRequest {
 /// worker sends in [`StartRequest::payload_sha256`].
 pub fn payload_sha256(body: &[u8]) -> String {
     use sha2::Digest;
-    sha2::Sha256::digest(body)
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
-}
-
-/// The body of a firing message for `payload`, byte for byte: the publisher
-/// sends it and the digest of a staged firing is taken of it.
-pub fn firing_body(payload: &serde_json::Value) -> Vec<u8> {
-    serde_json::to_vec(payload).unwrap_or_else(|_| b"null".to_vec())
+    format!("{:x}", sha2::Sha256::digest(body))
 }
 
 /// Why a start was refused; the worker acks the message and does not run it.
@@ -313,6 +304,15 @@ pub struct Alert {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_payload_digest_is_lower_case_hex_sha256() {
+        assert_eq!(
+            payload_sha256(b"test"),
+            "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+        );
+        assert_eq!(payload_sha256(b"").len(), 64);
+    }
 
     #[test]
     fn doorbells_name_their_bands_and_fall_back_to_all() {

@@ -28,7 +28,7 @@ fn firing() -> StagedFiring {
         group: "bench".into(),
         priority: 5,
         handler: "noop".into(),
-        payload: serde_json::Value::Null,
+        payload: bytes::Bytes::from_static(b"null"),
         scheduled_at,
         due_at: scheduled_at,
         attempt: 1,

@@ -173,9 +173,8 @@ impl Publisher {
             let subject = self
                 .subjects
                 .fire(&firing.group, Band::of_priority(firing.priority));
-            let body = chime_common::protocol::firing_body(&firing.payload);
             let message = PublishMessage::build()
-                .payload(body.into())
+                .payload(firing.payload.clone())
                 .headers(firing_headers(firing, now));
             match self.jetstream.send_publish(subject, message).await {
                 Ok(ack) => {
@@ -572,7 +571,7 @@ mod tests {
             group: "default".into(),
             priority: 5,
             handler: "shell".into(),
-            payload: serde_json::Value::Null,
+            payload: bytes::Bytes::from_static(b"null"),
             scheduled_at: now,
             due_at: now,
             attempt: 1,
@@ -598,7 +597,7 @@ mod tests {
             group: "reports".into(),
             priority: 7,
             handler: "shell".into(),
-            payload: serde_json::Value::Null,
+            payload: bytes::Bytes::from_static(b"null"),
             scheduled_at,
             due_at: scheduled_at + chrono::Duration::seconds(4),
             attempt: 2,

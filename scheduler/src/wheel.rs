@@ -134,7 +134,7 @@ mod tests {
             group: "default".into(),
             priority,
             handler: "noop".into(),
-            payload: serde_json::Value::Null,
+            payload: bytes::Bytes::from_static(b"null"),
             scheduled_at: at,
             due_at: at,
             attempt: 1,

@@ -169,8 +169,9 @@ pub(crate) fn staged(row: &AnyRow) -> Result<StagedFiring, StoreError> {
     let id = firing_id(&id_text)?;
     let i = id_text.as_str();
     let payload = row.text(i, "payload")?;
-    let payload = serde_json::from_str(&payload)
+    serde_json::from_str::<serde::de::IgnoredAny>(&payload)
         .map_err(|e| StoreError::corrupt(i, format!("payload is not JSON: {e}")))?;
+    let payload = bytes::Bytes::from(payload);
     let timeout_ms = row.int(i, "timeout_ms")?;
     let timeout = u64::try_from(timeout_ms)
         .map(Duration::from_millis)

@@ -32,6 +32,8 @@ pub(crate) struct ParsedJob {
     /// The stored text and anchor this was read from.
     text: String,
     anchor_ms: i64,
+    /// The definition, less its payload: staging needs that only encoded
+    /// (`payload`), and its parsed tree would take a few times the memory.
     pub spec: JobSpec,
     pub schedule: Schedule,
     /// `spec.payload` encoded, as each staged firing row stores it.
@@ -41,9 +43,9 @@ pub(crate) struct ParsedJob {
 impl ParsedJob {
     /// Reads job `id`'s stored definition `text` with its `anchor_ms`.
     fn read(id: &str, text: &str, anchor_ms: i64) -> Result<ParsedJob, StoreError> {
-        let spec = rows::spec(id, text)?;
+        let mut spec = rows::spec(id, text)?;
         let schedule = compile(&spec, anchor_ms)?;
-        let payload = serde_json::to_string(&spec.payload)
+        let payload = serde_json::to_string(&std::mem::take(&mut spec.payload))
             .map_err(|e| StoreError::corrupt(id, format!("payload does not encode: {e}")))?;
         Ok(ParsedJob {
             text: text.to_owned(),
@@ -61,8 +63,8 @@ impl ParsedJob {
 }
 
 /// Estimates an entry's memory: the text kept for comparison, the parsed
-/// spec (a JSON payload takes a few times its text once parsed) and the
-/// encoded payload, plus the fixed parts.
+/// spec (counted as twice the whole text, though its payload is out) and
+/// the encoded payload, plus the fixed parts.
 #[derive(Debug, Clone, Copy)]
 struct EstimatedBytes;
 
@@ -71,7 +73,7 @@ impl Weighter<String, Arc<ParsedJob>> for EstimatedBytes {
         let text = job.text.len() as u64;
         let payload = job.payload.len() as u64;
         (id.len() as u64)
-            .saturating_add(text.saturating_mul(4))
+            .saturating_add(text.saturating_mul(3))
             .saturating_add(payload)
             .saturating_add(512)
     }
@@ -143,6 +145,11 @@ mod tests {
         let again = cache.parsed("a", &text, 1_000).unwrap();
         assert!(Arc::ptr_eq(&first, &again));
         assert_eq!(again.payload, r#"{"n":1}"#);
+        assert_eq!(
+            again.spec.payload,
+            serde_json::Value::Null,
+            "kept once, encoded"
+        );
     }
 
     #[test]

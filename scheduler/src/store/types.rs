@@ -224,7 +224,10 @@ pub struct StagedFiring {
     pub group: String,
     pub priority: u8,
     pub handler: String,
-    pub payload: serde_json::Value,
+    /// The message body: the payload's JSON text as stored, which the
+    /// start's digest is taken of. Encoded once, when staged, not at each
+    /// publish.
+    pub payload: bytes::Bytes,
     pub scheduled_at: DateTime<Utc>,
     /// When to publish it.
     pub due_at: DateTime<Utc>,

@@ -9,6 +9,7 @@ use serde_json::json;
 use crate::cost::Cost;
 use crate::env::{now_ms, rfc3339, second_after, sleep_until_ms, Env, GROUP};
 use crate::report::{loadavg, Row};
+use crate::steady::payload;
 use crate::Args;
 
 pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
@@ -17,6 +18,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
     // Leave room for seeding at ≥ 1,500 puts/s, plus the lookahead.
     let t = second_after(Duration::from_secs(15 + n / 1500));
     let prefix = "burst-";
+    let body = payload(args.payload_bytes);
     let put_rate = env
         .seed(args.seed_concurrency, n, |i| {
             json!({
@@ -24,6 +26,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
                 "group": GROUP,
                 "schedule": {"at": rfc3339(t)},
                 "handler": "noop",
+                "payload": body.clone(),
             })
         })
         .await?;

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::env::{now_ms, second_after, sleep_until_ms, Env};
 use crate::report::Row;
-use crate::steady::{every_second, finish, observe};
+use crate::steady::{every_second, finish, observe, payload};
 use crate::Args;
 
 /// The owner of the earliest claimed slice starting after now.
@@ -49,7 +49,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
     env.seed(
         args.seed_concurrency,
         u64::from(args.rate),
-        every_second(prefix, args.rate, t0, None),
+        every_second(prefix, args.rate, t0, None, payload(args.payload_bytes)),
     )
     .await?;
     let w0 = t0 + args.warmup as i64 * 1000;

@@ -110,6 +110,11 @@ pub struct Args {
     /// Threads (concurrent firings) per worker.
     #[arg(long, default_value_t = 512)]
     threads: usize,
+    /// Each job's payload: a JSON object of string fields about this many
+    /// bytes long once encoded (0: no payload). Steady, saturation, burst,
+    /// scale, failover and soak.
+    #[arg(long, default_value_t = 0)]
+    payload_bytes: usize,
     /// Saturation and floor: the rates (firings/s) to step through, in order.
     #[arg(
         long,

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::env::{now_ms, second_after, Env};
 use crate::report::Row;
-use crate::steady::{every_second, finish, observe_with_metrics};
+use crate::steady::{every_second, finish, observe_with_metrics, payload};
 use crate::Args;
 
 /// The brief's bound for "sustained": lateness p99, and how far the worst
@@ -31,7 +31,13 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
         env.seed(
             args.seed_concurrency,
             u64::from(*rate),
-            every_second(&prefix, *rate, start, Some(start + step_ms)),
+            every_second(
+                &prefix,
+                *rate,
+                start,
+                Some(start + step_ms),
+                payload(args.payload_bytes),
+            ),
         )
         .await?;
     }

@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::env::{second_after, Env, GROUP};
 use crate::report::Row;
-use crate::steady::{every_second, measure};
+use crate::steady::{every_second, measure, payload};
 use crate::Args;
 
 pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
@@ -27,7 +27,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
     env.seed(
         args.seed_concurrency,
         rate,
-        every_second(prefix, args.rate, t0, None),
+        every_second(prefix, args.rate, t0, None, payload(args.payload_bytes)),
     )
     .await?;
     let mut held = rate;

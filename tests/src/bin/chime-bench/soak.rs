@@ -25,7 +25,7 @@ use anyhow::Context;
 
 use crate::env::{now_ms, proc_rss_kib, second_after, sleep_until_ms, Env};
 use crate::report::Row;
-use crate::steady::every_second;
+use crate::steady::{every_second, payload};
 use crate::Args;
 
 /// How long after a window ends its firings are counted: they have all
@@ -134,7 +134,13 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
     env.seed(
         args.seed_concurrency,
         u64::from(args.rate),
-        every_second(prefix, args.rate, t0, Some(end)),
+        every_second(
+            prefix,
+            args.rate,
+            t0,
+            Some(end),
+            payload(args.payload_bytes),
+        ),
     )
     .await?;
     anyhow::ensure!(now_ms() < t0, "seeding took past the first instant");

@@ -13,12 +13,30 @@ use crate::record::Recorder;
 use crate::report::{busy_between, cpu_ticks, loadavg, Row};
 use crate::Args;
 
-/// Job `i` of `rate` firing every second at `t0 + i*1000/rate` ms.
+/// A job payload of about `bytes` encoded bytes: an object of 32-byte
+/// string fields (each field a node to copy and encode, as in a real
+/// payload); `null` for 0.
+pub fn payload(bytes: usize) -> Value {
+    const FIELD: usize = 32;
+    // `"f0000":"…",` is the field's 32 bytes and 11 more.
+    let fields = bytes.div_ceil(FIELD + 11);
+    match fields {
+        0 => Value::Null,
+        n => (0..n)
+            .map(|k| (format!("f{k:04}"), Value::String("x".repeat(FIELD))))
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
+    }
+}
+
+/// Job `i` of `rate` firing every second at `t0 + i*1000/rate` ms, with
+/// `payload` (`null`: none).
 pub fn every_second(
     prefix: &str,
     rate: u32,
     t0: i64,
     end_ms: Option<i64>,
+    payload: Value,
 ) -> impl Fn(u64) -> Value + '_ {
     move |i| {
         let offset = (i as i64 * 1000) / i64::from(rate.max(1));
@@ -31,6 +49,7 @@ pub fn every_second(
             "group": GROUP,
             "schedule": schedule,
             "handler": "noop",
+            "payload": payload.clone(),
         })
     }
 }
@@ -168,7 +187,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
         .seed(
             args.seed_concurrency,
             u64::from(args.rate),
-            every_second(prefix, args.rate, t0, None),
+            every_second(prefix, args.rate, t0, None, payload(args.payload_bytes)),
         )
         .await?;
     anyhow::ensure!(now_ms() < t0, "seeding took past the first instant");
@@ -178,4 +197,21 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
     row.note("seed_puts_per_s", format!("{put_rate:.0}"));
     env.stop().await;
     Ok(vec![row])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payload_is_about_the_size_asked() {
+        assert_eq!(payload(0), Value::Null);
+        for bytes in [1, 100, 1024, 64 * 1024] {
+            let encoded = serde_json::to_string(&payload(bytes)).unwrap().len();
+            assert!(
+                encoded >= bytes && encoded <= bytes + 64,
+                "asked {bytes}, encoded {encoded}"
+            );
+        }
+    }
 }
