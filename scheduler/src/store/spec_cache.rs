@@ -36,7 +36,8 @@ pub(crate) struct ParsedJob {
     /// (`payload`), and its parsed tree would take a few times the memory.
     pub spec: JobSpec,
     pub schedule: Schedule,
-    /// `spec.payload` encoded, as each staged firing row stores it.
+    /// The job's payload, encoded: what each staged firing row stores and
+    /// its message carries.
     pub payload: String,
 }
 
