@@ -199,26 +199,29 @@ impl Store {
                 ("output", Col::Text),
             ],
         );
+        // Of firing `f` of batch row `r`, its job joined as `j`.
         let plain = format!(
             "f.state IN {} \
              AND EXISTS (SELECT 1 FROM executing e \
                  WHERE e.firing_id = f.id AND e.worker_id = r.worker_id) \
              AND {NOTHING_HELD_IN_GROUP} \
              AND f.shards = 1 \
-             AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = f.job_id \
-                 AND j.no_on_success_version = j.version) \
+             AND j.no_on_success_version = j.version \
              AND {NO_FAN_IN_DEPENDENTS}",
             sources_sql(Transition::Finish),
         );
         let sql = match self.backend {
+            // The job is read once: the join that tests it also tells which
+            // jobs have failures to reset, so a job without any is not
+            // looked up again.
             Backend::Postgres => format!(
                 "WITH succeeded AS ( \
                      UPDATE firings f SET {SET_SUCCEEDED} \
-                     FROM {done_rows} \
-                     WHERE f.id = r.id AND {plain} \
-                     RETURNING f.id, f.job_id), \
+                     FROM {done_rows}, jobs j \
+                     WHERE f.id = r.id AND j.id = f.job_id AND {plain} \
+                     RETURNING f.id, f.job_id, j.consecutive_failures <> 0 AS failed_before), \
                  ended AS (DELETE FROM executing e USING succeeded s WHERE e.firing_id = s.id), \
-                 reset AS ({RESET_FAILURES} (SELECT job_id FROM succeeded)) \
+                 reset AS ({RESET_FAILURES} (SELECT job_id FROM succeeded WHERE failed_before)) \
                  SELECT id FROM succeeded"
             ),
             // The same steps as statements of one transaction, each driven
@@ -228,9 +231,10 @@ impl Store {
             Backend::Sqlite => format!(
                 "BEGIN IMMEDIATE; \
                  {RESET_FAILURES} (SELECT f.job_id FROM {done_rows} \
-                     JOIN firings f ON f.id = r.id WHERE {plain}); \
+                     JOIN firings f ON f.id = r.id JOIN jobs j ON j.id = f.job_id \
+                     WHERE {plain}); \
                  UPDATE firings AS f SET {SET_SUCCEEDED} \
-                 FROM {done_rows} WHERE f.id = r.id AND {plain} \
+                 FROM {done_rows}, jobs j WHERE f.id = r.id AND j.id = f.job_id AND {plain} \
                  RETURNING id; \
                  DELETE FROM executing WHERE firing_id IN (SELECT r.id FROM {done_rows}) \
                      AND EXISTS (SELECT 1 FROM firings f \
@@ -532,11 +536,14 @@ mod tests {
     use super::*;
     use chime_common::protocol::StartRequest;
 
-    /// As for starts (`start.rs`): a plain success must be applied on the
-    /// fast path, not only by the transaction path behind it.
-    async fn a_plain_success_is_applied_on_the_fast_path(test: TestStore) {
-        let now = DateTime::from_timestamp(1_893_456_000, 0).expect("an instant");
-        let id = test.triggered(now).await;
+    /// The tests' present.
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_893_456_000, 0).expect("an instant")
+    }
+
+    /// Starts `id` for worker `w1` and reports `outcome` as the worker would.
+    async fn run(test: &TestStore, id: &FiringId, outcome: Outcome) -> Finished {
+        let now = now();
         let request = StartRequest {
             firing_id: id.clone(),
             worker_id: "w1".into(),
@@ -546,22 +553,74 @@ mod tests {
         };
         let started = test.store.start(&[request], now).await.expect("start");
         assert!(started[0].reply.accepted, "{started:?}");
-        let event = Finished {
-            firing_id: id,
+        Finished {
+            firing_id: id.clone(),
             worker_id: "w1".into(),
-            outcome: Outcome::Succeeded,
+            outcome,
             error: None,
             output: None,
             started_at: now,
             finished_at: now,
-        };
+        }
+    }
+
+    /// Applies `event` on the fast path alone and checks it was applied there.
+    async fn succeed_on_the_fast_path(test: &TestStore, event: Finished) {
         let mut applied = vec![None];
         test.store
-            .finish_at_once(std::slice::from_ref(&event), ms(now), &mut applied)
+            .finish_at_once(std::slice::from_ref(&event), ms(now()), &mut applied)
             .await;
         let outcome = applied[0].take().expect("applied on the fast path");
         assert!(outcome.applied, "{outcome:?}");
         assert_eq!(outcome.state, Some(FiringState::Succeeded));
+    }
+
+    /// As for starts (`start.rs`): a plain success must be applied on the
+    /// fast path, not only by the transaction path behind it.
+    async fn a_plain_success_is_applied_on_the_fast_path(test: TestStore) {
+        let id = test.triggered(now()).await;
+        let event = run(&test, &id, Outcome::Succeeded).await;
+        succeed_on_the_fast_path(&test, event).await;
+    }
+
+    /// The fast path reads the job once, and resets the failure count only
+    /// of jobs that have one: a success after a failure must still reset it.
+    async fn a_success_on_the_fast_path_resets_the_failure_count(test: TestStore) {
+        let failing = test.triggered(now()).await;
+        let failed = run(&test, &failing, Outcome::Failed).await;
+        let retry_at_once = |_: &chime_common::RetryPolicy, _: u32| std::time::Duration::ZERO;
+        test.store
+            .finish(&[failed], now(), &retry_at_once)
+            .await
+            .expect("the failure applied");
+        let failures = || async {
+            let (count,): (i64,) =
+                sqlx::query_as("SELECT consecutive_failures FROM jobs WHERE id = 'hourly'")
+                    .fetch_one(&test.store.read)
+                    .await
+                    .expect("the job's failure count");
+            count
+        };
+        assert_eq!(failures().await, 1);
+        let next = test
+            .store
+            .trigger("hourly", None, now())
+            .await
+            .expect("trigger")
+            .expect("a firing");
+        let event = run(&test, &next, Outcome::Succeeded).await;
+        succeed_on_the_fast_path(&test, event).await;
+        assert_eq!(failures().await, 0);
+    }
+
+    #[tokio::test]
+    async fn postgres_resets_the_failure_count_on_the_fast_path() {
+        a_success_on_the_fast_path_resets_the_failure_count(TestStore::postgres().await).await;
+    }
+
+    #[tokio::test]
+    async fn sqlite_resets_the_failure_count_on_the_fast_path() {
+        a_success_on_the_fast_path_resets_the_failure_count(TestStore::sqlite().await).await;
     }
 
     #[tokio::test]

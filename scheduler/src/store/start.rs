@@ -33,16 +33,18 @@ use std::time::Duration;
 /// The longest timeout a firing may start with, in stored milliseconds.
 const MAX_TIMEOUT_MS: i64 = MAX_TIMEOUT.as_millis() as i64;
 
-/// Whether firing `f` may start without a policy decision: waiting to
-/// start, a timeout validation accepts, its job's overlap `allow` without a
-/// `max_concurrent`, nothing of its job held, its group without limits.
+/// Whether firing `f`, its job joined as `j`, may start without a policy
+/// decision: waiting to start, a timeout validation accepts, its job's
+/// overlap `allow` without a `max_concurrent` (a job that is gone joins as
+/// NULLs and fails it), nothing of its job held, its group without limits.
 /// (Not running anywhere is checked by each path: PostgreSQL's fast path
 /// fails on a conflicting executing row, SQLite's leaves that firing out.)
+/// The job is read once for this and for [`LATENESS_SPEC`], except by
+/// SQLite's fast path, whose `RETURNING` may not name the joined `j`.
 pub(super) static PLAIN_START: LazyLock<String> = LazyLock::new(|| {
     format!(
         "f.state IN {} AND f.timeout_ms BETWEEN 1 AND {MAX_TIMEOUT_MS} \
-         AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = f.job_id AND jobs.overlap = 'allow' \
-             AND jobs.max_concurrent IS NULL) \
+         AND j.overlap = 'allow' AND j.max_concurrent IS NULL \
          AND NOT EXISTS (SELECT 1 FROM held h WHERE h.job_id = f.job_id) \
          AND NOT EXISTS (SELECT 1 FROM group_limits g WHERE g.name = f.group_name)",
         sources_sql(Transition::Start)
@@ -160,12 +162,10 @@ impl Store {
             Backend::Postgres => format!(
                 "WITH started AS ( \
                      UPDATE firings f SET {SET_EXECUTING} \
-                     FROM {asked} \
-                     WHERE f.id = r.id AND {plain} AND {AS_STAGED} \
+                     FROM {asked}, jobs j \
+                     WHERE f.id = r.id AND j.id = f.job_id AND {plain} AND {AS_STAGED} \
                      RETURNING f.id, f.job_id, f.group_name, r.worker_id, f.attempt, \
-                         f.timeout_ms, {due} AS due_instant, \
-                         (SELECT {LATENESS_SPEC} FROM jobs j WHERE j.id = f.job_id) \
-                             AS lateness_spec), \
+                         f.timeout_ms, {due} AS due_instant, {LATENESS_SPEC} AS lateness_spec), \
                  executing_rows AS ( \
                      INSERT INTO executing (firing_id, job_id, group_name, worker_id, attempt, \
                          started_at, deadline_at) \
@@ -186,8 +186,8 @@ impl Store {
             Backend::Sqlite => format!(
                 "BEGIN IMMEDIATE; \
                  UPDATE firings AS f SET {SET_EXECUTING} \
-                 FROM {asked} \
-                 WHERE f.id = r.id AND {plain} AND {AS_STAGED} \
+                 FROM {asked}, jobs j \
+                 WHERE f.id = r.id AND j.id = f.job_id AND {plain} AND {AS_STAGED} \
                      AND NOT EXISTS (SELECT 1 FROM executing e WHERE e.firing_id = f.id) \
                  RETURNING firings.id, firings.timeout_ms, {}, \
                      (SELECT {LATENESS_SPEC} FROM jobs j WHERE j.id = firings.job_id); \
