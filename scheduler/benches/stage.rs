@@ -1,9 +1,10 @@
 //! Store throughput on PostgreSQL: staging a slice of 10,000 firings (10,000
 //! jobs due in one slice, one `stage_slice` call) and marking 10,000 firings
-//! published (one `record_published` call); and the latency of starting one
-//! firing (one `start` call for one request, what a worker waits for on an
-//! idle machine); and staging the same slice with 1,000,000 jobs held
-//! (990,000 of them idle).
+//! published (one `record_published` call); the latency of the fast paths a
+//! firing takes: starting one firing (one `start` call for one request, what
+//! a worker waits for on an idle machine), a start batch of 5 (about what a
+//! busy scheduler sends) and a finish batch of 40 successes; and staging the
+//! same slice with 1,000,000 jobs held (990,000 of them idle).
 //!
 //! Needs a PostgreSQL server where the user may create databases:
 //! `$CHIME_TEST_PG_URL`, default `postgres://postgres@127.0.0.1:5432/postgres`.
@@ -13,8 +14,8 @@
 //! cargo bench -p chime-scheduler --bench stage -- --sample-size 10
 //! ```
 
-use chime_common::protocol::StartRequest;
-use chime_common::{FiringId, JobSpec, Limits};
+use chime_common::protocol::{Finished, Outcome, StartRequest};
+use chime_common::{FiringId, JobSpec, Limits, RetryPolicy};
 use chime_scheduler::store::{StageRequest, Store, StoreOptions};
 use chrono::{DateTime, Utc};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
@@ -173,6 +174,63 @@ impl Bench {
         total
     }
 
+    /// `n` staged firings not started yet, taken from `unstarted`. When it
+    /// runs out the slice is staged again (with its reset and `VACUUM`), so
+    /// the timed calls run on warm tables, as in a running scheduler.
+    async fn staged(&self, unstarted: &mut Vec<FiringId>, n: usize) -> Vec<FiringId> {
+        if unstarted.len() < n {
+            self.reset().await;
+            *unstarted = self.stage().await;
+        }
+        unstarted.split_off(unstarted.len() - n)
+    }
+
+    /// Starts `ids` in one `start` call, all accepted; returns its time.
+    async fn timed_start(&self, ids: &[FiringId]) -> Duration {
+        let requests: Vec<StartRequest> = ids
+            .iter()
+            .map(|id| StartRequest {
+                firing_id: id.clone(),
+                worker_id: "bench-worker".into(),
+                group: "g0".into(),
+                handler: None,
+                payload_sha256: None,
+            })
+            .collect();
+        let started = Instant::now();
+        let decisions = self.store.start(&requests, t(3600)).await.expect("start");
+        let took = started.elapsed();
+        assert!(decisions.iter().all(|d| d.reply.accepted), "{decisions:?}");
+        took
+    }
+
+    /// Reports the started `ids` succeeded in one `finish` call, all
+    /// applied; returns its time.
+    async fn timed_finish(&self, ids: &[FiringId]) -> Duration {
+        let events: Vec<Finished> = ids
+            .iter()
+            .map(|id| Finished {
+                firing_id: id.clone(),
+                worker_id: "bench-worker".into(),
+                outcome: Outcome::Succeeded,
+                error: None,
+                output: None,
+                started_at: t(3600),
+                finished_at: t(3601),
+            })
+            .collect();
+        let no_delay = |_: &RetryPolicy, _: u32| Duration::ZERO;
+        let started = Instant::now();
+        let outcomes = self
+            .store
+            .finish(&events, t(3601), &no_delay)
+            .await
+            .expect("finish");
+        let took = started.elapsed();
+        assert!(outcomes.iter().all(|o| o.applied), "{outcomes:?}");
+        took
+    }
+
     async fn drop_database(&self) {
         self.store.close().await;
         self.raw.close().await;
@@ -226,43 +284,33 @@ fn store_benches(c: &mut Criterion) {
 
     let mut latency = c.benchmark_group("store_latency");
     latency.measurement_time(Duration::from_secs(20));
-    // Staged firings not started yet, shared by all samples: restaging
-    // (and its VACUUM) only when they run out keeps the timed starts on
-    // warm tables, as in a running scheduler.
+    // Staged firings not started yet, shared by all samples.
     let unstarted = std::sync::Mutex::new(Vec::<FiringId>::new());
-    latency.bench_function("start_1_firing", |b| {
-        b.to_async(&runtime).iter_custom(|iters| {
-            let bench = &bench;
-            let unstarted = &unstarted;
-            async move {
-                let mut total = Duration::ZERO;
-                let mut ids = std::mem::take(&mut *unstarted.lock().expect("not poisoned"));
-                for _ in 0..iters {
-                    if ids.is_empty() {
-                        bench.reset().await;
-                        ids = bench.stage().await;
+    let mut batch = |name: &str, n: usize, finish: bool| {
+        latency.bench_function(name, |b| {
+            b.to_async(&runtime).iter_custom(|iters| {
+                let (bench, unstarted) = (&bench, &unstarted);
+                async move {
+                    let mut total = Duration::ZERO;
+                    let mut ids = std::mem::take(&mut *unstarted.lock().expect("not poisoned"));
+                    for _ in 0..iters {
+                        let batch = bench.staged(&mut ids, n).await;
+                        let start = bench.timed_start(&batch).await;
+                        total += if finish {
+                            bench.timed_finish(&batch).await
+                        } else {
+                            start
+                        };
                     }
-                    let request = StartRequest {
-                        firing_id: ids.pop().expect("restaged when empty"),
-                        worker_id: "bench-worker".into(),
-                        group: "g0".into(),
-                        handler: None,
-                        payload_sha256: None,
-                    };
-                    let started = Instant::now();
-                    let decisions = bench
-                        .store
-                        .start(std::slice::from_ref(&request), t(3600))
-                        .await
-                        .expect("start");
-                    total += started.elapsed();
-                    assert!(decisions[0].reply.accepted, "{:?}", decisions[0]);
+                    *unstarted.lock().expect("not poisoned") = ids;
+                    total
                 }
-                *unstarted.lock().expect("not poisoned") = ids;
-                total
-            }
-        })
-    });
+            })
+        });
+    };
+    batch("start_1_firing", 1, false);
+    batch("start_5_firings", 5, false);
+    batch("finish_40_firings", 40, true);
     latency.finish();
 
     // The same staging with a million jobs held: the 10,000 due ones and
