@@ -16,7 +16,7 @@
 
 use chime_common::protocol::{Finished, Outcome, StartRequest};
 use chime_common::{FiringId, JobSpec, Limits, RetryPolicy};
-use chime_scheduler::store::{StageRequest, Store, StoreOptions};
+use chime_scheduler::store::{StageRequest, StagedFiring, Store, StoreOptions};
 use chrono::{DateTime, Utc};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use sqlx::{Connection, PgConnection, PgPool};
@@ -151,14 +151,14 @@ impl Bench {
         req
     }
 
-    async fn stage(&self) -> Vec<FiringId> {
+    async fn stage(&self) -> Vec<StagedFiring> {
         let outcome = self
             .store
             .stage_slice(&self.request())
             .await
             .expect("stage");
         assert_eq!(outcome.firings.len(), JOBS);
-        outcome.firings.into_iter().map(|f| f.id).collect()
+        outcome.firings
     }
 
     /// `iters` stagings of the slice from reset tables; only the
@@ -177,7 +177,7 @@ impl Bench {
     /// `n` staged firings not started yet, taken from `unstarted`. When it
     /// runs out the slice is staged again (with its reset and `VACUUM`), so
     /// the timed calls run on warm tables, as in a running scheduler.
-    async fn staged(&self, unstarted: &mut Vec<FiringId>, n: usize) -> Vec<FiringId> {
+    async fn staged(&self, unstarted: &mut Vec<StagedFiring>, n: usize) -> Vec<StagedFiring> {
         if unstarted.len() < n {
             self.reset().await;
             *unstarted = self.stage().await;
@@ -185,14 +185,14 @@ impl Bench {
         unstarted.split_off(unstarted.len() - n)
     }
 
-    /// Starts `ids` in one `start` call, all accepted; returns its time.
-    async fn timed_start(&self, ids: &[FiringId]) -> Duration {
-        let requests: Vec<StartRequest> = ids
+    /// Starts `firings` in one `start` call, all accepted; returns its time.
+    async fn timed_start(&self, firings: &[StagedFiring]) -> Duration {
+        let requests: Vec<StartRequest> = firings
             .iter()
-            .map(|id| StartRequest {
-                firing_id: id.clone(),
+            .map(|firing| StartRequest {
+                firing_id: firing.id.clone(),
                 worker_id: "bench-worker".into(),
-                group: "g0".into(),
+                group: firing.group.clone(),
                 handler: None,
                 payload_sha256: None,
             })
@@ -204,13 +204,13 @@ impl Bench {
         took
     }
 
-    /// Reports the started `ids` succeeded in one `finish` call, all
+    /// Reports the started `firings` succeeded in one `finish` call, all
     /// applied; returns its time.
-    async fn timed_finish(&self, ids: &[FiringId]) -> Duration {
-        let events: Vec<Finished> = ids
+    async fn timed_finish(&self, firings: &[StagedFiring]) -> Duration {
+        let events: Vec<Finished> = firings
             .iter()
-            .map(|id| Finished {
-                firing_id: id.clone(),
+            .map(|firing| Finished {
+                firing_id: firing.id.clone(),
                 worker_id: "bench-worker".into(),
                 outcome: Outcome::Succeeded,
                 error: None,
@@ -266,7 +266,8 @@ fn store_benches(c: &mut Criterion) {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     bench.reset().await;
-                    let ids = bench.stage().await;
+                    let ids: Vec<FiringId> =
+                        bench.stage().await.into_iter().map(|f| f.id).collect();
                     let started = Instant::now();
                     let changed = bench
                         .store
@@ -285,7 +286,7 @@ fn store_benches(c: &mut Criterion) {
     let mut latency = c.benchmark_group("store_latency");
     latency.measurement_time(Duration::from_secs(20));
     // Staged firings not started yet, shared by all samples.
-    let unstarted = std::sync::Mutex::new(Vec::<FiringId>::new());
+    let unstarted = std::sync::Mutex::new(Vec::<StagedFiring>::new());
     let mut batch = |name: &str, n: usize, finish: bool| {
         latency.bench_function(name, |b| {
             b.to_async(&runtime).iter_custom(|iters| {
