@@ -44,6 +44,14 @@ fn with_database(admin: &str, name: &str) -> String {
     }
 }
 
+/// Which call of a latency sample is timed: a batch is always started, and
+/// a finish sample reports it succeeded afterwards.
+#[derive(Clone, Copy)]
+enum Timed {
+    Start,
+    Finish,
+}
+
 struct Bench {
     admin: String,
     name: String,
@@ -287,31 +295,30 @@ fn store_benches(c: &mut Criterion) {
     latency.measurement_time(Duration::from_secs(20));
     // Staged firings not started yet, shared by all samples.
     let unstarted = std::sync::Mutex::new(Vec::<StagedFiring>::new());
-    let mut batch = |name: &str, n: usize, finish: bool| {
+    let mut batch = |name: &str, n: usize, timed: Timed| {
         latency.bench_function(name, |b| {
             b.to_async(&runtime).iter_custom(|iters| {
                 let (bench, unstarted) = (&bench, &unstarted);
                 async move {
                     let mut total = Duration::ZERO;
-                    let mut ids = std::mem::take(&mut *unstarted.lock().expect("not poisoned"));
+                    let mut firings = std::mem::take(&mut *unstarted.lock().expect("not poisoned"));
                     for _ in 0..iters {
-                        let batch = bench.staged(&mut ids, n).await;
+                        let batch = bench.staged(&mut firings, n).await;
                         let start = bench.timed_start(&batch).await;
-                        total += if finish {
-                            bench.timed_finish(&batch).await
-                        } else {
-                            start
+                        total += match timed {
+                            Timed::Start => start,
+                            Timed::Finish => bench.timed_finish(&batch).await,
                         };
                     }
-                    *unstarted.lock().expect("not poisoned") = ids;
+                    *unstarted.lock().expect("not poisoned") = firings;
                     total
                 }
             })
         });
     };
-    batch("start_1_firing", 1, false);
-    batch("start_5_firings", 5, false);
-    batch("finish_40_firings", 40, true);
+    batch("start_1_firing", 1, Timed::Start);
+    batch("start_5_firings", 5, Timed::Start);
+    batch("finish_40_firings", 40, Timed::Finish);
     latency.finish();
 
     // The same staging with a million jobs held: the 10,000 due ones and
