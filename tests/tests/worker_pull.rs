@@ -1,6 +1,7 @@
 //! The worker's fetch loop against a real nats-server: threads bound
 //! concurrency, workers share a backlog, the high band drains first, and an
-//! idle worker sleeps until the doorbell rings.
+//! idle worker sleeps until the doorbell rings, unless it holds a pull
+//! request open on every band.
 
 use chime_common::protocol::Outcome;
 use chime_tests::worker_env::*;
@@ -205,5 +206,184 @@ async fn an_idle_worker_sleeps_until_the_doorbell_rings() {
     assert!(events.seen.iter().all(|e| e.firing_id != other));
     env.ring("idle").await;
     events.of(&other, Duration::from_secs(5)).await;
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_with_a_thread_for_every_band_takes_a_firing_as_it_is_published() {
+    let env = Env::start().await;
+    let responder = env.responder().await;
+    let mut events = env.events().await;
+    // A 30 s poll: only a request held open can explain a prompt start.
+    let worker = env
+        .worker("waiting", 3)
+        .await
+        .poll_interval(Duration::from_secs(30))
+        .handler_fn("echo", |ctx: FiringContext| async move {
+            Ok(Some(ctx.firing.payload.to_string()))
+        })
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for band in [1, 5, 8] {
+        let published = Instant::now();
+        let quiet = env
+            .publish(&TestFiring::new("waiting", &format!("quiet-{band}"), "echo").priority(band))
+            .await;
+        let event = events.of(&quiet, Duration::from_secs(10)).await;
+        assert_eq!(event.outcome, Outcome::Succeeded);
+        assert!(
+            published.elapsed() < Duration::from_secs(5),
+            "priority {band}: started {:?} after a publish without a doorbell",
+            published.elapsed()
+        );
+    }
+    assert_eq!(responder.request_count(), 3);
+    assert_eq!(worker.metrics().in_flight.get(), 0);
+    assert_eq!(
+        worker.metrics().free_threads.get(),
+        3,
+        "threads set aside for requests are idle, not in flight"
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_band_with_work_takes_the_threads_set_aside_for_the_others() {
+    let env = Env::start().await;
+    let _responder = env.responder().await;
+    let mut events = env.events().await;
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let s = starts.clone();
+    // Three threads, each set aside for one band while the worker is idle.
+    let worker = env
+        .worker("burst", 3)
+        .await
+        .poll_interval(Duration::from_secs(30))
+        .handler_fn("slow", move |_ctx: FiringContext| {
+            let starts = s.clone();
+            async move {
+                starts.lock().unwrap().push(Instant::now());
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                Ok(None)
+            }
+        })
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in 0..6 {
+        env.publish(&TestFiring::new("burst", &format!("slow-{i}"), "slow"))
+            .await;
+    }
+    env.ring("burst").await;
+    let seen = events.wait_for(6, Duration::from_secs(30)).await;
+    assert!(seen.iter().all(|e| e.outcome == Outcome::Succeeded));
+    let starts = starts.lock().unwrap().clone();
+    // The first run holds its thread for 600 ms, and the other bands'
+    // requests would hold theirs for up to 1 s: only closing them lets the
+    // second and third runs start beside the first.
+    let spread = starts[2].duration_since(starts[0]);
+    assert!(
+        spread < Duration::from_millis(300),
+        "the first three runs started {spread:?} apart"
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stopped_while_holding_requests_open_strands_nothing() {
+    let env = Env::start().await;
+    let _responder = env.responder().await;
+    let mut events = env.events().await;
+    let stopped = env
+        .worker("handover", 3)
+        .await
+        .poll_interval(Duration::from_secs(30))
+        .handler_fn("echo", |_ctx: FiringContext| async move { Ok(None) })
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stopped.shutdown().await;
+
+    let firing = env
+        .publish(&TestFiring::new("handover", "after-stop", "echo"))
+        .await;
+    // A message delivered to the stopped worker's requests would come back
+    // only after the 5 s ack wait; the next worker's first round finds it.
+    let next = env
+        .worker("handover", 3)
+        .await
+        .handler_fn("echo", |_ctx: FiringContext| async move { Ok(None) })
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let event = events.of(&firing, Duration::from_secs(20)).await;
+    assert_eq!(event.worker_id, next.id());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "run {:?} after the next worker started",
+        started.elapsed()
+    );
+    next.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_too_busy_to_hold_requests_open_answers_the_doorbell_again() {
+    let env = Env::start().await;
+    let _responder = env.responder().await;
+    let mut events = env.events().await;
+    let worker = env
+        .worker("doorbell-again", 3)
+        .await
+        .poll_interval(Duration::from_secs(30))
+        .handler_fn("hold", |_ctx: FiringContext| async move {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            Ok(None)
+        })
+        .handler_fn("echo", |_ctx: FiringContext| async move { Ok(None) })
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .unwrap();
+    // Idle, with a request open on every band, it does not listen to the
+    // doorbell. Two long runs leave one thread: too few for three requests.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in 0..2 {
+        env.publish(&TestFiring::new(
+            "doorbell-again",
+            &format!("hold-{i}"),
+            "hold",
+        ))
+        .await;
+    }
+    env.ring("doorbell-again").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(worker.in_flight(), 2);
+
+    let urgent = env
+        .publish(&TestFiring::new("doorbell-again", "urgent", "echo").priority(8))
+        .await;
+    let rung = Instant::now();
+    env.ring("doorbell-again").await;
+    let event = events.of(&urgent, Duration::from_secs(20)).await;
+    assert_eq!(event.outcome, Outcome::Succeeded);
+    assert!(
+        rung.elapsed() < Duration::from_secs(2),
+        "ran {:?} after the doorbell, with the long runs still going",
+        rung.elapsed()
+    );
     worker.shutdown().await;
 }

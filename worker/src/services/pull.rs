@@ -11,8 +11,16 @@
 //!   body names the bands that got firings; an empty body means all) or the
 //!   poll interval passes (redeliveries, missed doorbells). A band that
 //!   filled the request is fetched again as soon as a thread frees up.
-//! - With nothing to fetch the loop sleeps until the doorbell, the poll
-//!   interval, a thread freeing up (when threads were all busy) or shutdown.
+//! - With nothing to fetch the loop holds a pull request open on each
+//!   drained band (`open_pull.rs`), when the free threads cover one for
+//!   every band: a band's next firing is then delivered as it is published.
+//!   A band with a request open ignores the doorbell and the poll, and
+//!   while every band has one the loop unsubscribes from the doorbell. When
+//!   a band has work and no thread is free, the open requests are closed to
+//!   free their threads for it.
+//! - Otherwise the loop sleeps until the doorbell, the poll interval, a
+//!   thread freeing up (when threads were all busy), an open request ending
+//!   or shutdown.
 //! - While the worker is fenced (`fence.rs`) it fetches nothing.
 //! - Each fetched message's JetStream timestamp feeds the clock offset
 //!   estimate (`clock.rs`).
@@ -21,7 +29,8 @@
 use crate::clock::ServerClock;
 use crate::firing::dispatch::Dispatcher;
 use crate::services::fence::Fence;
-use crate::slots::Slots;
+use crate::services::open_pull::{Ended, OpenPull};
+use crate::slots::{Slot, Slots};
 use crate::topology::find_fire_consumer;
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::{self, AckKind};
@@ -34,6 +43,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+/// The longest an open pull request lasts: a request the server dropped
+/// unannounced (a reconnect) is found this late at most.
+const OPEN_PULL_MAX_EXPIRY: Duration = Duration::from_secs(1);
 
 /// What one round did, for logs and tests.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -150,6 +163,8 @@ impl Puller {
             puller: self,
             consumers: feeds.consumers.map(Some),
             maybe_work: [true; 3],
+            open: [None, None, None],
+            by_doorbell: [false; 3],
             doorbell: Some(feeds.doorbell),
         };
         pulling.run(stop).await;
@@ -164,6 +179,11 @@ struct Pulling {
     consumers: [Option<PullConsumer>; 3],
     /// Whether a band may hold messages (see the module docs).
     maybe_work: [bool; 3],
+    /// The pull request held open on each band, if any.
+    open: [Option<OpenPull>; 3],
+    /// Bands whose last open request failed: they wait for the doorbell
+    /// until the next poll.
+    by_doorbell: [bool; 3],
     doorbell: Option<Subscriber>,
 }
 
@@ -176,8 +196,9 @@ impl Pulling {
             if stop.is_cancelled() {
                 break;
             }
-            let fence = &self.puller.fence;
+            let fence = self.puller.fence.clone();
             if fence.is_fenced() {
+                self.close_open_pulls().await;
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = fence.lifted() => self.maybe_work = [true; 3],
@@ -186,26 +207,148 @@ impl Pulling {
             }
             self.take_doorbells();
             let round = self.run_once().await;
-            let slots = &self.puller.slots;
+            let slots = self.puller.slots.clone();
             if round.errors > 0 {
                 // Back off until the next poll tick (or a doorbell).
                 tracing::debug!(?round, "fetch round had errors");
             } else if round.total() > 0 && slots.free() > 0 && self.maybe_work.contains(&true) {
+                continue;
+            } else if slots.free() == 0 && self.waits_for_open_pulls() {
+                self.close_open_pulls().await;
+                continue;
+            }
+            self.open_pulls().await;
+            if self.follow_doorbell().await {
                 continue;
             }
             let all_busy = slots.free() == 0;
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = slots.freed(), if all_busy => {}
-                _ = poll.tick() => self.maybe_work = [true; 3],
+                _ = poll.tick() => {
+                    self.by_doorbell = [false; 3];
+                    self.rung(&Band::ALL);
+                }
                 rung = next_doorbell(&mut self.doorbell) => match rung {
                     Some(bands) => self.rung(&bands),
                     None => self.doorbell = None,
                 },
+                (i, ended) = next_ended(&mut self.open) => self.ended(i, ended),
             }
         }
+        self.close_open_pulls().await;
         if let Some(doorbell) = self.doorbell.as_mut() {
             let _ = doorbell.unsubscribe().await;
+        }
+    }
+
+    /// Whether a band has work that only threads set aside for open pull
+    /// requests could take.
+    fn waits_for_open_pulls(&self) -> bool {
+        let has_open = self.open.iter().any(Option::is_some);
+        let waiting = (0..Band::ALL.len()).any(|i| self.maybe_work[i] && self.open[i].is_none());
+        has_open && waiting
+    }
+
+    /// Opens a pull request on each drained band without one, when the free
+    /// threads cover one for every such band (a band left to the doorbell
+    /// would otherwise find every free thread set aside).
+    async fn open_pulls(&mut self) {
+        let lacking = self.lacking_open_pulls();
+        if lacking.is_empty() || lacking.len() > self.puller.slots.free() {
+            return;
+        }
+        let expires = self.puller.poll_interval.min(OPEN_PULL_MAX_EXPIRY);
+        for i in lacking {
+            // A consumer that failed is looked up again by the next round.
+            let Some(consumer) = self.consumers[i].clone() else {
+                continue;
+            };
+            let Some(reserved) = self.puller.slots.try_reserve() else {
+                return;
+            };
+            match OpenPull::open(&consumer, reserved, expires).await {
+                Ok(pull) => self.open[i] = Some(pull),
+                Err(error) => self.open_pull_failed(i, &error),
+            }
+        }
+    }
+
+    /// Subscribes to the doorbell while a band has no request open, and
+    /// unsubscribes while every band has one: each ring would wake the
+    /// worker for nothing. Returns whether it subscribed; the bands without
+    /// a request are then fetched once, for a ring it may have missed.
+    async fn follow_doorbell(&mut self) -> bool {
+        let needed = self.open.iter().any(Option::is_none);
+        match (self.doorbell.as_mut(), needed) {
+            (Some(doorbell), false) => {
+                let _ = doorbell.unsubscribe().await;
+                self.doorbell = None;
+                false
+            }
+            (None, true) => match self.puller.source.doorbell().await {
+                Ok(doorbell) => {
+                    self.doorbell = Some(doorbell);
+                    for i in 0..Band::ALL.len() {
+                        if self.open[i].is_none() {
+                            self.maybe_work[i] = true;
+                        }
+                    }
+                    true
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot subscribe to the doorbell; waiting for the poll");
+                    false
+                }
+            },
+            _ => false,
+        }
+    }
+
+    /// The drained bands that could hold a request open and have none.
+    fn lacking_open_pulls(&self) -> Vec<usize> {
+        (0..Band::ALL.len())
+            .filter(|&i| self.open[i].is_none() && !self.maybe_work[i] && !self.by_doorbell[i])
+            .collect()
+    }
+
+    /// What an open pull request's end means for its band.
+    fn ended(&mut self, i: usize, ended: Ended) {
+        self.open[i] = None;
+        match ended {
+            Ended::Delivered {
+                message,
+                slot,
+                more,
+            } => {
+                // Its doorbells were ignored while the request was open, so
+                // unless another request can be opened on it at once (the
+                // server then delivers what came meanwhile), fetch it.
+                let reopens = self.lacking_open_pulls().len() <= self.puller.slots.free();
+                if more || !reopens {
+                    self.maybe_work[i] = true;
+                }
+                self.puller.clock.sample(&message);
+                self.dispatch(*message, slot);
+            }
+            Ended::Expired => {}
+            Ended::Failed(error) => self.open_pull_failed(i, &error),
+        }
+    }
+
+    /// Leaves band `i` to the doorbell until the next poll, and looks its
+    /// consumer up again.
+    fn open_pull_failed(&mut self, i: usize, error: &str) {
+        self.puller.fetch_errors.inc();
+        self.consumers[i] = None;
+        self.by_doorbell[i] = true;
+        tracing::warn!(band = %Band::ALL[i], %error, "holding a pull request open failed");
+    }
+
+    /// Closes every open pull request, freeing the threads set aside.
+    async fn close_open_pulls(&mut self) {
+        for pull in self.open.iter_mut().filter_map(Option::take) {
+            pull.close().await;
         }
     }
 
@@ -227,10 +370,11 @@ impl Pulling {
         self.rung(&bands);
     }
 
-    /// Notes that `bands` may hold work.
+    /// Notes that `bands` may hold work, except those with a request open,
+    /// which is delivered whatever they get.
     fn rung(&mut self, bands: &[Band]) {
         for (i, band) in Band::ALL.into_iter().enumerate() {
-            if bands.contains(&band) {
+            if bands.contains(&band) && self.open[i].is_none() {
                 self.maybe_work[i] = true;
             }
         }
@@ -279,6 +423,14 @@ impl Pulling {
         round
     }
 
+    /// Runs `message` on `slot`, in a task of its own.
+    fn dispatch(&self, message: jetstream::Message, slot: Slot) {
+        let puller = &self.puller;
+        puller
+            .firings
+            .spawn(puller.dispatcher.clone().dispatch(message, slot));
+    }
+
     /// Fetches up to `max` messages and dispatches each as it arrives.
     async fn fetch(
         &self,
@@ -301,11 +453,7 @@ impl Pulling {
             *fetched += 1;
             puller.clock.sample(&message);
             match puller.slots.try_take() {
-                Some(slot) => {
-                    puller
-                        .firings
-                        .spawn(puller.dispatcher.clone().dispatch(message, slot));
-                }
+                Some(slot) => self.dispatch(message, slot),
                 None => {
                     // Only this loop takes slots, so this cannot happen; never hold it unstarted.
                     tracing::error!("fetched a firing without a free thread; handing it back");
@@ -314,6 +462,26 @@ impl Pulling {
             }
         }
         Ok(())
+    }
+}
+
+/// Waits for the first open pull request to end (the highest band's if
+/// several have): its band's index and how it ended.
+async fn next_ended(open: &mut [Option<OpenPull>; 3]) -> (usize, Ended) {
+    let [high, normal, low] = open;
+    tokio::select! {
+        biased;
+        ended = ended(high) => (0, ended),
+        ended = ended(normal) => (1, ended),
+        ended = ended(low) => (2, ended),
+    }
+}
+
+/// Waits for `pull` to end; never, if there is none.
+async fn ended(pull: &mut Option<OpenPull>) -> Ended {
+    match pull {
+        Some(pull) => pull.ended().await,
+        None => std::future::pending().await,
     }
 }
 
