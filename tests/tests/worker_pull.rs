@@ -5,11 +5,27 @@
 
 use chime_common::protocol::Outcome;
 use chime_tests::worker_env::*;
-use chime_worker::FiringContext;
+use chime_worker::{FiringContext, WorkerHandle};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// A worker of `threads` whose `echo` handler returns the payload, polling
+/// every 30 s: only a doorbell or a request held open explains a prompt start.
+async fn echo_worker(env: &Env, group: &str, threads: usize) -> WorkerHandle {
+    env.worker(group, threads)
+        .await
+        .poll_interval(Duration::from_secs(30))
+        .handler_fn("echo", |ctx: FiringContext| async move {
+            Ok(Some(ctx.firing.payload.to_string()))
+        })
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .unwrap()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn threads_cap_concurrency() {
@@ -166,18 +182,7 @@ async fn an_idle_worker_sleeps_until_the_doorbell_rings() {
     let env = Env::start().await;
     let responder = env.responder().await;
     let mut events = env.events().await;
-    let worker = env
-        .worker("idle", 2)
-        .await
-        .poll_interval(Duration::from_secs(30))
-        .handler_fn("echo", |ctx: FiringContext| async move {
-            Ok(Some(ctx.firing.payload.to_string()))
-        })
-        .build()
-        .unwrap()
-        .start()
-        .await
-        .unwrap();
+    let worker = echo_worker(&env, "idle", 2).await;
     // The first round found every band empty; nothing is fetched until a doorbell
     // (or the 30 s poll), so a firing published silently waits.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -214,19 +219,7 @@ async fn an_idle_worker_with_a_thread_for_every_band_takes_a_firing_as_it_is_pub
     let env = Env::start().await;
     let responder = env.responder().await;
     let mut events = env.events().await;
-    // A 30 s poll: only a request held open can explain a prompt start.
-    let worker = env
-        .worker("waiting", 3)
-        .await
-        .poll_interval(Duration::from_secs(30))
-        .handler_fn("echo", |ctx: FiringContext| async move {
-            Ok(Some(ctx.firing.payload.to_string()))
-        })
-        .build()
-        .unwrap()
-        .start()
-        .await
-        .unwrap();
+    let worker = echo_worker(&env, "waiting", 3).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     for band in [1, 5, 8] {
         let published = Instant::now();
@@ -301,16 +294,7 @@ async fn a_worker_stopped_while_holding_requests_open_strands_nothing() {
     let env = Env::start().await;
     let _responder = env.responder().await;
     let mut events = env.events().await;
-    let stopped = env
-        .worker("handover", 3)
-        .await
-        .poll_interval(Duration::from_secs(30))
-        .handler_fn("echo", |_ctx: FiringContext| async move { Ok(None) })
-        .build()
-        .unwrap()
-        .start()
-        .await
-        .unwrap();
+    let stopped = echo_worker(&env, "handover", 3).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     stopped.shutdown().await;
 
@@ -319,15 +303,7 @@ async fn a_worker_stopped_while_holding_requests_open_strands_nothing() {
         .await;
     // A message delivered to the stopped worker's requests would come back
     // only after the 5 s ack wait; the next worker's first round finds it.
-    let next = env
-        .worker("handover", 3)
-        .await
-        .handler_fn("echo", |_ctx: FiringContext| async move { Ok(None) })
-        .build()
-        .unwrap()
-        .start()
-        .await
-        .unwrap();
+    let next = echo_worker(&env, "handover", 3).await;
     let started = Instant::now();
     let event = events.of(&firing, Duration::from_secs(20)).await;
     assert_eq!(event.worker_id, next.id());
