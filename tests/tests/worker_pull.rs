@@ -4,8 +4,10 @@
 //! request open on every band.
 
 use chime_common::protocol::Outcome;
+use chime_common::Band;
 use chime_tests::worker_env::*;
 use chime_worker::{FiringContext, WorkerHandle};
+use futures::{FutureExt, StreamExt};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -361,5 +363,56 @@ async fn a_worker_too_busy_to_hold_requests_open_answers_the_doorbell_again() {
         "ran {:?} after the doorbell, with the long runs still going",
         rung.elapsed()
     );
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_open_request_serves_a_band_s_trickle_of_firings() {
+    let env = Env::start().await;
+    let _responder = env.responder().await;
+    let mut events = env.events().await;
+    let consumer = env.subjects.fire_consumer("trickle", Band::Normal);
+    let mut pulls = env
+        .client
+        .subscribe(format!("$JS.API.CONSUMER.MSG.NEXT.*.{consumer}"))
+        .await
+        .unwrap();
+    env.client.flush().await.unwrap();
+    // 48 threads: a request for 16 messages on each band.
+    let worker = echo_worker(&env, "trickle", 48).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut count_pulls = move || {
+        let mut n = 0;
+        while let Some(Some(_)) = pulls.next().now_or_never() {
+            n += 1;
+        }
+        n
+    };
+    assert!(count_pulls() >= 1, "the worker holds a request on the band");
+
+    for i in 0..8 {
+        let firing = env
+            .publish(&TestFiring::new("trickle", &format!("quiet-{i}"), "echo"))
+            .await;
+        let event = events.of(&firing, Duration::from_secs(5)).await;
+        assert_eq!(event.outcome, Outcome::Succeeded);
+    }
+    // One request per firing would be 8; a request lasts 1 s, so one may
+    // have been renewed meanwhile.
+    let during = count_pulls();
+    assert!(during <= 2, "{during} pull requests for 8 firings");
+
+    // A burst larger than the request: the rest is fetched, nothing waits
+    // for the 30 s poll.
+    let mut burst = Vec::new();
+    for i in 0..40 {
+        burst.push(
+            env.publish(&TestFiring::new("trickle", &format!("burst-{i}"), "echo"))
+                .await,
+        );
+    }
+    for firing in &burst {
+        events.of(firing, Duration::from_secs(5)).await;
+    }
     worker.shutdown().await;
 }

@@ -2,7 +2,7 @@
 //!
 //! `free = threads - in_flight - reserved` is the number of messages the
 //! pull loop may fetch; a slot coming back wakes the pull loop. A reserved
-//! thread is set aside for the one message an open pull request
+//! thread is set aside for a message an open pull request
 //! (`services/open_pull.rs`) may deliver: not free to fetch into, but idle,
 //! so not in flight either.
 

@@ -13,7 +13,9 @@
 //!   filled the request is fetched again as soon as a thread frees up.
 //! - With nothing to fetch the loop holds a pull request open on each
 //!   drained band (`open_pull.rs`), when the free threads cover one for
-//!   every band: a band's next firing is then delivered as it is published.
+//!   every band: a band's next firings are then delivered as they are
+//!   published. Each request asks for an equal share of the free threads,
+//!   up to `OPEN_PULL_MAX_MESSAGES`.
 //!   A band with a request open ignores the doorbell and the poll, and
 //!   while every band has one the loop unsubscribes from the doorbell. When
 //!   a band has work and no thread is free, the open requests are closed to
@@ -29,7 +31,7 @@
 use crate::clock::ServerClock;
 use crate::firing::dispatch::Dispatcher;
 use crate::services::fence::Fence;
-use crate::services::open_pull::{Ended, OpenPull};
+use crate::services::open_pull::{Event, OpenPull, OPEN_PULL_MAX_MESSAGES};
 use crate::slots::{Slot, Slots};
 use crate::topology::find_fire_consumer;
 use async_nats::jetstream::consumer::PullConsumer;
@@ -196,9 +198,9 @@ impl Pulling {
             if stop.is_cancelled() {
                 break;
             }
-            let fence = self.puller.fence.clone();
-            if fence.is_fenced() {
+            if self.puller.fence.is_fenced() {
                 self.close_open_pulls().await;
+                let fence = self.puller.fence.clone();
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = fence.lifted() => self.maybe_work = [true; 3],
@@ -233,7 +235,7 @@ impl Pulling {
                     Some(bands) => self.rung(&bands),
                     None => self.doorbell = None,
                 },
-                (i, ended) = next_ended(&mut self.open) => self.ended(i, ended),
+                (i, event) = next_event(&mut self.open) => self.on_open_pull(i, event),
             }
         }
         self.close_open_pulls().await;
@@ -252,21 +254,30 @@ impl Pulling {
 
     /// Opens a pull request on each drained band without one, when the free
     /// threads cover one for every such band (a band left to the doorbell
-    /// would otherwise find every free thread set aside).
+    /// would otherwise find every free thread set aside). Each asks for an
+    /// equal share of the free threads, up to [`OPEN_PULL_MAX_MESSAGES`].
     async fn open_pulls(&mut self) {
         let lacking = self.lacking_open_pulls();
-        if lacking.is_empty() || lacking.len() > self.puller.slots.free() {
+        let free = self.puller.slots.free();
+        if lacking == 0 || lacking > free {
             return;
         }
+        let share = (free / lacking).min(OPEN_PULL_MAX_MESSAGES);
         let expires = self.puller.poll_interval.min(OPEN_PULL_MAX_EXPIRY);
-        for i in lacking {
+        for i in 0..Band::ALL.len() {
+            if !self.lacks_open_pull(i) {
+                continue;
+            }
             // A consumer that failed is looked up again by the next round.
             let Some(consumer) = self.consumers[i].clone() else {
                 continue;
             };
-            let Some(reserved) = self.puller.slots.try_reserve() else {
+            let reserved: Vec<_> = (0..share)
+                .map_while(|_| self.puller.slots.try_reserve())
+                .collect();
+            if reserved.is_empty() {
                 return;
-            };
+            }
             match OpenPull::open(&consumer, reserved, expires).await {
                 Ok(pull) => self.open[i] = Some(pull),
                 Err(error) => self.open_pull_failed(i, &error),
@@ -305,34 +316,44 @@ impl Pulling {
         }
     }
 
-    /// The drained bands that could hold a request open and have none.
-    fn lacking_open_pulls(&self) -> Vec<usize> {
-        (0..Band::ALL.len())
-            .filter(|&i| self.open[i].is_none() && !self.maybe_work[i] && !self.by_doorbell[i])
-            .collect()
+    /// Whether band `i` is drained, could hold a request open and has none.
+    fn lacks_open_pull(&self, i: usize) -> bool {
+        self.open[i].is_none() && !self.maybe_work[i] && !self.by_doorbell[i]
     }
 
-    /// What an open pull request's end means for its band.
-    fn ended(&mut self, i: usize, ended: Ended) {
-        self.open[i] = None;
-        match ended {
-            Ended::Delivered {
+    /// How many bands lack an open pull request.
+    fn lacking_open_pulls(&self) -> usize {
+        (0..Band::ALL.len())
+            .filter(|&i| self.lacks_open_pull(i))
+            .count()
+    }
+
+    /// What an open pull request on band `i` brought.
+    fn on_open_pull(&mut self, i: usize, event: Event) {
+        match event {
+            Event::Delivered {
                 message,
                 slot,
                 more,
             } => {
-                // Its doorbells were ignored while the request was open, so
-                // unless another request can be opened on it at once (the
-                // server then delivers what came meanwhile), fetch it.
-                let reopens = self.lacking_open_pulls().len() <= self.puller.slots.free();
-                if more || !reopens {
-                    self.maybe_work[i] = true;
+                if self.open[i].as_ref().is_none_or(OpenPull::is_spent) {
+                    self.open[i] = None;
+                    // Its doorbells were ignored while the request was open,
+                    // so unless another request can be opened on it at once
+                    // (the server then delivers what came meanwhile), fetch it.
+                    let reopens = self.lacking_open_pulls() <= self.puller.slots.free();
+                    if more || !reopens {
+                        self.maybe_work[i] = true;
+                    }
                 }
                 self.puller.clock.sample(&message);
                 self.dispatch(*message, slot);
             }
-            Ended::Expired => {}
-            Ended::Failed(error) => self.open_pull_failed(i, &error),
+            Event::Expired => self.open[i] = None,
+            Event::Failed(error) => {
+                self.open[i] = None;
+                self.open_pull_failed(i, &error);
+            }
         }
     }
 
@@ -465,22 +486,22 @@ impl Pulling {
     }
 }
 
-/// Waits for the first open pull request to end (the highest band's if
-/// several have): its band's index and how it ended.
-async fn next_ended(open: &mut [Option<OpenPull>; 3]) -> (usize, Ended) {
+/// Waits for the first open pull request to bring something (the highest
+/// band's if several have): its band's index and what it brought.
+async fn next_event(open: &mut [Option<OpenPull>; 3]) -> (usize, Event) {
     let [high, normal, low] = open;
     tokio::select! {
         biased;
-        ended = ended(high) => (0, ended),
-        ended = ended(normal) => (1, ended),
-        ended = ended(low) => (2, ended),
+        event = next_of(high) => (0, event),
+        event = next_of(normal) => (1, event),
+        event = next_of(low) => (2, event),
     }
 }
 
-/// Waits for `pull` to end; never, if there is none.
-async fn ended(pull: &mut Option<OpenPull>) -> Ended {
+/// Waits for `pull`'s next event; never, if there is none.
+async fn next_of(pull: &mut Option<OpenPull>) -> Event {
     match pull {
-        Some(pull) => pull.ended().await,
+        Some(pull) => pull.next().await,
         None => std::future::pending().await,
     }
 }
