@@ -378,7 +378,7 @@ async fn one_open_request_serves_a_band_s_trickle_of_firings() {
         .await
         .unwrap();
     env.client.flush().await.unwrap();
-    // 48 threads: a request for 16 messages on each band.
+    // 48 threads: a request for 12 messages on each band.
     let worker = echo_worker(&env, "trickle", 48).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut count_pulls = move || {

@@ -14,8 +14,8 @@
 //! - With nothing to fetch the loop holds a pull request open on each
 //!   drained band (`open_pull.rs`), when the free threads cover one for
 //!   every band: a band's next firings are then delivered as they are
-//!   published. Each request asks for an equal share of the free threads,
-//!   up to `OPEN_PULL_MAX_MESSAGES`.
+//!   published. Each request asks for a share of the free threads that
+//!   leaves some free to reopen a spent one (`open_pull_share`).
 //!   A band with a request open ignores the doorbell and the poll, and
 //!   while every band has one the loop unsubscribes from the doorbell. When
 //!   a band has work and no thread is free, the open requests are closed to
@@ -254,15 +254,15 @@ impl Pulling {
 
     /// Opens a pull request on each drained band without one, when the free
     /// threads cover one for every such band (a band left to the doorbell
-    /// would otherwise find every free thread set aside). Each asks for an
-    /// equal share of the free threads, up to [`OPEN_PULL_MAX_MESSAGES`].
+    /// would otherwise find every free thread set aside). Each asks for
+    /// [`open_pull_share`] messages.
     async fn open_pulls(&mut self) {
         let lacking = self.lacking_open_pulls();
         let free = self.puller.slots.free();
         if lacking == 0 || lacking > free {
             return;
         }
-        let share = (free / lacking).min(OPEN_PULL_MAX_MESSAGES);
+        let share = open_pull_share(free, lacking);
         let expires = self.puller.poll_interval.min(OPEN_PULL_MAX_EXPIRY);
         for i in 0..Band::ALL.len() {
             if !self.lacks_open_pull(i) {
@@ -486,6 +486,15 @@ impl Pulling {
     }
 }
 
+/// How many messages each of `bands` new open pull requests asks for, with
+/// `free` threads: an equal share of the free threads as if there were one
+/// more band, so that threads stay free to reopen a spent request without
+/// closing the others (and a burst on a low band takes at most half),
+/// but at least 1 and at most [`OPEN_PULL_MAX_MESSAGES`].
+fn open_pull_share(free: usize, bands: usize) -> usize {
+    (free / bands.saturating_add(1)).clamp(1, OPEN_PULL_MAX_MESSAGES)
+}
+
 /// Waits for the first open pull request to bring something (the highest
 /// band's if several have): its band's index and what it brought.
 async fn next_event(open: &mut [Option<OpenPull>; 3]) -> (usize, Event) {
@@ -515,5 +524,27 @@ async fn next_doorbell(doorbell: &mut Option<Subscriber>) -> Option<Vec<Band>> {
             .await
             .map(|message| doorbell_bands(&message.payload)),
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_requests_leave_threads_free_to_reopen_a_spent_one() {
+        // Too few threads for a margin: one each, as before.
+        assert_eq!(open_pull_share(3, 3), 1);
+        assert_eq!(open_pull_share(1, 1), 1);
+        // A margin as soon as there are threads for one.
+        assert_eq!(open_pull_share(6, 3), 1);
+        assert_eq!(open_pull_share(48, 3), 12);
+        assert_eq!(open_pull_share(512, 3), OPEN_PULL_MAX_MESSAGES);
+        for free in 4..200 {
+            for bands in 1..=3.min(free) {
+                let share = open_pull_share(free, bands);
+                assert!(share * bands < free, "{free} free, {bands} bands: {share}");
+            }
+        }
     }
 }
