@@ -13,6 +13,7 @@
 //! target/release/chime-bench soak --seconds 3600   # not part of `all`
 //! target/release/chime-bench floor --rates 1000,4000   # not part of `all`
 //! target/release/chime-bench all --json out.json
+//! target/release/chime-bench saturation --rates 4000 --runs 3   # median (min–max) of 3
 //! ```
 //!
 //! Set `CHIME_BIN_DIR=target/release` to skip the harness's own
@@ -36,6 +37,7 @@ mod saturation;
 mod scale;
 mod soak;
 mod steady;
+mod summary;
 
 use std::path::PathBuf;
 
@@ -174,6 +176,11 @@ pub struct Args {
     /// `info,sqlx::query=debug` with `--keep-logs` to see each statement's time.
     #[arg(long, default_value = "info")]
     scheduler_log: String,
+    /// Run each scenario this many times back to back, each on fresh
+    /// services after its own idle-CPU reading, then print every figure's
+    /// median, min and max over the runs (BENCHMARKS.md's headline form).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=25))]
+    runs: u32,
     /// Extra arguments for every chime-scheduler (e.g. `--partitions=4`), space separated.
     #[arg(long, default_value = "")]
     scheduler_args: String,
@@ -220,31 +227,46 @@ async fn run(args: Args) -> anyhow::Result<()> {
             anyhow::bail!("{many:?} runs several schedulers or PostgreSQL's own statistics: use --backend postgres");
         }
     }
-    report::print_machine();
     let mut all: Vec<Row> = Vec::new();
     for scenario in scenarios {
         let name = format!("{scenario:?}").to_lowercase();
-        eprintln!("== {name} ==");
-        let result = match scenario {
-            Scenario::Steady => steady::run(&args).await,
-            Scenario::Saturation => saturation::run(&args).await,
-            Scenario::Burst => burst::run(&args).await,
-            Scenario::Scale => scale::run(&args).await,
-            Scenario::Failover => failover::run(&args).await,
-            Scenario::Immediate => immediate::run(&args).await,
-            Scenario::Soak => soak::run(&args).await,
-            Scenario::Floor => floor::run(&args).await,
-            Scenario::All => unreachable!("expanded above"),
-        };
-        match result {
-            Ok(rows) => {
-                report::print_table(&name, &rows);
-                all.extend(rows);
+        let mut ended: Vec<Vec<Row>> = Vec::new();
+        for run in 1..=args.runs {
+            let idle_pct = report::print_machine();
+            eprintln!("== {name}, run {run} of {} ==", args.runs);
+            let result = match scenario {
+                Scenario::Steady => steady::run(&args).await,
+                Scenario::Saturation => saturation::run(&args).await,
+                Scenario::Burst => burst::run(&args).await,
+                Scenario::Scale => scale::run(&args).await,
+                Scenario::Failover => failover::run(&args).await,
+                Scenario::Immediate => immediate::run(&args).await,
+                Scenario::Soak => soak::run(&args).await,
+                Scenario::Floor => floor::run(&args).await,
+                Scenario::All => unreachable!("expanded above"),
+            };
+            match result {
+                Ok(mut rows) => {
+                    for row in &mut rows {
+                        row.note("run", run);
+                        row.note("cpu_idle_before_pct", format!("{idle_pct:.0}"));
+                    }
+                    report::print_table(&name, &rows);
+                    all.extend(rows.iter().cloned());
+                    ended.push(rows);
+                }
+                Err(e) => eprintln!("{name} run {run} failed: {e:#}"),
             }
-            Err(e) => eprintln!("{name} failed: {e:#}"),
+            if let Some(path) = &args.json {
+                std::fs::write(path, serde_json::to_string_pretty(&all)?)?;
+            }
         }
-        if let Some(path) = &args.json {
-            std::fs::write(path, serde_json::to_string_pretty(&all)?)?;
+        if args.runs > 1 {
+            let labels = summary::summarize(&ended);
+            print!(
+                "{}",
+                summary::render(&name, args.runs as usize, ended.len(), &labels)
+            );
         }
     }
     Ok(())

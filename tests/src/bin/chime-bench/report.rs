@@ -122,8 +122,9 @@ pub fn print_table(scenario: &str, rows: &[Row]) {
 }
 
 /// Prints the machine, its load, and how idle its CPU was over the two
-/// seconds before the run (a headline figure needs a quiet machine).
-pub fn print_machine() {
+/// seconds before the run (a headline figure needs a quiet machine);
+/// returns that idle share in per cent.
+pub fn print_machine() -> f64 {
     let before = cpu_ticks();
     std::thread::sleep(std::time::Duration::from_secs(2));
     let idle = 1.0 - busy_between(before, cpu_ticks());
@@ -140,6 +141,7 @@ pub fn print_machine() {
         load.trim(),
         idle * 100.0
     );
+    idle * 100.0
 }
 
 pub fn loadavg() -> String {
