@@ -11,7 +11,8 @@
 //! and [`worker_reports`] read their consumers through [`pull`]. [`web`]
 //! serves the same API over HTTP with the console, [`probes`] the metrics
 //! and health endpoints. [`replica`] wires them; [`lease`] elects the
-//! single-active services; [`signals`] tells tests what they did.
+//! single-active services; [`signals`] tells tests what they did;
+//! [`unstarted`] spares the publisher marking what it saw start.
 
 pub mod alarm;
 pub mod api;
@@ -36,6 +37,7 @@ pub mod signals;
 pub mod slicer;
 pub mod store;
 pub mod submit;
+pub mod unstarted;
 pub mod web;
 pub mod wheel;
 pub mod worker_reports;

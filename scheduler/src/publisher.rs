@@ -20,6 +20,7 @@ use crate::alarm::Alarm;
 use crate::claim::SliceProgress;
 use crate::metrics::Metrics;
 use crate::store::{StagedFiring, Store};
+use crate::unstarted::Unstarted;
 use crate::wheel::{Wheel, WheelEntry};
 use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMessage};
 use async_nats::HeaderMap;
@@ -91,6 +92,8 @@ pub struct Publisher {
     pub wheel: Wheel,
     pub progress: SliceProgress,
     pub metrics: Metrics,
+    /// Acked firings no start has been seen for: the marker's candidates.
+    pub unstarted: Unstarted,
 }
 
 /// The `Nats-Msg-Id` of a firing: its id, suffixed by `~n` when a queued
@@ -217,12 +220,14 @@ impl Publisher {
             progress: self.progress.clone(),
             metrics: self.metrics.clone(),
             marks,
+            unstarted: self.unstarted.clone(),
             stream_full_alerted: std::sync::Mutex::new(None),
         };
         let marker = Marker {
             config: self.config.clone(),
             store: self.store.clone(),
             metrics: self.metrics.clone(),
+            unstarted: self.unstarted.clone(),
         };
         let collecting = tokio::spawn(collector.run(rx));
         let marking = tokio::spawn(marker.run(marks_rx));
@@ -279,6 +284,7 @@ struct Collector {
     progress: SliceProgress,
     metrics: Metrics,
     marks: mpsc::UnboundedSender<Acked>,
+    unstarted: Unstarted,
     /// When the last `stream_full` alert was raised.
     stream_full_alerted: std::sync::Mutex<Option<Instant>>,
 }
@@ -372,6 +378,7 @@ impl Collector {
                 if let Some(slice) = &entry.slice {
                     self.progress.acked(slice);
                 }
+                self.unstarted.acked(entry.firing.id.clone());
                 let _ = self.marks.send(Acked {
                     id: entry.firing.id,
                     at: Utc::now(),
@@ -457,11 +464,13 @@ async fn sleep_until_some(alarm: &mut Alarm, at: Option<Instant>) {
 
 /// Marks acknowledged firings `published` in the store once they are
 /// `mark_delay` old, in batches; rows a worker started meanwhile are left as
-/// they are (the start recorded them, `published_at` included).
+/// they are (the start recorded them, `published_at` included), and those
+/// this replica saw start are not sent at all.
 struct Marker {
     config: PublisherConfig,
     store: Store,
     metrics: Metrics,
+    unstarted: Unstarted,
 }
 
 impl Marker {
@@ -495,10 +504,17 @@ impl Marker {
             while batch.len() < self.config.mark_batch {
                 match waiting.front() {
                     Some(acked) if closing || acked.at <= cutoff => {
-                        batch.extend(waiting.pop_front());
+                        batch.extend(
+                            waiting
+                                .pop_front()
+                                .filter(|acked| self.unstarted.contains(&acked.id)),
+                        );
                     }
                     _ => break,
                 }
+            }
+            if batch.is_empty() {
+                continue;
             }
             let ids: Vec<FiringId> = batch.iter().map(|a| a.id.clone()).collect();
             // Acks arrive in order, so the batch's last is its latest: the
@@ -506,6 +522,7 @@ impl Marker {
             let at = batch.last().map_or_else(Utc::now, |a| a.at);
             match self.store.record_published(&ids, at).await {
                 Ok(_) => {
+                    self.unstarted.forget(&ids);
                     failures = 0;
                     if ids.len() < self.config.mark_batch && !closing {
                         tokio::time::sleep(self.config.flush_interval).await;
@@ -522,12 +539,13 @@ impl Marker {
                     tracing::warn!(error = %e, pending = batch.len(), "cannot mark a batch published; marking one by one");
                     for acked in batch {
                         let one = std::slice::from_ref(&acked.id);
-                        if let Err(e) = self.store.record_published(one, acked.at).await {
-                            if e.is_retryable() {
-                                waiting.push_front(acked);
-                            } else {
+                        match self.store.record_published(one, acked.at).await {
+                            Err(e) if e.is_retryable() => waiting.push_front(acked),
+                            Err(e) => {
                                 tracing::warn!(firing_id = %acked.id, error = %e, "cannot mark this firing published; it stays staged");
+                                self.unstarted.forget(one);
                             }
+                            Ok(_) => self.unstarted.forget(one),
                         }
                     }
                 }
@@ -579,6 +597,75 @@ mod tests {
             publish_seq: 0,
             shards,
         }
+    }
+
+    /// The marker marks an acked firing it saw no start of, and sends the
+    /// store nothing of one whose start this replica accepted. The started
+    /// firing's row is left `staged` here, as if its start were still in
+    /// flight, so a marker that sent it would turn it `published`.
+    #[tokio::test]
+    async fn the_marker_marks_only_firings_it_saw_no_start_of() {
+        use crate::store::{FiringFilter, StoreOptions};
+        use chime_common::{FiringState, JobSpec, Limits};
+
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let url = format!("sqlite://{}", dir.path().join("chime.db").display());
+        let store = Store::connect(&url, StoreOptions::default())
+            .await
+            .expect("a SQLite store");
+        let now = Utc::now();
+        let mut firings = Vec::new();
+        for job in ["unstarted", "started"] {
+            let spec = JobSpec::from_json(
+                &serde_json::json!({"id": job, "schedule": {"every": "1h"}, "handler": "test"}),
+                &Limits::default(),
+            )
+            .expect("a valid spec");
+            store.put_job(&spec, now).await.expect("put");
+            let firing = store.trigger(job, None, now).await.expect("trigger");
+            firings.push(firing.expect("a firing"));
+        }
+        let unstarted = Unstarted::default();
+        let (marks, acked) = mpsc::unbounded_channel();
+        for id in &firings {
+            unstarted.acked(id.clone());
+            marks
+                .send(Acked {
+                    id: id.clone(),
+                    at: now,
+                })
+                .expect("the marker's channel");
+        }
+        unstarted.started(&firings[1]);
+        // Closed: the marker marks what it holds at once, then returns.
+        drop(marks);
+        Marker {
+            config: PublisherConfig::default(),
+            store: store.clone(),
+            metrics: Metrics::new(),
+            unstarted: unstarted.clone(),
+        }
+        .run(acked)
+        .await;
+
+        for (id, expected) in firings
+            .iter()
+            .zip([FiringState::Published, FiringState::Staged])
+        {
+            let page = store
+                .list_firings(&FiringFilter {
+                    job_id: Some(id.job_id.clone()),
+                    ..FiringFilter::default()
+                })
+                .await
+                .expect("list");
+            let states: Vec<FiringState> = page.items.iter().map(|f| f.state).collect();
+            assert_eq!(states, [expected], "{id}");
+        }
+        assert!(
+            firings.iter().all(|id| !unstarted.contains(id)),
+            "the marker forgets what it marked"
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::signals::Signals;
 use crate::slicer::{Slicer, SlicerConfig};
 use crate::store::{Backend, Store, StoreOptions};
 use crate::submit::{Submit, SubmitConfig};
+use crate::unstarted::Unstarted;
 use crate::web::WebConfig;
 use crate::wheel::Wheel;
 use crate::worker_reports::{WorkerReports, WorkerReportsConfig};
@@ -234,10 +235,12 @@ impl Replica {
             move |service| restarts.with_label_values(&[service]).inc(),
         );
         let immediate = Wake::default();
+        let unstarted = Unstarted::default();
         let reports = WorkerReports {
             config: config.worker_reports.clone(),
             finished: signals.finished.clone(),
             immediate: immediate.clone(),
+            unstarted: unstarted.clone(),
             store: store.clone(),
             nats: nats.clone(),
             jetstream: jetstream.clone(),
@@ -333,6 +336,7 @@ impl Replica {
             wheel: wheel.clone(),
             progress,
             metrics: metrics.clone(),
+            unstarted,
         };
         let consumers = Arc::new(Consumers::new(
             config.consumers.clone(),

@@ -27,6 +27,7 @@ use crate::metrics::Metrics;
 use crate::pull::{self, PullError};
 use crate::retry::retry_delay;
 use crate::store::{StartOutcome, Store, StoreError};
+use crate::unstarted::Unstarted;
 use async_nats::jetstream::consumer::pull::MessagesError;
 use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
 use chime_common::error::ErrorReply;
@@ -145,6 +146,8 @@ pub struct WorkerReports {
     /// Woken when a finish staged firings outside a slice (a retry, a
     /// release, an `on_success` or fan-in firing), so they leave at once.
     pub immediate: Wake,
+    /// Told of each accepted start, so the publisher does not mark it.
+    pub unstarted: Unstarted,
 }
 
 impl WorkerReports {
@@ -160,6 +163,9 @@ impl WorkerReports {
                 .inc();
         })?;
         for (request, decision) in requests.iter().zip(&decisions) {
+            if decision.reply.accepted {
+                self.unstarted.started(&request.firing_id);
+            }
             match decision.reply.refusal {
                 Some(why @ (StartRefusal::WrongGroup | StartRefusal::NotAsStaged)) => {
                     self.refuse_forged(request, why)

@@ -59,6 +59,7 @@ impl StandaloneReports {
             metrics: Metrics::new(),
             finished: Default::default(),
             immediate: Default::default(),
+            unstarted: Default::default(),
         }
     }
 

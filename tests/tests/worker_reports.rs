@@ -3,6 +3,7 @@
 //! restarts with events in flight. Real NATS, real PostgreSQL, real workers.
 
 use chime_common::client::{Client, ListFiringsRequest};
+use chime_common::protocol::StartRequest;
 use chime_common::{Firing, FiringState};
 use chime_scheduler::worker_reports::WorkerReportsConfig;
 use chime_scheduler::{Replica, SchedulerConfig};
@@ -793,6 +794,38 @@ async fn triggers_retries_and_releases_do_not_wait_for_a_slice() {
 }
 
 backend_tests! {
+    /// The start service tells the publisher's marker which firings it
+    /// accepted, so their marks are not sent to the store; a refused start
+    /// (a second worker asking for the same attempt) changes nothing.
+    async fn an_accepted_start_takes_its_firing_off_the_marks_and_a_refused_one_does_not(db: TestDatabase) {
+        init_tracing();
+        let nats = NatsServer::start().await;
+        let standalone = StandaloneReports::connect(&nats, &db.url()).await;
+        let reports = standalone.reports(WorkerReportsConfig::default());
+        let firings = triggered(&standalone.store, &["a"]).await;
+        let request = |worker: &str| StartRequest {
+            firing_id: firings[0].clone(),
+            worker_id: worker.into(),
+            group: "default".into(),
+            handler: None,
+            payload_sha256: None,
+        };
+        reports.unstarted.acked(firings[0].clone());
+        let decided = reports.decide(&[request("w1"), request("w2")]).await.expect("decided");
+        assert_eq!(
+            decided.iter().map(|d| d.reply.accepted).collect::<Vec<_>>(),
+            [true, false],
+            "one start per attempt: {decided:?}"
+        );
+        assert!(!reports.unstarted.contains(&firings[0]), "the accepted start took it off");
+
+        // Acked again (a republish), then only refused: it stays a candidate.
+        reports.unstarted.acked(firings[0].clone());
+        let again = reports.decide(&[request("w3")]).await.expect("decided");
+        assert!(!again[0].reply.accepted, "{again:?}");
+        assert!(reports.unstarted.contains(&firings[0]), "a refused start leaves it");
+    }
+
     /// Finished events that arrive one by one within `finish_linger` of the
     /// first are applied in one store call, as at a steady rate: each event
     /// alone would pay a statement and a commit of its own.
