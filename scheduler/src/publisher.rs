@@ -605,25 +605,16 @@ mod tests {
     /// flight, so a marker that sent it would turn it `published`.
     #[tokio::test]
     async fn the_marker_marks_only_firings_it_saw_no_start_of() {
-        use crate::store::{FiringFilter, StoreOptions};
-        use chime_common::{FiringState, JobSpec, Limits};
+        use crate::store::test_stores::TestStore;
+        use crate::store::FiringFilter;
+        use chime_common::FiringState;
 
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let url = format!("sqlite://{}", dir.path().join("chime.db").display());
-        let store = Store::connect(&url, StoreOptions::default())
-            .await
-            .expect("a SQLite store");
+        let test = TestStore::sqlite().await;
+        let store = &test.store;
         let now = Utc::now();
         let mut firings = Vec::new();
         for job in ["unstarted", "started"] {
-            let spec = JobSpec::from_json(
-                &serde_json::json!({"id": job, "schedule": {"every": "1h"}, "handler": "test"}),
-                &Limits::default(),
-            )
-            .expect("a valid spec");
-            store.put_job(&spec, now).await.expect("put");
-            let firing = store.trigger(job, None, now).await.expect("trigger");
-            firings.push(firing.expect("a firing"));
+            firings.push(test.triggered_job(job, now).await);
         }
         let unstarted = Unstarted::default();
         let (marks, acked) = mpsc::unbounded_channel();

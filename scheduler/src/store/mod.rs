@@ -97,7 +97,7 @@ mod stage;
 mod start;
 mod states;
 #[cfg(test)]
-mod test_stores;
+pub(crate) mod test_stores;
 mod types;
 mod waiting;
 

@@ -10,7 +10,7 @@ use sqlx::{Connection, PgConnection};
 const DEFAULT_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
 /// A store and what it lives on.
-pub(super) struct TestStore {
+pub(crate) struct TestStore {
     pub store: Store,
     _dir: Option<tempfile::TempDir>,
     /// The server's URL and the database's name, to drop it.
@@ -57,9 +57,14 @@ impl TestStore {
 
     /// Puts a job that fires hourly and triggers it: one firing, staged.
     pub async fn triggered(&self, now: DateTime<Utc>) -> FiringId {
+        self.triggered_job("hourly", now).await
+    }
+
+    /// [`TestStore::triggered`] for a job named `job`.
+    pub async fn triggered_job(&self, job: &str, now: DateTime<Utc>) -> FiringId {
         let spec = JobSpec::from_json(
             &serde_json::json!({
-                "id": "hourly",
+                "id": job,
                 "schedule": {"every": "1h"},
                 "handler": "test",
             }),
@@ -68,7 +73,7 @@ impl TestStore {
         .expect("a valid spec");
         self.store.put_job(&spec, now).await.expect("put");
         self.store
-            .trigger("hourly", None, now)
+            .trigger(job, None, now)
             .await
             .expect("trigger")
             .expect("a firing")

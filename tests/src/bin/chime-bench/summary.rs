@@ -32,17 +32,15 @@ pub struct LabelSummary {
 
 impl LabelSummary {
     fn push(&mut self, name: String, value: Value) {
-        let at = match self.figures.iter().position(|(n, _)| *n == name) {
-            Some(at) => at,
-            None => {
-                let empty = match value {
-                    Value::Number(_) => Series::Number(Vec::new()),
-                    Value::Flag(_) => Series::Flag(Vec::new()),
-                };
-                self.figures.push((name, empty));
-                self.figures.len() - 1
-            }
+        let empty = match value {
+            Value::Number(_) => Series::Number(Vec::new()),
+            Value::Flag(_) => Series::Flag(Vec::new()),
         };
+        let at = position_or_push(
+            &mut self.figures,
+            |(n, _)| *n == name,
+            || (name.clone(), empty),
+        );
         match (&mut self.figures[at].1, value) {
             (Series::Number(values), Value::Number(v)) => values.push(v),
             (Series::Flag(values), Value::Flag(v)) => values.push(v),
@@ -63,21 +61,32 @@ enum Value {
 pub fn summarize(runs: &[Vec<Row>]) -> Vec<LabelSummary> {
     let mut labels: Vec<LabelSummary> = Vec::new();
     for row in runs.iter().flatten() {
-        let at = match labels.iter().position(|l| l.label == row.label) {
-            Some(at) => at,
-            None => {
-                labels.push(LabelSummary {
-                    label: row.label.clone(),
-                    figures: Vec::new(),
-                });
-                labels.len() - 1
-            }
-        };
+        let at = position_or_push(
+            &mut labels,
+            |l| l.label == row.label,
+            || LabelSummary {
+                label: row.label.clone(),
+                figures: Vec::new(),
+            },
+        );
         for (name, value) in figures_of(row) {
             labels[at].push(name, value);
         }
     }
     labels
+}
+
+/// The index of the first item of `items` that is `found`, after pushing
+/// `new()` if none is: the summary keeps the order things first appear in.
+fn position_or_push<T>(
+    items: &mut Vec<T>,
+    found: impl Fn(&T) -> bool,
+    new: impl FnOnce() -> T,
+) -> usize {
+    items.iter().position(found).unwrap_or_else(|| {
+        items.push(new());
+        items.len() - 1
+    })
 }
 
 /// A row's figures: its columns, then its notes as the module says.
