@@ -1,7 +1,10 @@
 //! Where each firing's cost goes: CPU seconds per 1,000 firings by process
 //! (PostgreSQL, nats-server, each scheduler, this program's workers and
 //! load) and the database's rows written, WAL bytes and commits per firing
-//! (issue 25), and the messages nats-server received and sent per firing.
+//! (issue 25), the messages nats-server received and sent per firing, and
+//! the context switches per firing, the machine's and each process's: every
+//! hop of a firing from one process or thread to another costs a switch on
+//! each side, so these count the hops that the CPU figures pay for.
 //!
 //! A [`Cost`] is read at both ends of a window; [`Cost::notes`] turns the
 //! difference into a row's notes. PostgreSQL is every `postgres` process on
@@ -17,12 +20,14 @@ use chime_tests::DatabaseKind;
 use sqlx::AnyPool;
 
 use crate::env::{clock_ticks, proc_ticks, Env};
-use crate::report::{cpu_ticks, Row};
+use crate::report::{MachineCpu, Row};
 
-/// CPU ticks by process role and the database's counters, at one moment.
+/// Each process role's CPU and switches, the machine's, and the database's
+/// counters, at one moment.
 pub struct Cost {
-    ticks: BTreeMap<String, u64>,
-    machine_busy_ticks: u64,
+    usage: BTreeMap<String, Usage>,
+    machine: MachineCpu,
+    context_switches: Option<u64>,
     db: Option<DbCounters>,
     nats: Option<NatsCounters>,
 }
@@ -35,6 +40,14 @@ struct NatsCounters {
     out_msgs: u64,
 }
 
+/// One process role's CPU ticks and context switches (every thread's,
+/// voluntary and not), summed over its processes.
+#[derive(Clone, Copy, Default)]
+struct Usage {
+    ticks: u64,
+    switches: u64,
+}
+
 #[derive(Clone, Copy, sqlx::FromRow)]
 struct DbCounters {
     rows_written: i64,
@@ -43,24 +56,25 @@ struct DbCounters {
 }
 
 impl Cost {
-    /// Reads every role's CPU ticks and the database counters now.
+    /// Reads every role's CPU ticks and switches and the database counters now.
     pub async fn read(env: &Env) -> Cost {
-        let mut ticks = BTreeMap::new();
-        ticks.insert("postgres".to_owned(), postgres_ticks());
-        if let Some(ticks_of_nats) = env.nats.pid().and_then(proc_ticks) {
-            ticks.insert("nats-server".to_owned(), ticks_of_nats);
+        let mut usage = BTreeMap::new();
+        usage.insert("postgres".to_owned(), postgres_usage());
+        if let Some(nats) = env.nats.pid().and_then(process_usage) {
+            usage.insert("nats-server".to_owned(), nats);
         }
         for sched in &env.schedulers {
-            if let Some(t) = sched.process.id().and_then(proc_ticks) {
-                ticks.insert(format!("scheduler-{}", sched.replica_id), t);
+            if let Some(u) = sched.process.id().and_then(process_usage) {
+                usage.insert(format!("scheduler-{}", sched.replica_id), u);
             }
         }
-        if let Some(t) = proc_ticks(std::process::id()) {
-            ticks.insert("bench-workers-and-load".to_owned(), t);
+        if let Some(u) = process_usage(std::process::id()) {
+            usage.insert("bench-workers-and-load".to_owned(), u);
         }
         Cost {
-            ticks,
-            machine_busy_ticks: cpu_ticks().0,
+            usage,
+            machine: MachineCpu::read(),
+            context_switches: context_switches(),
             db: match env.db.kind() {
                 DatabaseKind::Postgres => db_counters(&env.sql).await,
                 DatabaseKind::Sqlite => None,
@@ -81,26 +95,43 @@ impl Cost {
             return;
         }
         let per_1k = |ticks: u64| ticks as f64 / clock_ticks() / (firings / 1000.0);
-        let by_process: Vec<String> = later
-            .ticks
-            .iter()
-            .filter_map(|(role, &t1)| {
-                let t0 = *self.ticks.get(role)?;
-                Some(format!("{role}={:.3}", per_1k(t1.saturating_sub(t0))))
-            })
-            .collect();
-        row.note("cpu_s_per_1k_by_process", by_process.join(","));
+        let by_process = |figure: &dyn Fn(Usage, Usage) -> String| -> String {
+            later
+                .usage
+                .iter()
+                .filter_map(|(role, &u1)| {
+                    let u0 = *self.usage.get(role)?;
+                    Some(format!("{role}={}", figure(u0, u1)))
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        row.note(
+            "cpu_s_per_1k_by_process",
+            by_process(&|u0, u1| format!("{:.3}", per_1k(u1.ticks.saturating_sub(u0.ticks)))),
+        );
+        row.note(
+            "context_switches_per_firing_by_process",
+            by_process(&|u0, u1| {
+                format!(
+                    "{:.1}",
+                    u1.switches.saturating_sub(u0.switches) as f64 / firings
+                )
+            }),
+        );
         row.note(
             "cpu_s_per_1k_machine",
             format!(
                 "{:.3}",
-                per_1k(
-                    later
-                        .machine_busy_ticks
-                        .saturating_sub(self.machine_busy_ticks)
-                )
+                later.machine.busy_seconds_since(&self.machine) / (firings / 1000.0)
             ),
         );
+        if let (Some(c0), Some(c1)) = (self.context_switches, later.context_switches) {
+            row.note(
+                "context_switches_per_firing",
+                format!("{:.1}", c1.saturating_sub(c0) as f64 / firings),
+            );
+        }
         if let (Some(d0), Some(d1)) = (self.db, later.db) {
             row.note(
                 "db_per_firing",
@@ -125,10 +156,10 @@ impl Cost {
     }
 }
 
-/// CPU ticks of every process named `postgres`.
-fn postgres_ticks() -> u64 {
+/// CPU ticks and switches of every process named `postgres`.
+fn postgres_usage() -> Usage {
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
+        return Usage::default();
     };
     entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
@@ -136,8 +167,43 @@ fn postgres_ticks() -> u64 {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))
                 .is_ok_and(|comm| comm.trim() == "postgres")
         })
-        .filter_map(proc_ticks)
-        .sum()
+        .filter_map(process_usage)
+        .fold(Usage::default(), |sum, u| Usage {
+            ticks: sum.ticks.saturating_add(u.ticks),
+            switches: sum.switches.saturating_add(u.switches),
+        })
+}
+
+/// One process's CPU ticks and its threads' context switches, or `None` if
+/// it has exited. A thread that exits between the reads takes its switches
+/// with it, which the bench's long-lived processes make rare.
+fn process_usage(pid: u32) -> Option<Usage> {
+    let ticks = proc_ticks(pid)?;
+    let switches = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .filter_map(|task| {
+            let status = std::fs::read_to_string(task.ok()?.path().join("status")).ok()?;
+            Some(
+                status
+                    .lines()
+                    .filter_map(|line| {
+                        line.strip_prefix("voluntary_ctxt_switches:")
+                            .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+                    })
+                    .filter_map(|n| n.trim().parse::<u64>().ok())
+                    .sum::<u64>(),
+            )
+        })
+        .sum();
+    Some(Usage { ticks, switches })
+}
+
+/// The machine's context switches since boot (`ctxt` in `/proc/stat`).
+fn context_switches() -> Option<u64> {
+    std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|line| line.strip_prefix("ctxt ")?.trim().parse().ok())
 }
 
 /// This database's rows inserted, updated and deleted, its commits, and the

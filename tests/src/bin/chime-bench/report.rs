@@ -1,10 +1,12 @@
 //! Result rows, the printed table and the machine description.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::env::clock_ticks;
 use crate::record::Window;
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -125,13 +127,11 @@ pub fn print_table(scenario: &str, rows: &[Row]) {
 /// seconds before the run (a headline figure needs a quiet machine);
 /// returns that idle share in per cent.
 pub fn print_machine() -> f64 {
-    let before = cpu_ticks();
+    let before = MachineCpu::read();
     std::thread::sleep(std::time::Duration::from_secs(2));
-    let idle = 1.0 - busy_between(before, cpu_ticks());
+    let idle = 1.0 - MachineCpu::read().busy_share_since(&before);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
+    let cpus = cpus();
     let mem = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| m.lines().next().map(str::to_owned))
@@ -153,29 +153,100 @@ pub fn loadavg() -> String {
         .join(" ")
 }
 
-/// The machine's CPU time so far, in clock ticks: (busy, total), from the
-/// first line of /proc/stat (busy = total − idle − iowait).
-pub fn cpu_ticks() -> (u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|t| t.parse().ok())
-        .collect();
-    let total: u64 = ticks.iter().sum();
-    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
-    (total.saturating_sub(idle), total)
+/// The machine's idle CPU time at one moment. The busy time between two
+/// readings is what the idle time leaves of the CPUs' wall time. Not the busy
+/// fields of /proc/stat: those are sampled at each timer tick, and a load
+/// that wakes on whole milliseconds, like the bench's, is running at more
+/// of the ticks than its share of the time (BENCHMARKS.md, thirty-second
+/// session), while idle time is measured as it passes.
+#[derive(Clone, Copy)]
+pub struct MachineCpu {
+    idle_s: f64,
+    at: Instant,
 }
 
-/// The fraction of the machine's CPU that was busy between two
-/// [`cpu_ticks`] readings.
-pub fn busy_between(from: (u64, u64), to: (u64, u64)) -> f64 {
-    let total = to.1.saturating_sub(from.1);
-    if total == 0 {
-        return 0.0;
+impl MachineCpu {
+    /// Reads the idle and iowait time of all CPUs (the first line of
+    /// /proc/stat).
+    pub fn read() -> MachineCpu {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let idle_ticks: u64 = stat
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(4)
+            .take(2)
+            .filter_map(|t| t.parse::<u64>().ok())
+            .sum();
+        MachineCpu {
+            idle_s: idle_ticks as f64 / clock_ticks(),
+            at: Instant::now(),
+        }
     }
-    to.0.saturating_sub(from.0) as f64 / total as f64
+
+    /// CPU seconds the machine was busy, all of its CPUs together, since
+    /// `earlier`.
+    pub fn busy_seconds_since(&self, earlier: &MachineCpu) -> f64 {
+        let capacity = self.at.duration_since(earlier.at).as_secs_f64() * cpus() as f64;
+        (capacity - (self.idle_s - earlier.idle_s)).clamp(0.0, capacity)
+    }
+
+    /// The share of the machine's CPU that was busy since `earlier`.
+    pub fn busy_share_since(&self, earlier: &MachineCpu) -> f64 {
+        let capacity = self.at.duration_since(earlier.at).as_secs_f64() * cpus() as f64;
+        if capacity == 0.0 {
+            return 0.0;
+        }
+        self.busy_seconds_since(earlier) / capacity
+    }
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn reading(idle_s: f64, at: Instant) -> MachineCpu {
+        MachineCpu { idle_s, at }
+    }
+
+    #[test]
+    fn busy_time_is_what_idle_time_leaves_of_the_cpus_wall_time() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(10);
+        let capacity = 10.0 * cpus() as f64;
+        let earlier = reading(100.0, t0);
+
+        let busy = reading(100.0 + capacity / 4.0, t1).busy_seconds_since(&earlier);
+        assert!((busy - capacity * 0.75).abs() < 1e-9, "{busy}");
+        let share = reading(100.0 + capacity / 4.0, t1).busy_share_since(&earlier);
+        assert!((share - 0.75).abs() < 1e-9, "{share}");
+    }
+
+    #[test]
+    fn a_reading_outside_the_wall_time_is_held_to_it() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(10);
+        let capacity = 10.0 * cpus() as f64;
+        let earlier = reading(100.0, t0);
+
+        // More idle than the CPUs had time for (the counter is in whole ticks,
+        // read a moment apart from the clock): not negative.
+        assert_eq!(
+            reading(100.0 + capacity + 1.0, t1).busy_seconds_since(&earlier),
+            0.0
+        );
+        // Idle going backwards: no more than all of the time.
+        assert_eq!(reading(99.0, t1).busy_seconds_since(&earlier), capacity);
+        // No time between the readings: no share.
+        assert_eq!(reading(100.0, t0).busy_share_since(&earlier), 0.0);
+    }
 }

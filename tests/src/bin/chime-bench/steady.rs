@@ -10,7 +10,7 @@ use crate::env::{
     now_ms, rfc3339, second_after, sleep_until_ms, Env, Sampler, SchedulerMetrics, GROUP,
 };
 use crate::record::Recorder;
-use crate::report::{busy_between, cpu_ticks, loadavg, Row};
+use crate::report::{loadavg, MachineCpu, Row};
 use crate::Args;
 
 /// A job payload of about `bytes` encoded bytes: an object of 32-byte
@@ -84,7 +84,7 @@ pub async fn observe_registered(window: usize, sampler: &Sampler, w0: i64, w1: i
     sampler.reset_rss();
     let cpu0 = sampler.cpu_seconds();
     let load0 = loadavg();
-    let machine0 = cpu_ticks();
+    let machine0 = MachineCpu::read();
     sleep_until_ms(w1).await;
     Span {
         window,
@@ -94,7 +94,7 @@ pub async fn observe_registered(window: usize, sampler: &Sampler, w0: i64, w1: i
         rss: sampler.max_rss_mib(),
         load0,
         load1: loadavg(),
-        machine_busy: busy_between(machine0, cpu_ticks()),
+        machine_busy: MachineCpu::read().busy_share_since(&machine0),
         metrics0: None,
         cost: None,
     }
