@@ -214,29 +214,35 @@ mod tests {
 
     use super::*;
 
+    /// A first reading with 100 s of idle time, the moment 10 s after it,
+    /// and the CPU seconds the machine had in between.
+    fn ten_seconds_apart() -> (MachineCpu, Instant, f64) {
+        let t0 = Instant::now();
+        let earlier = MachineCpu {
+            idle_s: 100.0,
+            at: t0,
+        };
+        (earlier, t0 + Duration::from_secs(10), 10.0 * cpus() as f64)
+    }
+
     fn reading(idle_s: f64, at: Instant) -> MachineCpu {
         MachineCpu { idle_s, at }
     }
 
     #[test]
     fn busy_time_is_what_idle_time_leaves_of_the_cpus_wall_time() {
-        let t0 = Instant::now();
-        let t1 = t0 + Duration::from_secs(10);
-        let capacity = 10.0 * cpus() as f64;
-        let earlier = reading(100.0, t0);
+        let (earlier, t1, capacity) = ten_seconds_apart();
+        let later = reading(100.0 + capacity / 4.0, t1);
 
-        let busy = reading(100.0 + capacity / 4.0, t1).busy_seconds_since(&earlier);
+        let busy = later.busy_seconds_since(&earlier);
         assert!((busy - capacity * 0.75).abs() < 1e-9, "{busy}");
-        let share = reading(100.0 + capacity / 4.0, t1).busy_share_since(&earlier);
+        let share = later.busy_share_since(&earlier);
         assert!((share - 0.75).abs() < 1e-9, "{share}");
     }
 
     #[test]
     fn a_reading_outside_the_wall_time_is_held_to_it() {
-        let t0 = Instant::now();
-        let t1 = t0 + Duration::from_secs(10);
-        let capacity = 10.0 * cpus() as f64;
-        let earlier = reading(100.0, t0);
+        let (earlier, t1, capacity) = ten_seconds_apart();
 
         // More idle than the CPUs had time for (the counter is in whole ticks,
         // read a moment apart from the clock): not negative.
@@ -247,6 +253,6 @@ mod tests {
         // Idle going backwards: no more than all of the time.
         assert_eq!(reading(99.0, t1).busy_seconds_since(&earlier), capacity);
         // No time between the readings: no share.
-        assert_eq!(reading(100.0, t0).busy_share_since(&earlier), 0.0);
+        assert_eq!(reading(100.0, earlier.at).busy_share_since(&earlier), 0.0);
     }
 }
