@@ -27,7 +27,6 @@ use crate::report::{MachineCpu, Row};
 pub struct Cost {
     usage: BTreeMap<String, Usage>,
     machine: MachineCpu,
-    context_switches: Option<u64>,
     db: Option<DbCounters>,
     nats: Option<NatsCounters>,
 }
@@ -74,7 +73,6 @@ impl Cost {
         Cost {
             usage,
             machine: MachineCpu::read(),
-            context_switches: context_switches(),
             db: match env.db.kind() {
                 DatabaseKind::Postgres => db_counters(&env.sql).await,
                 DatabaseKind::Sqlite => None,
@@ -94,7 +92,7 @@ impl Cost {
         if firings == 0.0 {
             return;
         }
-        let per_1k = |ticks: u64| ticks as f64 / clock_ticks() / (firings / 1000.0);
+        let per_1k = |cpu_s: f64| cpu_s / (firings / 1000.0);
         let by_process = |figure: &dyn Fn(Usage, Usage) -> String| -> String {
             later
                 .usage
@@ -108,7 +106,10 @@ impl Cost {
         };
         row.note(
             "cpu_s_per_1k_by_process",
-            by_process(&|u0, u1| format!("{:.3}", per_1k(u1.ticks.saturating_sub(u0.ticks)))),
+            by_process(&|u0, u1| {
+                let ticks = u1.ticks.saturating_sub(u0.ticks);
+                format!("{:.3}", per_1k(ticks as f64 / clock_ticks()))
+            }),
         );
         row.note(
             "context_switches_per_firing_by_process",
@@ -123,10 +124,13 @@ impl Cost {
             "cpu_s_per_1k_machine",
             format!(
                 "{:.3}",
-                later.machine.busy_seconds_since(&self.machine) / (firings / 1000.0)
+                per_1k(later.machine.busy_seconds_since(&self.machine))
             ),
         );
-        if let (Some(c0), Some(c1)) = (self.context_switches, later.context_switches) {
+        if let (Some(c0), Some(c1)) = (
+            self.machine.context_switches,
+            later.machine.context_switches,
+        ) {
             row.note(
                 "context_switches_per_firing",
                 format!("{:.1}", c1.saturating_sub(c0) as f64 / firings),
@@ -196,14 +200,6 @@ fn process_usage(pid: u32) -> Option<Usage> {
         })
         .sum();
     Some(Usage { ticks, switches })
-}
-
-/// The machine's context switches since boot (`ctxt` in `/proc/stat`).
-fn context_switches() -> Option<u64> {
-    std::fs::read_to_string("/proc/stat")
-        .ok()?
-        .lines()
-        .find_map(|line| line.strip_prefix("ctxt ")?.trim().parse().ok())
 }
 
 /// This database's rows inserted, updated and deleted, its commits, and the

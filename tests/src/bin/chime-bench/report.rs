@@ -153,7 +153,7 @@ pub fn loadavg() -> String {
         .join(" ")
 }
 
-/// The machine's idle CPU time at one moment. The busy time between two
+/// The machine's idle CPU time and context switches at one moment. The busy time between two
 /// readings is what the idle time leaves of the CPUs' wall time. Not the busy
 /// fields of /proc/stat: those are sampled at each timer tick, and a load
 /// that wakes on whole milliseconds, like the bench's, is running at more
@@ -162,12 +162,14 @@ pub fn loadavg() -> String {
 #[derive(Clone, Copy)]
 pub struct MachineCpu {
     idle_s: f64,
+    /// Context switches since boot (`ctxt`), if the line was there.
+    pub context_switches: Option<u64>,
     at: Instant,
 }
 
 impl MachineCpu {
     /// Reads the idle and iowait time of all CPUs (the first line of
-    /// /proc/stat).
+    /// /proc/stat) and the context switches (its `ctxt` line).
     pub fn read() -> MachineCpu {
         let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
         let idle_ticks: u64 = stat
@@ -181,6 +183,9 @@ impl MachineCpu {
             .sum();
         MachineCpu {
             idle_s: idle_ticks as f64 / clock_ticks(),
+            context_switches: stat
+                .lines()
+                .find_map(|line| line.strip_prefix("ctxt ")?.trim().parse().ok()),
             at: Instant::now(),
         }
     }
@@ -188,17 +193,22 @@ impl MachineCpu {
     /// CPU seconds the machine was busy, all of its CPUs together, since
     /// `earlier`.
     pub fn busy_seconds_since(&self, earlier: &MachineCpu) -> f64 {
-        let capacity = self.at.duration_since(earlier.at).as_secs_f64() * cpus() as f64;
+        let capacity = self.capacity_since(earlier);
         (capacity - (self.idle_s - earlier.idle_s)).clamp(0.0, capacity)
     }
 
     /// The share of the machine's CPU that was busy since `earlier`.
     pub fn busy_share_since(&self, earlier: &MachineCpu) -> f64 {
-        let capacity = self.at.duration_since(earlier.at).as_secs_f64() * cpus() as f64;
+        let capacity = self.capacity_since(earlier);
         if capacity == 0.0 {
             return 0.0;
         }
         self.busy_seconds_since(earlier) / capacity
+    }
+
+    /// The CPU seconds all of the machine's CPUs had since `earlier`.
+    fn capacity_since(&self, earlier: &MachineCpu) -> f64 {
+        self.at.duration_since(earlier.at).as_secs_f64() * cpus() as f64
     }
 }
 
@@ -218,15 +228,19 @@ mod tests {
     /// and the CPU seconds the machine had in between.
     fn ten_seconds_apart() -> (MachineCpu, Instant, f64) {
         let t0 = Instant::now();
-        let earlier = MachineCpu {
-            idle_s: 100.0,
-            at: t0,
-        };
-        (earlier, t0 + Duration::from_secs(10), 10.0 * cpus() as f64)
+        (
+            reading(100.0, t0),
+            t0 + Duration::from_secs(10),
+            10.0 * cpus() as f64,
+        )
     }
 
     fn reading(idle_s: f64, at: Instant) -> MachineCpu {
-        MachineCpu { idle_s, at }
+        MachineCpu {
+            idle_s,
+            context_switches: None,
+            at,
+        }
     }
 
     #[test]
