@@ -1,7 +1,8 @@
 //! Where each firing's cost goes: CPU seconds per 1,000 firings by process
 //! (PostgreSQL, nats-server, each scheduler, this program's workers and
-//! load) and the database's rows written, WAL bytes and commits per firing
-//! (issue 25), the messages nats-server received and sent per firing, and
+//! load) and the database's rows written, WAL bytes, full-page images and
+//! commits per firing, with the checkpoints the window held (issue 25), the
+//! messages nats-server received and sent per firing, and
 //! the context switches per firing, the machine's and each process's: every
 //! hop of a firing from one process or thread to another costs a switch on
 //! each side, so these count the hops that the CPU figures pay for.
@@ -52,6 +53,11 @@ struct DbCounters {
     rows_written: i64,
     commits: i64,
     wal_bytes: f64,
+    /// Pages written whole to the WAL: the first change to a page after a
+    /// checkpoint logs the page itself, so these follow the checkpoints.
+    wal_fpi: i64,
+    /// Checkpoints started, timed and requested.
+    checkpoints: i64,
 }
 
 impl Cost {
@@ -140,12 +146,14 @@ impl Cost {
             row.note(
                 "db_per_firing",
                 format!(
-                    "rows_written={:.2},commits={:.2},wal_bytes={:.0}",
+                    "rows_written={:.2},commits={:.2},wal_bytes={:.0},full_page_images={:.3}",
                     (d1.rows_written - d0.rows_written) as f64 / firings,
                     (d1.commits - d0.commits) as f64 / firings,
                     (d1.wal_bytes - d0.wal_bytes) / firings,
+                    (d1.wal_fpi - d0.wal_fpi) as f64 / firings,
                 ),
             );
+            row.note("checkpoints", d1.checkpoints - d0.checkpoints);
         }
         if let (Some(n0), Some(n1)) = (self.nats, later.nats) {
             row.note(
@@ -203,14 +211,18 @@ fn process_usage(pid: u32) -> Option<Usage> {
 }
 
 /// This database's rows inserted, updated and deleted, its commits, and the
-/// server's WAL position in bytes (the WAL is the server's, not the
-/// database's: the quiet machine has no other writer).
+/// server's WAL position in bytes, full-page images and checkpoints (the
+/// WAL is the server's, not the database's: the quiet machine has no other
+/// writer). PostgreSQL 15 and 16 count checkpoints in `pg_stat_bgwriter`.
 async fn db_counters(sql: &AnyPool) -> Option<DbCounters> {
     sqlx::query_as(
-        "SELECT (tup_inserted + tup_updated + tup_deleted)::int8 AS rows_written, \
-                xact_commit::int8 AS commits, \
-                pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8 AS wal_bytes \
-         FROM pg_stat_database WHERE datname = current_database()",
+        "SELECT (d.tup_inserted + d.tup_updated + d.tup_deleted)::int8 AS rows_written, \
+                d.xact_commit::int8 AS commits, \
+                pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8 AS wal_bytes, \
+                w.wal_fpi::int8 AS wal_fpi, \
+                (b.checkpoints_timed + b.checkpoints_req)::int8 AS checkpoints \
+         FROM pg_stat_database d, pg_stat_wal w, pg_stat_bgwriter b \
+         WHERE d.datname = current_database()",
     )
     .fetch_one(sql)
     .await
@@ -226,4 +238,68 @@ async fn nats_counters(monitor_url: &str) -> Option<NatsCounters> {
         .await
         .ok()?;
     serde_json::from_slice(&body).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use chime_tests::PgDatabase;
+    use sqlx::any::AnyPoolOptions;
+
+    use super::db_counters;
+
+    /// The counters are read on this server, and they move: a checkpoint is
+    /// counted, and the first change to a page after it logs the page whole.
+    #[tokio::test]
+    async fn a_checkpoint_and_the_full_page_image_after_it_are_counted() {
+        sqlx::any::install_default_drivers();
+        let db = PgDatabase::create().await;
+        let sql = AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(db.url())
+            .await
+            .expect("connect");
+        sqlx::query("CREATE TABLE t (id BIGINT PRIMARY KEY, n BIGINT NOT NULL)")
+            .execute(&sql)
+            .await
+            .expect("create");
+        sqlx::query("INSERT INTO t SELECT i, 0 FROM generate_series(1, 100) i")
+            .execute(&sql)
+            .await
+            .expect("insert");
+        sqlx::query("CHECKPOINT")
+            .execute(&sql)
+            .await
+            .expect("checkpoint");
+        let before = db_counters(&sql).await.expect("counters before");
+        sqlx::query("CHECKPOINT")
+            .execute(&sql)
+            .await
+            .expect("checkpoint");
+        sqlx::query("UPDATE t SET n = 1 WHERE id = 1")
+            .execute(&sql)
+            .await
+            .expect("update");
+        // Backends hand their WAL counts to the statistics at most once a
+        // second unless asked to at their next transaction's end.
+        sqlx::query("SELECT pg_stat_force_next_flush()")
+            .execute(&sql)
+            .await
+            .expect("flush");
+        let after = db_counters(&sql).await.expect("counters after");
+        assert!(
+            after.checkpoints > before.checkpoints,
+            "checkpoints {} then {}",
+            before.checkpoints,
+            after.checkpoints
+        );
+        assert!(
+            after.wal_fpi > before.wal_fpi,
+            "full-page images {} then {}",
+            before.wal_fpi,
+            after.wal_fpi
+        );
+        assert!(after.wal_bytes > before.wal_bytes);
+        assert!(after.rows_written > before.rows_written);
+        assert!(after.commits > before.commits);
+    }
 }
