@@ -244,8 +244,16 @@ async fn nats_counters(monitor_url: &str) -> Option<NatsCounters> {
 mod tests {
     use chime_tests::PgDatabase;
     use sqlx::any::AnyPoolOptions;
+    use sqlx::AnyPool;
 
     use super::db_counters;
+
+    async fn run(sql: &AnyPool, statement: &str) {
+        sqlx::query(statement)
+            .execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
 
     /// The counters are read on this server, and they move: a checkpoint is
     /// counted, and the first change to a page after it logs the page whole.
@@ -258,33 +266,23 @@ mod tests {
             .connect(db.url())
             .await
             .expect("connect");
-        sqlx::query("CREATE TABLE t (id BIGINT PRIMARY KEY, n BIGINT NOT NULL)")
-            .execute(&sql)
-            .await
-            .expect("create");
-        sqlx::query("INSERT INTO t SELECT i, 0 FROM generate_series(1, 100) i")
-            .execute(&sql)
-            .await
-            .expect("insert");
-        sqlx::query("CHECKPOINT")
-            .execute(&sql)
-            .await
-            .expect("checkpoint");
+        run(
+            &sql,
+            "CREATE TABLE t (id BIGINT PRIMARY KEY, n BIGINT NOT NULL)",
+        )
+        .await;
+        run(
+            &sql,
+            "INSERT INTO t SELECT i, 0 FROM generate_series(1, 100) i",
+        )
+        .await;
+        run(&sql, "CHECKPOINT").await;
         let before = db_counters(&sql).await.expect("counters before");
-        sqlx::query("CHECKPOINT")
-            .execute(&sql)
-            .await
-            .expect("checkpoint");
-        sqlx::query("UPDATE t SET n = 1 WHERE id = 1")
-            .execute(&sql)
-            .await
-            .expect("update");
+        run(&sql, "CHECKPOINT").await;
+        run(&sql, "UPDATE t SET n = 1 WHERE id = 1").await;
         // Backends hand their WAL counts to the statistics at most once a
         // second unless asked to at their next transaction's end.
-        sqlx::query("SELECT pg_stat_force_next_flush()")
-            .execute(&sql)
-            .await
-            .expect("flush");
+        run(&sql, "SELECT pg_stat_force_next_flush()").await;
         let after = db_counters(&sql).await.expect("counters after");
         assert!(
             after.checkpoints > before.checkpoints,
