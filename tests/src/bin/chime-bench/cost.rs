@@ -1,13 +1,13 @@
 //! Where each firing's cost goes: CPU seconds per 1,000 firings by process
 //! (PostgreSQL, nats-server, each scheduler, this program's workers and
-//! load) and the database's rows written, WAL bytes, full-page images and
-//! commits per firing, with the checkpoints the window held (issue 25), the
-//! messages nats-server received and sent per firing, and
-//! the context switches per firing, the machine's and each process's: every
-//! hop of a firing from one process or thread to another costs a switch on
-//! each side, so these count the hops that the CPU figures pay for.
+//! load); the database's rows written, WAL bytes, full-page images and
+//! commits per firing, and the checkpoints the window held (issue 25); the
+//! messages nats-server received and sent per firing; and the context
+//! switches per firing, the machine's and each process's: every hop of a
+//! firing from one process or thread to another costs a switch on each
+//! side, so these count the hops that the CPU figures pay for.
 //!
-//! A [`Cost`] is read at both ends of a window; [`Cost::notes`] turns the
+//! A [`Cost`] is read at both ends of a window; [`Cost::note`] turns the
 //! difference into a row's notes. PostgreSQL is every `postgres` process on
 //! the machine (backends, WAL writer, checkpointer, autovacuum), so the
 //! figures assume the quiet machine BENCHMARKS.md asks for. The database
@@ -147,13 +147,13 @@ impl Cost {
                 "db_per_firing",
                 format!(
                     "rows_written={:.2},commits={:.2},wal_bytes={:.0},full_page_images={:.3}",
-                    (d1.rows_written - d0.rows_written) as f64 / firings,
-                    (d1.commits - d0.commits) as f64 / firings,
+                    d1.rows_written.saturating_sub(d0.rows_written) as f64 / firings,
+                    d1.commits.saturating_sub(d0.commits) as f64 / firings,
                     (d1.wal_bytes - d0.wal_bytes) / firings,
-                    (d1.wal_fpi - d0.wal_fpi) as f64 / firings,
+                    d1.wal_fpi.saturating_sub(d0.wal_fpi) as f64 / firings,
                 ),
             );
-            row.note("checkpoints", d1.checkpoints - d0.checkpoints);
+            row.note("checkpoints", d1.checkpoints.saturating_sub(d0.checkpoints));
         }
         if let (Some(n0), Some(n1)) = (self.nats, later.nats) {
             row.note(

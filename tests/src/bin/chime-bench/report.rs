@@ -153,9 +153,9 @@ pub fn loadavg() -> String {
         .join(" ")
 }
 
-/// The machine's idle CPU time and context switches at one moment. The busy time between two
-/// readings is what the idle time leaves of the CPUs' wall time. Not the busy
-/// fields of /proc/stat: those are sampled at each timer tick, and a load
+/// The machine's idle CPU time and context switches at one moment. The
+/// busy time between two readings is what the idle time leaves of the CPUs'
+/// wall time. Not the busy fields of /proc/stat: those are sampled at each timer tick, and a load
 /// that wakes on whole milliseconds, like the bench's, is running at more
 /// of the ticks than its share of the time (BENCHMARKS.md, thirty-second
 /// session), while idle time is measured as it passes.
