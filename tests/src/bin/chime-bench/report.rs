@@ -137,11 +137,41 @@ pub fn print_machine() -> f64 {
         .and_then(|m| m.lines().next().map(str::to_owned))
         .unwrap_or_default();
     println!(
-        "machine: {cpus} cpus, {mem}, loadavg {}, CPU idle {:.0} % over the 2 s before the run",
+        "machine: {cpus} cpus, {mem}, loadavg {}, CPU idle {:.0} % over the 2 s before the run, {}",
         load.trim(),
-        idle * 100.0
+        idle * 100.0,
+        writeback(|name| std::fs::read_to_string(format!("/proc/sys/vm/{name}")).ok())
     );
     idle * 100.0
+}
+
+/// The kernel's writeback settings, which decide whether the disk's flushes
+/// stall every half minute: by default dirty pages are written back once
+/// they are 30 s old, by a flusher that wakes every 5 s, so what the
+/// database wrote without syncing reaches the disk in bursts that delay
+/// every commit's flush behind them (BENCHMARKS.md, thirty-fourth session).
+/// `read` gives a `/proc/sys/vm` file's text by name.
+fn writeback(read: impl Fn(&str) -> Option<String>) -> String {
+    let value = |name| read(name).and_then(|text| text.trim().parse::<u64>().ok());
+    let background = match (
+        value("dirty_background_bytes"),
+        value("dirty_background_ratio"),
+    ) {
+        (Some(bytes), _) if bytes > 0 => format!("{} KiB", bytes / 1024),
+        (_, Some(ratio)) => format!("{ratio} % of memory"),
+        _ => "unknown".to_owned(),
+    };
+    let centiseconds = |name| {
+        value(name).map_or_else(
+            || "unknown".to_owned(),
+            |cs| format!("{} s", cs as f64 / 100.0),
+        )
+    };
+    format!(
+        "writeback from {background} dirty, of pages {} old, every {}",
+        centiseconds("dirty_expire_centisecs"),
+        centiseconds("dirty_writeback_centisecs")
+    )
 }
 
 pub fn loadavg() -> String {
@@ -223,6 +253,38 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    /// The kernel's defaults, a byte threshold (which takes the ratio's
+    /// place when set), and files that cannot be read.
+    #[test]
+    fn the_writeback_settings_say_when_dirty_pages_reach_the_disk() {
+        let settings = |bytes: &'static str| {
+            move |name: &str| {
+                Some(
+                    match name {
+                        "dirty_background_bytes" => bytes,
+                        "dirty_background_ratio" => "10\n",
+                        "dirty_expire_centisecs" => "3000\n",
+                        "dirty_writeback_centisecs" => "500\n",
+                        _ => return None,
+                    }
+                    .to_owned(),
+                )
+            }
+        };
+        assert_eq!(
+            writeback(settings("0\n")),
+            "writeback from 10 % of memory dirty, of pages 30 s old, every 5 s"
+        );
+        assert_eq!(
+            writeback(settings("4194304\n")),
+            "writeback from 4096 KiB dirty, of pages 30 s old, every 5 s"
+        );
+        assert_eq!(
+            writeback(|_| None),
+            "writeback from unknown dirty, of pages unknown old, every unknown"
+        );
+    }
 
     /// A first reading with 100 s of idle time, the moment 10 s after it,
     /// and the CPU seconds the machine had in between.
