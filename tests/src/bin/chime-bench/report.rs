@@ -146,11 +146,10 @@ pub fn print_machine() -> f64 {
 }
 
 /// The kernel's writeback settings, which decide whether the disk's flushes
-/// stall every half minute: by default dirty pages are written back once
-/// they are 30 s old, by a flusher that wakes every 5 s, so what the
-/// database wrote without syncing reaches the disk in bursts that delay
-/// every commit's flush behind them (BENCHMARKS.md, thirty-fourth session).
-/// `read` gives a `/proc/sys/vm` file's text by name.
+/// stall periodically: pages written back only once they are old reach the
+/// disk in bursts that delay every commit's flush behind them
+/// (BENCHMARKS.md, thirty-fourth session). `read` gives a `/proc/sys/vm`
+/// file's text by name.
 fn writeback(read: impl Fn(&str) -> Option<String>) -> String {
     let value = |name| read(name).and_then(|text| text.trim().parse::<u64>().ok());
     let background = match (
@@ -184,11 +183,12 @@ pub fn loadavg() -> String {
 }
 
 /// The machine's idle CPU time and context switches at one moment. The
-/// busy time between two readings is what the idle time leaves of the CPUs'
-/// wall time. Not the busy fields of /proc/stat: those are sampled at each timer tick, and a load
-/// that wakes on whole milliseconds, like the bench's, is running at more
-/// of the ticks than its share of the time (BENCHMARKS.md, thirty-second
-/// session), while idle time is measured as it passes.
+/// busy time between two readings is what the idle time leaves of the
+/// CPUs' wall time. Not the busy fields of /proc/stat: those are sampled at
+/// each timer tick, and a load that wakes on whole milliseconds, like the
+/// bench's, is running at more of the ticks than its share of the time
+/// (BENCHMARKS.md, thirty-second session), while idle time is measured as
+/// it passes.
 #[derive(Clone, Copy)]
 pub struct MachineCpu {
     idle_s: f64,
