@@ -10,7 +10,7 @@
 //! time (see `lease.rs`).
 
 use crate::metrics::Metrics;
-use crate::store::{Store, StoreError};
+use crate::store::{RetentionCursor, Store, StoreError};
 use crate::wheel::Wheel;
 use chime_common::service::{Service, ServiceError};
 use chime_common::FiringId;
@@ -31,9 +31,14 @@ pub struct HousekeepingConfig {
     pub retention: Duration,
     /// ...except the newest this many per job.
     pub keep_per_job: u32,
+    /// Firings the retention sweep scans per statement, and at most
+    /// [`MAX_PRUNE_BATCHES`] statements a pass: each statement is short, so
+    /// on SQLite the one writer serves starts and finishes between them.
+    pub prune_batch: u32,
     /// Audit entries older than this are pruned.
     pub audit_retention: Duration,
-    /// How often to prune.
+    /// How often to prune audit entries and expired sessions (history is
+    /// swept every pass, a batch at a time).
     pub prune_interval: Duration,
     /// How often to count live firings for the `firings{group,state}`
     /// gauges: the count reads every staged and published row, tens of
@@ -51,6 +56,7 @@ impl Default for HousekeepingConfig {
             rescue_batch: 5_000,
             retention: Duration::from_secs(7 * 24 * 3600),
             keep_per_job: 100,
+            prune_batch: 1_000,
             audit_retention: Duration::from_secs(90 * 24 * 3600),
             prune_interval: Duration::from_secs(60),
             count_interval: Duration::from_secs(10),
@@ -62,8 +68,10 @@ impl Default for HousekeepingConfig {
 impl HousekeepingConfig {
     /// Checks the settings; the message names the setting.
     pub fn validate(&self) -> Result<(), String> {
-        if self.interval.is_zero() || self.rescue_batch == 0 {
-            return Err("the housekeeping interval and rescue batch must be above zero".into());
+        if self.interval.is_zero() || self.rescue_batch == 0 || self.prune_batch == 0 {
+            return Err(
+                "the housekeeping interval, rescue batch and prune batch must be above zero".into(),
+            );
         }
         if self.lease_ttl <= self.interval {
             return Err("the housekeeping lease must outlast one housekeeping interval".into());
@@ -106,6 +114,9 @@ pub struct Housekeeping {
     pub wheel: Wheel,
     pub metrics: Metrics,
     last_prune: std::sync::Mutex<Option<DateTime<Utc>>>,
+    /// Where the retention sweep goes on from; a new housekeeper starts
+    /// from the oldest firing.
+    retention_cursor: std::sync::Mutex<RetentionCursor>,
     last_count: std::sync::Mutex<Option<DateTime<Utc>>>,
     /// Firings handed to the wheel recently, so a pass does not hand the same
     /// ones over again while their publish is still under way.
@@ -121,6 +132,7 @@ impl Housekeeping {
             wheel,
             metrics,
             last_prune: Default::default(),
+            retention_cursor: Default::default(),
             last_count: Default::default(),
             rescued: Default::default(),
         }
@@ -157,14 +169,8 @@ impl Housekeeping {
             self.metrics.rescued.inc_by(orphans.len() as u64);
             self.wheel.insert(orphans, None);
         }
+        outcome.pruned = self.prune_history(now).await?;
         if due(&self.last_prune, self.config.prune_interval, now) {
-            let before =
-                now - chrono::Duration::from_std(self.config.retention).unwrap_or_default();
-            outcome.pruned = self
-                .store
-                .prune_history(before, self.config.keep_per_job)
-                .await?;
-            self.metrics.pruned.inc_by(outcome.pruned);
             let audit_before =
                 now - chrono::Duration::from_std(self.config.audit_retention).unwrap_or_default();
             outcome.pruned_audit = self.store.prune_audit(audit_before).await?;
@@ -184,7 +190,46 @@ impl Housekeeping {
         }
         Ok(outcome)
     }
+
+    /// Sweeps history on from where the last pass stopped, a batch at a
+    /// time, until it reaches the retention age or [`MAX_PRUNE_BATCHES`].
+    async fn prune_history(&self, now: DateTime<Utc>) -> Result<u64, HousekeepingError> {
+        let before = now - chrono::Duration::from_std(self.config.retention).unwrap_or_default();
+        let mut cursor = self
+            .retention_cursor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut deleted = 0;
+        for _ in 0..MAX_PRUNE_BATCHES {
+            let pruned = self
+                .store
+                .prune_history(
+                    before,
+                    self.config.keep_per_job,
+                    &cursor,
+                    self.config.prune_batch,
+                )
+                .await?;
+            deleted += pruned.deleted;
+            self.metrics.pruned.inc_by(pruned.deleted);
+            cursor = pruned.cursor;
+            *self
+                .retention_cursor
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = cursor.clone();
+            if pruned.scanned < self.config.prune_batch as usize {
+                break;
+            }
+        }
+        Ok(deleted)
+    }
 }
+
+/// The most retention batches one pass runs: a history far behind its
+/// retention (a new housekeeper's first sweep, a retention made shorter) is
+/// caught up over several passes, so a pass stays short.
+pub const MAX_PRUNE_BATCHES: usize = 50;
 
 impl Service for Housekeeping {
     type Outcome = HousekeepingOutcome;

@@ -297,6 +297,9 @@ mod shards;
 #[path = "store/immediate.rs"]
 mod immediate;
 
+#[path = "store/retention.rs"]
+mod retention;
+
 both_backends!(
     a_start_must_ask_for_what_was_staged,
     a_firing_is_published_with_its_payload_as_stored,
@@ -360,7 +363,6 @@ both_backends!(
     record_published_moves_only_staged_firings,
     unstarted_lists_published_firings_not_started,
     slice_firings_and_overdue_staged,
-    prune_history_keeps_the_newest_per_job,
     counts_by_state_reports_live_firings,
     list_firings_pages_newest_first,
     sessions_expire_and_end,
@@ -2708,45 +2710,6 @@ async fn slice_firings_and_overdue_staged(db: &TestDb) {
             .len(),
         1
     );
-}
-
-async fn prune_history_keeps_the_newest_per_job(db: &TestDb) {
-    let store = db.store().await;
-    for job in ["a", "b"] {
-        store
-            .put_job(&every(job, "1h", json!({})), t(0))
-            .await
-            .expect("put");
-        for i in 0..5 {
-            let id = store
-                .trigger(job, None, t(i))
-                .await
-                .expect("trigger")
-                .expect("job");
-            assert!(start(&store, &id, "w", t(i)).await.reply.accepted);
-            finish(&store, &id, "w", Outcome::Succeeded, t(10 + i)).await;
-        }
-    }
-    // One still running is never pruned.
-    let live = store
-        .trigger("a", None, t(20))
-        .await
-        .expect("trigger")
-        .expect("job");
-    let deleted = store.prune_history(t(13), 2).await.expect("prune");
-    // Finished before 13: i = 0, 1, 2 of each job; the newest two (3, 4) are kept anyway.
-    assert_eq!(deleted, 6);
-    let left: Vec<_> = firings_of(&store, "a")
-        .await
-        .into_iter()
-        .map(|f| f.id)
-        .collect();
-    assert_eq!(left.len(), 3);
-    assert!(left.contains(&live));
-    let deleted = store.prune_history(t(100), 1).await.expect("prune");
-    assert_eq!(deleted, 2);
-    assert_eq!(firings_of(&store, "b").await.len(), 1);
-    assert_eq!(firings_of(&store, "b").await[0].scheduled_at, t(4));
 }
 
 async fn counts_by_state_reports_live_firings(db: &TestDb) {

@@ -1,9 +1,10 @@
 //! Firing history: listing, retention, gauges, recent activity.
 
+use super::dialect::{BindRows, Col};
 use super::listing::{page_of, Conditions};
 use super::rows::{self, FIRING_COLUMNS};
 use super::types::{FiringFilter, Page};
-use super::{ms, page_limit, RowExt, Store, StoreError};
+use super::{id_batch, ms, page_limit, RowExt, Store, StoreError};
 use chime_common::{Firing, FiringId, FiringState};
 use chrono::{DateTime, Utc};
 
@@ -65,33 +66,94 @@ impl Store {
         Ok(page_of(items, limit, |f| f.id.to_string()))
     }
 
-    /// Deletes firings in a final state that finished before `finished_before`,
-    /// but keeps each job's newest `keep_per_job` final firings whatever their
-    /// age. Returns how many were deleted.
+    /// One batch of the retention sweep (see [`RetentionCursor`]): scans the
+    /// next `batch` firings after `after` scheduled before `finished_before`,
+    /// then deletes, of the firings of the jobs it met scheduled no later
+    /// than the last one scanned, those in a final state that finished
+    /// before `finished_before`, except each job's newest `keep_per_job`
+    /// final firings whatever their age.
+    ///
+    /// The scan reads an index from where the last batch stopped, and each
+    /// job's newest final firings are read from its own index range, so a
+    /// batch costs the same however long the history is; on SQLite only the
+    /// delete takes the writer.
     pub async fn prune_history(
         &self,
         finished_before: DateTime<Utc>,
         keep_per_job: u32,
-    ) -> Result<u64, StoreError> {
+        after: &RetentionCursor,
+        batch: u32,
+    ) -> Result<Pruned, StoreError> {
+        let before = ms(finished_before);
+        let scanned = sqlx::query(
+            "SELECT scheduled_at, shard, attempt, id, job_id FROM firings \
+             WHERE scheduled_at < $1 AND scheduled_at >= $2 \
+                 AND (scheduled_at, shard, attempt, id) > ($2, $3, $4, $5) \
+             ORDER BY scheduled_at, shard, attempt, id LIMIT $6",
+        )
+        .bind(before)
+        .bind(after.scheduled_at)
+        .bind(after.shard)
+        .bind(after.attempt)
+        .bind(after.id.as_str())
+        .bind(i64::from(batch))
+        .fetch_all(&self.read)
+        .await?;
+        let Some(last) = scanned.last() else {
+            return Ok(Pruned {
+                deleted: 0,
+                scanned: 0,
+                cursor: after.clone(),
+            });
+        };
+        let cursor = RetentionCursor {
+            scheduled_at: last.int("retention", "scheduled_at")?,
+            shard: last.int("retention", "shard")?,
+            attempt: last.int("retention", "attempt")?,
+            id: last.text("retention", "id")?,
+        };
+        let mut jobs: Vec<String> = scanned
+            .iter()
+            .map(|row| row.text("retention", "job_id"))
+            .collect::<Result<_, _>>()?;
+        jobs.sort_unstable();
+        jobs.dedup();
+        let jobs = id_batch(&jobs)?;
+        // A job's cutoff is its newest final firing past the kept ones: it
+        // and every final firing before it may go. Materialized, so that it
+        // is read once per job, not once per firing deleted.
         let sql = format!(
-            "DELETE FROM firings WHERE id IN ( \
-                 SELECT id FROM ( \
-                     SELECT id, finished_at, ROW_NUMBER() OVER ( \
-                         PARTITION BY job_id ORDER BY scheduled_at DESC, shard DESC, attempt DESC) \
-                         AS newest \
-                     FROM firings WHERE state IN {FINAL_STATES} \
-                 ) ranked \
-                 WHERE ranked.newest > $2 AND ranked.finished_at < $1)"
+            "WITH cut AS MATERIALIZED ( \
+                 SELECT r.id AS job_id, ( \
+                     SELECT n.id FROM firings n WHERE n.job_id = r.id AND n.state IN {FINAL_STATES} \
+                     ORDER BY n.scheduled_at DESC, n.shard DESC, n.attempt DESC LIMIT 1 OFFSET $3 \
+                 ) AS cutoff \
+                 FROM {}) \
+             DELETE FROM firings WHERE id IN ( \
+                 SELECT f.id FROM cut \
+                 JOIN firings c ON c.id = cut.cutoff \
+                 JOIN firings f ON f.job_id = cut.job_id \
+                 WHERE f.state IN {FINAL_STATES} AND f.finished_at < $1 AND f.scheduled_at <= $2 \
+                     AND (f.scheduled_at, f.shard, f.attempt) <= (c.scheduled_at, c.shard, c.attempt))",
+            self.backend.json_rows(4, &[("id", Col::Text)])
         );
-        self.retrying(|| async {
-            let done = sqlx::query(&sql)
-                .bind(ms(finished_before))
-                .bind(i64::from(keep_per_job))
-                .execute(&self.write)
-                .await?;
-            Ok(done.rows_affected())
+        let deleted = self
+            .retrying(|| async {
+                let done = sqlx::query(&sql)
+                    .bind(before)
+                    .bind(cursor.scheduled_at)
+                    .bind(i64::from(keep_per_job))
+                    .bind_rows(&jobs)
+                    .execute(&self.write)
+                    .await?;
+                Ok(done.rows_affected())
+            })
+            .await?;
+        Ok(Pruned {
+            deleted,
+            scanned: scanned.len(),
+            cursor,
         })
-        .await
     }
 
     /// How many firings are staged, published and executing, per group (for
@@ -118,6 +180,45 @@ impl Store {
         }
         Ok(counts)
     }
+}
+
+/// Where the retention sweep has got to: the last firing it scanned, in
+/// the order of `firings_recent_shard` (`scheduled_at`, shard, attempt,
+/// id). The sweep starts from the oldest firing and then follows the
+/// retention age forward, so each firing is scanned about once, as it
+/// comes of age: its job's older firings are then deleted with it. A
+/// firing kept because it was among its job's newest (or not yet final)
+/// goes when a later firing of its job comes of age; a job that no longer
+/// fires keeps its newest `keep_per_job`, as it should.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetentionCursor {
+    scheduled_at: i64,
+    shard: i64,
+    attempt: i64,
+    id: String,
+}
+
+impl Default for RetentionCursor {
+    /// Before every firing.
+    fn default() -> Self {
+        RetentionCursor {
+            scheduled_at: i64::MIN,
+            shard: i64::MIN,
+            attempt: i64::MIN,
+            id: String::new(),
+        }
+    }
+}
+
+/// What one batch of the retention sweep did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pruned {
+    pub deleted: u64,
+    /// Firings scanned: fewer than the batch asked once the sweep has
+    /// reached the retention age.
+    pub scanned: usize,
+    /// Where the next batch starts.
+    pub cursor: RetentionCursor,
 }
 
 /// What firings did lately, for the console's overview: read from the

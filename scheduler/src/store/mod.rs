@@ -107,7 +107,7 @@ pub use dialect::Backend;
 use dialect::{BindRows, JsonRows};
 pub use error::StoreError;
 pub use groups::MAX_GROUPS;
-pub use history::Activity;
+pub use history::{Activity, Pruned, RetentionCursor};
 pub use pause::{JobSelection, Pause, MAX_PAUSED_AT_ONCE};
 pub use retry::RetryDelay;
 pub use sessions::Session;

@@ -93,7 +93,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
     row.note("backend", env.db.kind());
     env.note_disk(t - 2000, polled_until, &mut row);
     cost0.note(&cost1, &mut row);
-    row.rss_max_mib = rss;
+    row.rss_max_mib = Some(rss);
     row.note(
         "all_published_after_ms",
         published_at.map_or(format!("not within 120 s ({published_seen})"), |p| {

@@ -571,7 +571,7 @@ struct SamplerState {
 }
 
 impl Sampler {
-    fn start() -> Sampler {
+    pub fn start() -> Sampler {
         let sampler = Sampler {
             inner: Arc::default(),
             stop: Arc::default(),
@@ -586,7 +586,7 @@ impl Sampler {
         sampler
     }
 
-    fn stop(&self) {
+    pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
     }
 

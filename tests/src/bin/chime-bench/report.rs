@@ -27,8 +27,11 @@ pub struct Row {
     pub p99_ms: f64,
     pub p999_ms: f64,
     pub max_ms: f64,
-    pub rss_max_mib: f64,
-    pub cpu_s_per_1k: f64,
+    /// `None` when not sampled over the window.
+    pub rss_max_mib: Option<f64>,
+    /// The schedulers' CPU; `None` when not sampled over the window or
+    /// nothing succeeded in it.
+    pub cpu_s_per_1k: Option<f64>,
     pub lost: i64,
     pub duplicates: u64,
     pub retries: u64,
@@ -81,11 +84,8 @@ impl Row {
     }
 
     pub fn set_cpu(&mut self, cpu_seconds: f64) {
-        self.cpu_s_per_1k = if self.succeeded > 0 {
-            cpu_seconds / (self.succeeded as f64 / 1000.0)
-        } else {
-            0.0
-        };
+        self.cpu_s_per_1k =
+            (self.succeeded > 0).then(|| cpu_seconds / (self.succeeded as f64 / 1000.0));
     }
 
     pub fn note(&mut self, key: &str, value: impl ToString) {
@@ -104,9 +104,10 @@ pub fn print_table(scenario: &str, rows: &[Row]) {
     println!("|{}|", ["---"; 13].join("|"));
     for r in rows {
         println!(
-            "| {:<14} | {:>8.0} | {:>6.0}s | {:>9} | {:>8.1} | {:>8.2} | {:>8.2} | {:>8.2} | {:>9.1} | {:>8.1} | {:>10.3} | {:>5} | {:>5} |",
+            "| {:<14} | {:>8.0} | {:>6.0}s | {:>9} | {:>8.1} | {:>8.2} | {:>8.2} | {:>8.2} | {:>9.1} | {:>8} | {:>10} | {:>5} | {:>5} |",
             r.label, r.offered_per_s, r.window_s, r.succeeded, r.firings_per_s, r.p50_ms, r.p99_ms,
-            r.p999_ms, r.max_ms, r.rss_max_mib, r.cpu_s_per_1k, r.lost, r.duplicates
+            r.p999_ms, r.max_ms, measured(r.rss_max_mib, 1), measured(r.cpu_s_per_1k, 3), r.lost,
+            r.duplicates
         );
     }
     for r in rows {
@@ -121,6 +122,11 @@ pub fn print_table(scenario: &str, rows: &[Row]) {
             notes.join(" ")
         );
     }
+}
+
+/// A figure to `decimals` places, or `-` where it was not measured.
+fn measured(figure: Option<f64>, decimals: usize) -> String {
+    figure.map_or_else(|| "-".to_owned(), |v| format!("{v:.decimals$}"))
 }
 
 /// Prints the machine, its load, and how idle its CPU was over the two
@@ -253,6 +259,13 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn a_figure_not_measured_is_a_dash() {
+        assert_eq!(measured(Some(0.1234), 3), "0.123");
+        assert_eq!(measured(Some(12.0), 1), "12.0");
+        assert_eq!(measured(None, 3), "-");
+    }
 
     /// The kernel's defaults, a byte threshold (which takes the ratio's
     /// place when set), and files that cannot be read.

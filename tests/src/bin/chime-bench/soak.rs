@@ -222,7 +222,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
         row.offered_per_s = f64::from(args.rate);
         let expected = u64::from(args.rate) * ((w1 - w0) as u64 / 1000);
         row.set_counts(expected, succeeded, states);
-        row.rss_max_mib = peak;
+        row.rss_max_mib = Some(peak);
         match sample {
             Ok(r) => row.note("at_end", r),
             Err(e) => row.note("at_end", format!("unavailable ({e:#})")),

@@ -54,11 +54,29 @@ pub fn every_second(
     }
 }
 
-/// What was sampled over one window.
+/// One window and what was sampled over it.
 pub struct Span {
     pub window: usize,
     pub w0: i64,
     pub w1: i64,
+    /// When the sampling began: late when the step before was still
+    /// draining as this window opened.
+    pub began_ms: i64,
+    /// `None` when the sampling began too far into the window
+    /// ([`stands_for_window`]): its CPU and cost would be of another span
+    /// of time.
+    pub sampled: Option<Sampled>,
+}
+
+/// How far into a window its sampling may begin and still stand for it: a
+/// tenth of the window, and no more than a second (by which its edges
+/// already blur, `cost.rs`).
+fn stands_for_window(w0: i64, w1: i64, began_ms: i64) -> bool {
+    began_ms - w0 <= ((w1 - w0) / 10).min(1_000)
+}
+
+/// What was sampled over a window.
+pub struct Sampled {
     pub cpu: f64,
     pub rss: f64,
     pub load0: String,
@@ -80,7 +98,9 @@ pub async fn observe(recorder: &Recorder, sampler: &Sampler, w0: i64, w1: i64) -
 
 /// [`observe`] for a window already registered as `window`.
 pub async fn observe_registered(window: usize, sampler: &Sampler, w0: i64, w1: i64) -> Span {
-    sleep_until_ms(w0).await;
+    let Some(began_ms) = begin_sampling(w0, w1).await else {
+        return unsampled(window, w0, w1).await;
+    };
     sampler.reset_rss();
     let cpu0 = sampler.cpu_seconds();
     let load0 = loadavg();
@@ -90,13 +110,16 @@ pub async fn observe_registered(window: usize, sampler: &Sampler, w0: i64, w1: i
         window,
         w0,
         w1,
-        cpu: sampler.cpu_seconds() - cpu0,
-        rss: sampler.max_rss_mib(),
-        load0,
-        load1: loadavg(),
-        machine_busy: MachineCpu::read().busy_share_since(&machine0),
-        metrics0: None,
-        cost: None,
+        began_ms,
+        sampled: Some(Sampled {
+            cpu: sampler.cpu_seconds() - cpu0,
+            rss: sampler.max_rss_mib(),
+            load0,
+            load1: loadavg(),
+            machine_busy: MachineCpu::read().busy_share_since(&machine0),
+            metrics0: None,
+            cost: None,
+        }),
     }
 }
 
@@ -104,15 +127,41 @@ pub async fn observe_registered(window: usize, sampler: &Sampler, w0: i64, w1: i
 /// the cost counters at both ends, so that the row reports what happened
 /// within the window and what it cost.
 pub async fn observe_with_metrics(env: &Env, window: usize, w0: i64, w1: i64) -> Span {
-    sleep_until_ms(w0).await;
+    if begin_sampling(w0, w1).await.is_none() {
+        return unsampled(window, w0, w1).await;
+    }
     let metrics0 = env.scheduler_metrics().await;
     let cost0 = Cost::read(env).await;
     let span = observe_registered(window, &env.sampler, w0, w1).await;
     let cost1 = Cost::read(env).await;
     Span {
-        metrics0: Some(metrics0),
-        cost: Some((cost0, cost1)),
+        sampled: span.sampled.map(|sampled| Sampled {
+            metrics0: Some(metrics0),
+            cost: Some((cost0, cost1)),
+            ..sampled
+        }),
         ..span
+    }
+}
+
+/// Waits for `w0`; returns the moment sampling begins, or `None` if that is
+/// too far into the window `[w0, w1)` for it to stand for the window.
+async fn begin_sampling(w0: i64, w1: i64) -> Option<i64> {
+    sleep_until_ms(w0).await;
+    let began_ms = now_ms();
+    stands_for_window(w0, w1, began_ms).then_some(began_ms)
+}
+
+/// The window `[w0, w1)`, not sampled, once it has ended.
+async fn unsampled(window: usize, w0: i64, w1: i64) -> Span {
+    let began_ms = now_ms();
+    sleep_until_ms(w1).await;
+    Span {
+        window,
+        w0,
+        w1,
+        began_ms,
+        sampled: None,
     }
 }
 
@@ -148,19 +197,33 @@ pub async fn finish(
     row.set_counts(expected, succeeded, states);
     row.note("backend", env.db.kind());
     env.note_disk(w0, w1, &mut row);
-    if let Some((cost0, cost1)) = &span.cost {
-        cost0.note(cost1, &mut row);
-    }
-    row.note(
-        "scheduler",
-        env.scheduler_metrics().await.since(span.metrics0.as_ref()),
-    );
     row.note("worker_start_decision", env.worker_start_decisions());
-    row.set_cpu(span.cpu);
-    row.rss_max_mib = span.rss;
-    row.note("load_before", format!("[{}]", span.load0));
-    row.note("load_after", format!("[{}]", span.load1));
-    row.note("machine_cpu_busy", format!("{:.2}", span.machine_busy));
+    match &span.sampled {
+        Some(sampled) => {
+            if let Some((cost0, cost1)) = &sampled.cost {
+                cost0.note(cost1, &mut row);
+            }
+            row.note(
+                "scheduler",
+                env.scheduler_metrics()
+                    .await
+                    .since(sampled.metrics0.as_ref()),
+            );
+            row.set_cpu(sampled.cpu);
+            row.rss_max_mib = Some(sampled.rss);
+            row.note("load_before", format!("[{}]", sampled.load0));
+            row.note("load_after", format!("[{}]", sampled.load1));
+            row.note("machine_cpu_busy", format!("{:.2}", sampled.machine_busy));
+        }
+        None => row.note(
+            "not_sampled",
+            format!(
+                "sampling began {} ms into the window, after the step before drained: \
+                 no CPU, cost, scheduler counter or RSS figures",
+                span.began_ms - w0
+            ),
+        ),
+    }
     Ok(row)
 }
 
@@ -202,6 +265,28 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A step that fell behind is still draining when the next window
+    /// opens; what is sampled from then on is of a shorter, later span.
+    #[test]
+    fn sampling_stands_for_a_window_only_from_near_its_start() {
+        assert!(stands_for_window(0, 20_000, 0));
+        assert!(stands_for_window(0, 20_000, 1_000));
+        assert!(!stands_for_window(0, 20_000, 1_001));
+        assert!(stands_for_window(0, 5_000, 500));
+        assert!(!stands_for_window(0, 5_000, 501));
+        assert!(!stands_for_window(0, 20_000, 25_000));
+    }
+
+    #[tokio::test]
+    async fn a_window_that_began_before_sampling_could_has_no_sampled_figures() {
+        let sampler = Sampler::start();
+        let now = now_ms();
+        let span = observe_registered(0, &sampler, now - 5_000, now - 1_000).await;
+        sampler.stop();
+        assert!(span.sampled.is_none());
+        assert!(span.began_ms >= now);
+    }
 
     #[test]
     fn a_payload_is_about_the_size_asked() {

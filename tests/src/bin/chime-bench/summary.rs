@@ -89,21 +89,22 @@ fn position_or_push<T>(
     })
 }
 
-/// A row's figures: its columns, then its notes as the module says.
+/// A row's figures: its columns that were measured, then its notes as the
+/// module says.
 fn figures_of(row: &Row) -> Vec<(String, Value)> {
     let mut figures: Vec<(String, Value)> = [
-        ("fired/s", row.firings_per_s),
-        ("p50 ms", row.p50_ms),
-        ("p99 ms", row.p99_ms),
-        ("p99.9 ms", row.p999_ms),
-        ("max ms", row.max_ms),
+        ("fired/s", Some(row.firings_per_s)),
+        ("p50 ms", Some(row.p50_ms)),
+        ("p99 ms", Some(row.p99_ms)),
+        ("p99.9 ms", Some(row.p999_ms)),
+        ("max ms", Some(row.max_ms)),
         ("RSS MiB", row.rss_max_mib),
         ("CPU s/1k", row.cpu_s_per_1k),
-        ("lost", row.lost as f64),
-        ("dup", row.duplicates as f64),
+        ("lost", Some(row.lost as f64)),
+        ("dup", Some(row.duplicates as f64)),
     ]
     .into_iter()
-    .map(|(name, v)| (name.to_owned(), Value::Number(v)))
+    .filter_map(|(name, v)| Some((name.to_owned(), Value::Number(v?))))
     .collect();
     for (key, text) in &row.notes {
         if key == "run" {
@@ -293,6 +294,36 @@ mod tests {
             &Series::Flag(vec![true, false, true])
         );
         assert_eq!(series(&labels[1], "sustained"), &Series::Flag(vec![false]));
+    }
+
+    /// A step sampled too late (or with nothing succeeded) has no CPU or
+    /// RSS: the summary's figures are of the runs that measured them.
+    #[test]
+    fn a_figure_not_measured_is_left_out_of_the_median() {
+        let measured = |cpu| Row {
+            label: "10000/s".to_owned(),
+            cpu_s_per_1k: cpu,
+            rss_max_mib: cpu.map(|_| 80.0),
+            ..Row::default()
+        };
+        let runs = vec![
+            vec![measured(Some(0.2))],
+            vec![measured(None)],
+            vec![measured(Some(0.3))],
+        ];
+        let labels = summarize(&runs);
+        assert_eq!(
+            series(&labels[0], "CPU s/1k"),
+            &Series::Number(vec![0.2, 0.3])
+        );
+        assert_eq!(
+            series(&labels[0], "RSS MiB"),
+            &Series::Number(vec![80.0, 80.0])
+        );
+        assert_eq!(
+            series(&labels[0], "p99 ms"),
+            &Series::Number(vec![0.0, 0.0, 0.0])
+        );
     }
 
     #[test]
