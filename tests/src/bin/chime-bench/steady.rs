@@ -98,28 +98,38 @@ pub async fn observe(recorder: &Recorder, sampler: &Sampler, w0: i64, w1: i64) -
 
 /// [`observe`] for a window already registered as `window`.
 pub async fn observe_registered(window: usize, sampler: &Sampler, w0: i64, w1: i64) -> Span {
-    let Some(began_ms) = begin_sampling(w0, w1).await else {
-        return unsampled(window, w0, w1).await;
+    sleep_until_ms(w0).await;
+    let began_ms = now_ms();
+    let sampled = if stands_for_window(w0, w1, began_ms) {
+        Some(sample_until(sampler, w1).await)
+    } else {
+        sleep_until_ms(w1).await;
+        None
     };
-    sampler.reset_rss();
-    let cpu0 = sampler.cpu_seconds();
-    let load0 = loadavg();
-    let machine0 = MachineCpu::read();
-    sleep_until_ms(w1).await;
     Span {
         window,
         w0,
         w1,
         began_ms,
-        sampled: Some(Sampled {
-            cpu: sampler.cpu_seconds() - cpu0,
-            rss: sampler.max_rss_mib(),
-            load0,
-            load1: loadavg(),
-            machine_busy: MachineCpu::read().busy_share_since(&machine0),
-            metrics0: None,
-            cost: None,
-        }),
+        sampled,
+    }
+}
+
+/// Samples the schedulers' CPU and RSS and the machine's CPU from now to `w1`.
+async fn sample_until(sampler: &Sampler, w1: i64) -> Sampled {
+    sampler.reset_rss();
+    let cpu0 = sampler.cpu_seconds();
+    let load0 = loadavg();
+    let machine0 = MachineCpu::read();
+    sleep_until_ms(w1).await;
+    Sampled {
+        cpu: sampler.cpu_seconds() - cpu0,
+        rss: sampler.max_rss_mib(),
+        load0,
+        load1: loadavg(),
+        machine_busy: MachineCpu::read().busy_share_since(&machine0),
+        metrics0: None,
+        cost: None,
     }
 }
 
@@ -127,8 +137,10 @@ pub async fn observe_registered(window: usize, sampler: &Sampler, w0: i64, w1: i
 /// the cost counters at both ends, so that the row reports what happened
 /// within the window and what it cost.
 pub async fn observe_with_metrics(env: &Env, window: usize, w0: i64, w1: i64) -> Span {
-    if begin_sampling(w0, w1).await.is_none() {
-        return unsampled(window, w0, w1).await;
+    sleep_until_ms(w0).await;
+    if !stands_for_window(w0, w1, now_ms()) {
+        // Too late to sample: reported as not sampled.
+        return observe_registered(window, &env.sampler, w0, w1).await;
     }
     let metrics0 = env.scheduler_metrics().await;
     let cost0 = Cost::read(env).await;
@@ -141,27 +153,6 @@ pub async fn observe_with_metrics(env: &Env, window: usize, w0: i64, w1: i64) ->
             ..sampled
         }),
         ..span
-    }
-}
-
-/// Waits for `w0`; returns the moment sampling begins, or `None` if that is
-/// too far into the window `[w0, w1)` for it to stand for the window.
-async fn begin_sampling(w0: i64, w1: i64) -> Option<i64> {
-    sleep_until_ms(w0).await;
-    let began_ms = now_ms();
-    stands_for_window(w0, w1, began_ms).then_some(began_ms)
-}
-
-/// The window `[w0, w1)`, not sampled, once it has ended.
-async fn unsampled(window: usize, w0: i64, w1: i64) -> Span {
-    let began_ms = now_ms();
-    sleep_until_ms(w1).await;
-    Span {
-        window,
-        w0,
-        w1,
-        began_ms,
-        sampled: None,
     }
 }
 
@@ -218,8 +209,8 @@ pub async fn finish(
         None => row.note(
             "not_sampled",
             format!(
-                "sampling began {} ms into the window, after the step before drained: \
-                 no CPU, cost, scheduler counter or RSS figures",
+                "sampling began {} ms into the window (the step before was still \
+                 draining): no CPU, cost, scheduler counter or RSS figures",
                 span.began_ms - w0
             ),
         ),
