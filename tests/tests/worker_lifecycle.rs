@@ -25,10 +25,11 @@ async fn heartbeat_of(env: &Env, id: &str) -> Option<WorkerInfo> {
 async fn panicking_timed_out_and_unknown_handlers_report_and_worker_keeps_working() {
     let env = Env::start().await;
     let responder = env.responder().await;
-    // Long enough for a panic to be caught however long the default hook
-    // takes to print its backtrace on a loaded machine (CI saw more than
-    // 700 ms), short enough to cut the hanging handler off soon.
-    responder.set_run_for(Duration::from_secs(2));
+    // A panic is caught only once the default hook has printed its
+    // backtrace, which took more than 2 s on a loaded CI machine: the
+    // failing firings get a deadline far beyond that, and the hanging one,
+    // started after them, a short one.
+    responder.set_run_for(Duration::from_secs(30));
     let mut events = env.events().await;
     let worker = env
         .worker("mixed", 2)
@@ -69,9 +70,6 @@ async fn panicking_timed_out_and_unknown_handlers_report_and_worker_keeps_workin
     let panic = env
         .publish(&TestFiring::new("mixed", "panics", "panic"))
         .await;
-    let hang = env
-        .publish(&TestFiring::new("mixed", "hangs", "hang"))
-        .await;
     let unknown = env
         .publish(&TestFiring::new("mixed", "unknown", "no-such-handler"))
         .await;
@@ -98,6 +96,12 @@ async fn panicking_timed_out_and_unknown_handlers_report_and_worker_keeps_workin
         (Outcome::Failed, Some("it went wrong"))
     );
     assert_eq!(e.output.as_deref(), Some("some output"));
+
+    responder.set_run_for(Duration::from_secs(2));
+    let hang = env
+        .publish(&TestFiring::new("mixed", "hangs", "hang"))
+        .await;
+    env.ring("mixed").await;
     let e = events.of(&hang, Duration::from_secs(10)).await;
     assert_eq!(e.outcome, Outcome::TimedOut);
     assert!(

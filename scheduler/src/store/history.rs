@@ -86,9 +86,12 @@ impl Store {
     ) -> Result<Pruned, StoreError> {
         let before = ms(finished_before);
         let scanned = sqlx::query(
+            // The row comparison alone, so that SQLite seeks the index to
+            // the cursor (with a separate bound on `scheduled_at` it scans
+            // from the start of the cursor's instant, which many firings
+            // may share).
             "SELECT scheduled_at, shard, attempt, id, job_id FROM firings \
-             WHERE scheduled_at < $1 AND scheduled_at >= $2 \
-                 AND (scheduled_at, shard, attempt, id) > ($2, $3, $4, $5) \
+             WHERE (scheduled_at, shard, attempt, id) > ($2, $3, $4, $5) AND scheduled_at < $1 \
              ORDER BY scheduled_at, shard, attempt, id LIMIT $6",
         )
         .bind(before)

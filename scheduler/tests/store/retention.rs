@@ -15,9 +15,8 @@ both_backends!(
 );
 
 /// `count` firings of `job` at `t(first)`, `t(first + 1)`, …, each started
-/// and finished a second after its instant.
-async fn finished_firings(store: &Store, job: &str, first: i64, count: i64) -> Vec<FiringId> {
-    let mut ids = Vec::new();
+/// at its instant and finished a second later.
+async fn finished_firings(store: &Store, job: &str, first: i64, count: i64) {
     for i in first..first + count {
         let id = store
             .trigger(job, None, t(i))
@@ -26,9 +25,7 @@ async fn finished_firings(store: &Store, job: &str, first: i64, count: i64) -> V
             .expect("job");
         assert!(start(store, &id, "w", t(i)).await.reply.accepted);
         finish(store, &id, "w", Outcome::Succeeded, t(i + 1)).await;
-        ids.push(id);
     }
-    ids
 }
 
 /// Sweeps from `cursor` in batches of `batch` until the sweep reaches the
