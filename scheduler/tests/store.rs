@@ -315,6 +315,7 @@ both_backends!(
     an_upgrade_keeps_every_job_where_it_was,
     an_upgrade_keeps_every_on_success,
     an_upgrade_keeps_every_waiting_firing_findable,
+    an_upgrade_keeps_every_waiting_and_running_firing,
     concurrent_connects_all_succeed,
     put_and_get_round_trip,
     job_groups_name_each_group_once,
@@ -736,6 +737,54 @@ async fn an_upgrade_keeps_every_waiting_firing_findable(db: &TestDb) {
         .await
         .expect("stage");
     assert_eq!(ids(&adopted.firings), ["a@1893456002000#2"]);
+}
+
+/// Firings waiting and running when `executing` and `waiting` were rebuilt
+/// clustered on their firing id (`20261206000000_clustered_waiting`, a
+/// copy on SQLite) are all there after the upgrade: found by the takeover,
+/// the not-started alert and the expiry monitor's scan.
+async fn an_upgrade_keeps_every_waiting_and_running_firing(db: &TestDb) {
+    db.migrate_before(20261206000000).await;
+    for (at, state) in [(1, "staged"), (2, "published"), (3, "executing")] {
+        let ms = 1893456000000_i64 + at * 1000;
+        db.exec(&format!(
+            "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
+                 handler, payload, timeout_ms, due_at, state, published_at, started_at, \
+                 created_at) \
+             VALUES ('a@{ms}#1', 'a', {ms}, 1, 'default', 5, 'h', 'null', 1000, {ms}, \
+                 '{state}', NULL, NULL, {ms})"
+        ))
+        .await;
+    }
+    db.exec(
+        "INSERT INTO waiting (firing_id, group_name, part, due_at, slice, published_at) VALUES \
+             ('a@1893456001000#1', 'default', 0, 1893456001000, 's-old', NULL), \
+             ('a@1893456002000#1', 'default', 0, 1893456002000, 's-old', 1893456002000)",
+    )
+    .await;
+    db.exec(
+        "INSERT INTO executing (firing_id, job_id, group_name, worker_id, attempt, started_at, \
+             deadline_at) \
+         VALUES ('a@1893456003000#1', 'a', 'default', 'w-1', 1, 1893456003000, 1893456004000)",
+    )
+    .await;
+
+    let store = db.store().await;
+    let owned = store.slice_firings("s-old").await.expect("slice");
+    let owned: Vec<String> = owned.iter().map(|f| f.id.to_string()).collect();
+    assert_eq!(owned, ["a@1893456001000#1"]);
+    let not_started = store.unstarted(t(10), 10).await.expect("unstarted");
+    let not_started: Vec<String> = not_started.iter().map(|f| f.id.to_string()).collect();
+    assert_eq!(not_started, ["a@1893456002000#1"]);
+    let running = store.executing(10).await.expect("executing");
+    let running: Vec<(String, String, DateTime<Utc>)> = running
+        .iter()
+        .map(|r| (r.firing_id.to_string(), r.worker_id.clone(), r.deadline_at))
+        .collect();
+    assert_eq!(
+        running,
+        [("a@1893456003000#1".to_string(), "w-1".to_string(), t(4))]
+    );
 }
 
 async fn concurrent_connects_all_succeed(db: &TestDb) {

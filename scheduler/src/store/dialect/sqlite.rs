@@ -64,7 +64,17 @@ pub(super) async fn open(url: &str, max_connections: u32) -> Result<Pools, Store
 }
 
 /// The settings of every connection.
-const PRAGMAS: [&str; 4] = [
+///
+/// `temp_store = MEMORY`: a statement inside a transaction keeps the old
+/// content of every page it changes in a statement journal, so that it can
+/// be undone alone; past 64 KiB SQLite spilled that journal to a new file
+/// in the system's temporary directory (`/var/tmp`), which a staging
+/// command reached once the unique index of its jobs' firings spread over
+/// a page per job: thousands of temporary file writes a second on the
+/// disk the database shares. In memory it stays as large as one
+/// statement's pages.
+const PRAGMAS: [&str; 5] = [
+    "PRAGMA temp_store = MEMORY",
     "PRAGMA busy_timeout = 5000",
     "PRAGMA journal_mode = WAL",
     "PRAGMA synchronous = NORMAL",

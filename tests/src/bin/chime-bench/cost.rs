@@ -2,10 +2,11 @@
 //! (PostgreSQL, nats-server, each scheduler, this program's workers and
 //! load); the database's rows written, WAL bytes, full-page images and
 //! commits per firing, and the checkpoints the window held (issue 25); the
-//! messages nats-server received and sent per firing; and the context
+//! messages nats-server received and sent per firing; the context
 //! switches per firing, the machine's and each process's: every hop of a
 //! firing from one process or thread to another costs a switch on each
-//! side, so these count the hops that the CPU figures pay for.
+//! side, so these count the hops that the CPU figures pay for; and the
+//! bytes each process sent toward the disk per firing.
 //!
 //! A [`Cost`] is read at both ends of a window; [`Cost::note`] turns the
 //! difference into a row's notes. PostgreSQL is every `postgres` process on
@@ -13,7 +14,7 @@
 //! figures assume the quiet machine BENCHMARKS.md asks for. The database
 //! counters come from `pg_stat_database`, which backends flush at most once
 //! a second, so a window's edges blur by about that much; SQLite has none
-//! (its cost is the scheduler's own CPU).
+//! (its cost is the scheduler's own CPU and disk writes).
 
 use std::collections::BTreeMap;
 
@@ -40,12 +41,15 @@ struct NatsCounters {
     out_msgs: u64,
 }
 
-/// One process role's CPU ticks and context switches (every thread's,
-/// voluntary and not), summed over its processes.
+/// One process role's CPU ticks, context switches (every thread's,
+/// voluntary and not) and bytes written toward the disk ([`disk_written`];
+/// `None` where a process's `/proc/<pid>/io` cannot be read), summed over
+/// its processes.
 #[derive(Clone, Copy, Default)]
 struct Usage {
     ticks: u64,
     switches: u64,
+    written: Option<u64>,
 }
 
 #[derive(Clone, Copy, sqlx::FromRow)]
@@ -127,6 +131,15 @@ impl Cost {
             }),
         );
         row.note(
+            "disk_kb_per_firing_by_process",
+            by_process(&|u0, u1| match (u0.written, u1.written) {
+                (Some(w0), Some(w1)) => {
+                    format!("{:.1}", w1.saturating_sub(w0) as f64 / 1024.0 / firings)
+                }
+                _ => "-".to_owned(),
+            }),
+        );
+        row.note(
             "cpu_s_per_1k_machine",
             format!(
                 "{:.3}",
@@ -180,10 +193,17 @@ fn postgres_usage() -> Usage {
                 .is_ok_and(|comm| comm.trim() == "postgres")
         })
         .filter_map(process_usage)
-        .fold(Usage::default(), |sum, u| Usage {
-            ticks: sum.ticks.saturating_add(u.ticks),
-            switches: sum.switches.saturating_add(u.switches),
-        })
+        .fold(
+            Usage {
+                written: Some(0),
+                ..Usage::default()
+            },
+            |sum, u| Usage {
+                ticks: sum.ticks.saturating_add(u.ticks),
+                switches: sum.switches.saturating_add(u.switches),
+                written: sum.written.zip(u.written).map(|(a, b)| a.saturating_add(b)),
+            },
+        )
 }
 
 /// One process's CPU ticks and its threads' context switches, or `None` if
@@ -207,7 +227,27 @@ fn process_usage(pid: u32) -> Option<Usage> {
             )
         })
         .sum();
-    Some(Usage { ticks, switches })
+    let written = std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .ok()
+        .and_then(|io| disk_written(&io));
+    Some(Usage {
+        ticks,
+        switches,
+        written,
+    })
+}
+
+/// The bytes a process's writes sent toward the disk, from the text of
+/// `/proc/<pid>/io`: `write_bytes` (counted as the process dirties a page
+/// of a file) less `cancelled_write_bytes` (pages dropped before they were
+/// written back, as a temporary file deleted at once). Writes to a memory
+/// file system count in neither.
+fn disk_written(io: &str) -> Option<u64> {
+    let field = |name: &str| {
+        io.lines()
+            .find_map(|line| line.strip_prefix(name)?.trim().parse::<u64>().ok())
+    };
+    Some(field("write_bytes:")?.saturating_sub(field("cancelled_write_bytes:")?))
 }
 
 /// This database's rows inserted, updated and deleted, its commits, and the
@@ -246,7 +286,22 @@ mod tests {
     use sqlx::any::AnyPoolOptions;
     use sqlx::AnyPool;
 
-    use super::db_counters;
+    use super::{db_counters, disk_written, process_usage};
+
+    /// What reached toward the disk is what was dirtied less what was
+    /// dropped before writeback (a temporary file deleted at once).
+    #[test]
+    fn disk_writes_are_written_less_cancelled() {
+        let io = "rchar: 9000\nwchar: 8000\nsyscr: 10\nsyscw: 20\nread_bytes: 4096\n\
+                  write_bytes: 1048576\ncancelled_write_bytes: 65536\n";
+        assert_eq!(disk_written(io), Some(1_048_576 - 65_536));
+        assert_eq!(disk_written("rchar: 1\n"), None);
+        let own = process_usage(std::process::id()).expect("this process");
+        assert!(
+            own.written.is_some(),
+            "a process reads its own /proc/<pid>/io"
+        );
+    }
 
     async fn run(sql: &AnyPool, statement: &str) {
         sqlx::query(statement)
