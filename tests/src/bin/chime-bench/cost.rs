@@ -6,7 +6,7 @@
 //! switches per firing, the machine's and each process's: every hop of a
 //! firing from one process or thread to another costs a switch on each
 //! side, so these count the hops that the CPU figures pay for; and the
-//! bytes each process sent toward the disk per firing.
+//! bytes the machine's disks wrote per firing.
 //!
 //! A [`Cost`] is read at both ends of a window; [`Cost::note`] turns the
 //! difference into a row's notes. PostgreSQL is every `postgres` process on
@@ -14,7 +14,14 @@
 //! figures assume the quiet machine BENCHMARKS.md asks for. The database
 //! counters come from `pg_stat_database`, which backends flush at most once
 //! a second, so a window's edges blur by about that much; SQLite has none
-//! (its cost is the scheduler's own CPU and disk writes).
+//! (its cost is the scheduler's own CPU and the disk's writes).
+//!
+//! Disk writes are the disks' own count (`/proc/diskstats`), not each
+//! process's `write_bytes`: that counts a page of a file's cache each time
+//! a write makes it dirty, in units of the cache's folio, which on a recent
+//! kernel may be far larger than the write (PostgreSQL's commits, each a
+//! small write and a sync of the log, counted 25 times the bytes they
+//! wrote: BENCHMARKS.md, "thirty-sixth session").
 
 use std::collections::BTreeMap;
 
@@ -29,6 +36,8 @@ use crate::report::{MachineCpu, Row};
 pub struct Cost {
     usage: BTreeMap<String, Usage>,
     machine: MachineCpu,
+    /// Sectors of 512 bytes the machine's disks have written.
+    disk_sectors: Option<u64>,
     db: Option<DbCounters>,
     nats: Option<NatsCounters>,
 }
@@ -41,15 +50,12 @@ struct NatsCounters {
     out_msgs: u64,
 }
 
-/// One process role's CPU ticks, context switches (every thread's,
-/// voluntary and not) and bytes written toward the disk ([`disk_written`];
-/// `None` where a process's `/proc/<pid>/io` cannot be read), summed over
-/// its processes.
+/// One process role's CPU ticks and context switches (every thread's,
+/// voluntary and not), summed over its processes.
 #[derive(Clone, Copy, Default)]
 struct Usage {
     ticks: u64,
     switches: u64,
-    written: Option<u64>,
 }
 
 #[derive(Clone, Copy, sqlx::FromRow)]
@@ -83,6 +89,9 @@ impl Cost {
         Cost {
             usage,
             machine: MachineCpu::read(),
+            disk_sectors: std::fs::read_to_string("/proc/diskstats")
+                .ok()
+                .and_then(|stats| sectors_written(&stats, &disks())),
             db: match env.db.kind() {
                 DatabaseKind::Postgres => db_counters(&env.sql).await,
                 DatabaseKind::Sqlite => None,
@@ -131,21 +140,21 @@ impl Cost {
             }),
         );
         row.note(
-            "disk_kb_per_firing_by_process",
-            by_process(&|u0, u1| match (u0.written, u1.written) {
-                (Some(w0), Some(w1)) => {
-                    format!("{:.1}", w1.saturating_sub(w0) as f64 / 1024.0 / firings)
-                }
-                _ => "-".to_owned(),
-            }),
-        );
-        row.note(
             "cpu_s_per_1k_machine",
             format!(
                 "{:.3}",
                 per_1k(later.machine.busy_seconds_since(&self.machine))
             ),
         );
+        if let (Some(s0), Some(s1)) = (self.disk_sectors, later.disk_sectors) {
+            row.note(
+                "disk_kb_per_firing_machine",
+                format!(
+                    "{:.1}",
+                    s1.saturating_sub(s0) as f64 * 512.0 / 1024.0 / firings
+                ),
+            );
+        }
         if let (Some(c0), Some(c1)) = (
             self.machine.context_switches,
             later.machine.context_switches,
@@ -181,6 +190,37 @@ impl Cost {
     }
 }
 
+/// The machine's disks: the block devices of `/sys/block` but loop
+/// devices and memory (`ram`, `zram`). Partitions are not listed there, so
+/// nothing is counted twice.
+fn disks() -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir("/sys/block") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| !["loop", "ram", "zram"].iter().any(|p| name.starts_with(p)))
+        .collect()
+}
+
+/// Sectors written by `disks`, from the text of `/proc/diskstats` (the
+/// tenth field, in 512-byte sectors whatever the device's own size), or
+/// `None` if none of them is there.
+fn sectors_written(diskstats: &str, disks: &[String]) -> Option<u64> {
+    let mut found = false;
+    let mut sectors = 0_u64;
+    for line in diskstats.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() > 9 && disks.iter().any(|d| d == fields[2]) {
+            if let Ok(n) = fields[9].parse::<u64>() {
+                found = true;
+                sectors = sectors.saturating_add(n);
+            }
+        }
+    }
+    found.then_some(sectors)
+}
+
 /// CPU ticks and switches of every process named `postgres`.
 fn postgres_usage() -> Usage {
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -193,17 +233,10 @@ fn postgres_usage() -> Usage {
                 .is_ok_and(|comm| comm.trim() == "postgres")
         })
         .filter_map(process_usage)
-        .fold(
-            Usage {
-                written: Some(0),
-                ..Usage::default()
-            },
-            |sum, u| Usage {
-                ticks: sum.ticks.saturating_add(u.ticks),
-                switches: sum.switches.saturating_add(u.switches),
-                written: sum.written.zip(u.written).map(|(a, b)| a.saturating_add(b)),
-            },
-        )
+        .fold(Usage::default(), |sum, u| Usage {
+            ticks: sum.ticks.saturating_add(u.ticks),
+            switches: sum.switches.saturating_add(u.switches),
+        })
 }
 
 /// One process's CPU ticks and its threads' context switches, or `None` if
@@ -227,27 +260,7 @@ fn process_usage(pid: u32) -> Option<Usage> {
             )
         })
         .sum();
-    let written = std::fs::read_to_string(format!("/proc/{pid}/io"))
-        .ok()
-        .and_then(|io| disk_written(&io));
-    Some(Usage {
-        ticks,
-        switches,
-        written,
-    })
-}
-
-/// The bytes a process's writes sent toward the disk, from the text of
-/// `/proc/<pid>/io`: `write_bytes` (counted as the process dirties a page
-/// of a file) less `cancelled_write_bytes` (pages dropped before they were
-/// written back, as a temporary file deleted at once). Writes to a memory
-/// file system count in neither.
-fn disk_written(io: &str) -> Option<u64> {
-    let field = |name: &str| {
-        io.lines()
-            .find_map(|line| line.strip_prefix(name)?.trim().parse::<u64>().ok())
-    };
-    Some(field("write_bytes:")?.saturating_sub(field("cancelled_write_bytes:")?))
+    Some(Usage { ticks, switches })
 }
 
 /// This database's rows inserted, updated and deleted, its commits, and the
@@ -286,21 +299,18 @@ mod tests {
     use sqlx::any::AnyPoolOptions;
     use sqlx::AnyPool;
 
-    use super::{db_counters, disk_written, process_usage};
+    use super::{db_counters, sectors_written};
 
-    /// What reached toward the disk is what was dirtied less what was
-    /// dropped before writeback (a temporary file deleted at once).
+    /// The disks named are summed, partitions and the rest are not.
     #[test]
-    fn disk_writes_are_written_less_cancelled() {
-        let io = "rchar: 9000\nwchar: 8000\nsyscr: 10\nsyscw: 20\nread_bytes: 4096\n\
-                  write_bytes: 1048576\ncancelled_write_bytes: 65536\n";
-        assert_eq!(disk_written(io), Some(1_048_576 - 65_536));
-        assert_eq!(disk_written("rchar: 1\n"), None);
-        let own = process_usage(std::process::id()).expect("this process");
-        assert!(
-            own.written.is_some(),
-            "a process reads its own /proc/<pid>/io"
-        );
+    fn sectors_written_are_the_named_disks() {
+        let stats = "   8       0 sda 100 0 2000 10 300 0 4000 20 0 30 30\n\
+                       8       1 sda1 90 0 1900 9 290 0 3900 19 0 29 29\n\
+                       7       0 loop0 5 0 50 1 0 0 0 0 0 1 1\n\
+                     253       0 vda 10 0 200 1 30 0 600 2 0 3 3\n";
+        let disks = ["sda".to_owned(), "vda".to_owned()];
+        assert_eq!(sectors_written(stats, &disks), Some(4600));
+        assert_eq!(sectors_written(stats, &["nvme0n1".to_owned()]), None);
     }
 
     async fn run(sql: &AnyPool, statement: &str) {
