@@ -20,7 +20,7 @@
 //! process's `write_bytes`: that counts a page of a file's cache each time
 //! a write makes it dirty, in units of the cache's folio, which on a recent
 //! kernel may be far larger than the write (PostgreSQL's commits, each a
-//! small write and a sync of the log, counted 25 times the bytes they
+//! small write and a sync of the log, counted many times the bytes they
 //! wrote: BENCHMARKS.md, "thirty-sixth session").
 
 use std::collections::BTreeMap;
@@ -191,15 +191,20 @@ impl Cost {
 }
 
 /// The machine's disks: the block devices of `/sys/block` but loop
-/// devices and memory (`ram`, `zram`). Partitions are not listed there, so
-/// nothing is counted twice.
+/// devices, memory (`ram`, `zram`) and the devices built on other devices
+/// (`dm-`, `md`), whose writes the devices under them count again.
+/// Partitions are not listed there, so nothing is counted twice.
 fn disks() -> Vec<String> {
     let Ok(entries) = std::fs::read_dir("/sys/block") else {
         return Vec::new();
     };
     entries
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|name| !["loop", "ram", "zram"].iter().any(|p| name.starts_with(p)))
+        .filter(|name| {
+            !["loop", "ram", "zram", "dm-", "md"]
+                .iter()
+                .any(|p| name.starts_with(p))
+        })
         .collect()
 }
 
