@@ -8,8 +8,9 @@
 -- each, and SQLite writes every page a transaction changed into the log in
 -- full. Clustered on the key, the row and its key are one page
 -- (BENCHMARKS.md, "Milestone 2, thirty-sixth session"). Both tables hold
--- only the firings waiting or running, so the copy is small. Older
--- releases read and write them unchanged (they never name a rowid).
+-- only the firings waiting or running, so the copy is as large as the
+-- backlog, not the history. Older releases read and write them unchanged
+-- (they never name a rowid).
 CREATE TABLE executing_clustered (
     firing_id   TEXT PRIMARY KEY,
     job_id      TEXT NOT NULL,
