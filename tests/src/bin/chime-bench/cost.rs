@@ -212,18 +212,15 @@ fn disks() -> Vec<String> {
 /// tenth field, in 512-byte sectors whatever the device's own size), or
 /// `None` if none of them is there.
 fn sectors_written(diskstats: &str, disks: &[String]) -> Option<u64> {
-    let mut found = false;
-    let mut sectors = 0_u64;
-    for line in diskstats.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() > 9 && disks.iter().any(|d| d == fields[2]) {
-            if let Ok(n) = fields[9].parse::<u64>() {
-                found = true;
-                sectors = sectors.saturating_add(n);
-            }
-        }
-    }
-    found.then_some(sectors)
+    diskstats
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let disk = fields.get(2)?;
+            disks.iter().any(|d| d == disk).then_some(())?;
+            fields.get(9)?.parse::<u64>().ok()
+        })
+        .reduce(u64::saturating_add)
 }
 
 /// CPU ticks and switches of every process named `postgres`.
