@@ -1,13 +1,23 @@
 //! SQLite's checkpointer: copies the write-ahead log into the database file
-//! often, from a reader connection, so the one writer never stops for it.
+//! often, from a reader connection, so that little is left for the one
+//! writer to copy when it must checkpoint itself.
 //!
-//! Each checkpoint syncs the log, then the database file, to disk, and each
-//! sync writes out everything committed since the one before. Checkpointing
-//! once a second made each sync flush a second of commits, and on a disk
-//! shared with the log the writer's own writes waited behind that flush: the
-//! tail of every start and finish was set by the checkpoint's cadence
+//! Each checkpoint that copies anything syncs the log first, and each sync
+//! writes out everything committed since the one before. Checkpointing once
+//! a second made each sync flush a second of commits, and on a disk shared
+//! with the log the writer's own writes waited behind that flush: the tail
+//! of every start and finish was set by the checkpoint's cadence
 //! (BENCHMARKS.md, "Milestone 2, tenth session"). A short interval keeps each
-//! flush small. PostgreSQL checkpoints by itself; this runs on SQLite only.
+//! flush small.
+//!
+//! The log starts over from its beginning only after a checkpoint that
+//! copied all of it and synced the database file, and while commits keep
+//! coming only the writer's own checkpoint gets there: one lands while this
+//! one copies. So the writer still checkpoints each time the log reaches
+//! its `wal_autocheckpoint` pages (`store/dialect/sqlite.rs`), and pauses for
+//! what this one has not copied and for the database file's sync
+//! (BENCHMARKS.md, "Milestone 2, thirty-seventh session"). PostgreSQL
+//! checkpoints by itself; this runs on SQLite only.
 
 use crate::store::{Store, StoreError};
 use chime_common::service::{Service, ServiceError};
