@@ -86,8 +86,8 @@ const PRAGMAS: [&str; 5] = [
 /// the copy and its syncs. The checkpointer service (`checkpoint.rs`) copies
 /// from a reader instead ([`checkpoint`]), but only a checkpoint that holds
 /// off commits lets the log start over (see there), so under load the
-/// writer still checkpoints each time the log reaches this many pages,
-/// about 80 MB: every two seconds or so at 1,000 firings a second.
+/// writer still checkpoints each time the log reaches this many pages
+/// (BENCHMARKS.md, "Milestone 2, thirty-seventh session").
 const WRITER_AUTOCHECKPOINT: &str = "PRAGMA wal_autocheckpoint = 20000";
 
 /// Pool options for SQLite: [`PRAGMAS`], then `own`, on every new connection.
