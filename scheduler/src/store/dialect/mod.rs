@@ -311,8 +311,9 @@ impl Store {
 
     /// Copies what SQLite's write-ahead log holds into the database file,
     /// from a reader connection, without stopping the one writer (which
-    /// still checkpoints itself now and then: `checkpoint.rs`); returns how many of the log's pages the file now holds. PostgreSQL
-    /// checkpoints by itself: 0.
+    /// still checkpoints itself now and then: `checkpoint.rs`); returns how
+    /// many of the log's pages the file now holds. PostgreSQL checkpoints
+    /// by itself: 0.
     pub async fn checkpoint(&self) -> Result<u64, StoreError> {
         match self.backend {
             Backend::Postgres => Ok(0),
