@@ -1,5 +1,5 @@
 //! SQLite's checkpointer: copies the write-ahead log into the database file
-//! often, from a reader connection, so that little is left for the one
+//! often, on a connection of its own, so that little is left for the one
 //! writer to copy when it must checkpoint itself.
 //!
 //! Each checkpoint that copies anything syncs the log first, and each sync
@@ -16,8 +16,11 @@
 //! one copies. So the writer still checkpoints each time the log reaches
 //! its `wal_autocheckpoint` pages (`store/dialect/sqlite.rs`), and pauses for
 //! what this one has not copied and for the database file's sync
-//! (BENCHMARKS.md, "Milestone 2, thirty-seventh session"). PostgreSQL
-//! checkpoints by itself; this runs on SQLite only.
+//! (BENCHMARKS.md, "Milestone 2, thirty-seventh session"). This one syncs
+//! the database file itself after a checkpoint that could not
+//! (`store/dialect/sqlite/checkpoint.rs`), so the writer's sync finds
+//! little left to write. PostgreSQL checkpoints by itself; this runs on
+//! SQLite only.
 
 use crate::store::{Store, StoreError};
 use chime_common::service::{Service, ServiceError};

@@ -150,6 +150,8 @@ pub struct Store {
     limits: Limits,
     /// Parsed definitions of recently staged jobs (`spec_cache.rs`).
     specs: spec_cache::SpecCache,
+    /// A SQLite file's checkpoints ([`Store::checkpoint`]).
+    checkpoints: Option<dialect::Checkpoints>,
 }
 
 impl std::fmt::Debug for Store {
@@ -189,6 +191,7 @@ impl Store {
             partitions: options.partitions,
             limits: options.limits,
             specs: spec_cache::SpecCache::new(spec_cache::DEFAULT_BUDGET_BYTES),
+            checkpoints: pools.checkpoints,
         };
         store.check_partitions().await?;
         Ok(store)
@@ -214,6 +217,9 @@ impl Store {
     pub async fn close(&self) {
         if let Some(held) = &self.fast_path_connections {
             held.close().await;
+        }
+        if let Some(checkpoints) = &self.checkpoints {
+            checkpoints.close().await;
         }
         self.write.close().await;
         self.read.close().await;

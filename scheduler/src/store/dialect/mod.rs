@@ -23,6 +23,8 @@
 mod postgres;
 mod sqlite;
 
+pub(crate) use sqlite::Checkpoints;
+
 use super::jobs::Put;
 use super::{Store, StoreError};
 use sqlx::any::{AnyArguments, AnyRow};
@@ -247,6 +249,9 @@ pub(crate) struct Pools {
     /// The one-statement fast paths of start and finish, and the publish
     /// mark, on PostgreSQL; none on SQLite, whose fast paths run on the writer.
     pub fast_paths: Option<AnyPool>,
+    /// The checkpoints of a SQLite file; none on PostgreSQL, which
+    /// checkpoints by itself, nor for an in-memory database, which has no log.
+    pub checkpoints: Option<Checkpoints>,
 }
 
 impl Store {
@@ -310,14 +315,15 @@ impl Store {
     }
 
     /// Copies what SQLite's write-ahead log holds into the database file,
-    /// from a reader connection, without stopping the one writer (which
-    /// still checkpoints itself now and then: `checkpoint.rs`); returns how
-    /// many of the log's pages the file now holds. PostgreSQL checkpoints
-    /// by itself: 0.
+    /// on a connection of its own, without stopping the one writer (which
+    /// still checkpoints itself now and then: `checkpoint.rs`), and syncs
+    /// what it copied (`sqlite/checkpoint.rs`); returns how many of the
+    /// log's pages the file now holds. PostgreSQL checkpoints by itself, and
+    /// an in-memory SQLite database has no log: 0.
     pub async fn checkpoint(&self) -> Result<u64, StoreError> {
-        match self.backend {
-            Backend::Postgres => Ok(0),
-            Backend::Sqlite => sqlite::checkpoint(&self.read).await,
+        match &self.checkpoints {
+            Some(checkpoints) => checkpoints.run().await,
+            None => Ok(0),
         }
     }
 }

@@ -54,6 +54,7 @@ pub(super) async fn open(url: &str, max_connections: u32) -> Result<Pools, Store
         read: general.clone(),
         write: general,
         fast_paths: Some(fast_paths),
+        checkpoints: None,
     })
 }
 

@@ -11,6 +11,10 @@ use sqlx::query::QueryAs;
 use sqlx::{Any, AnyPool, FromRow};
 use std::time::Duration;
 
+mod checkpoint;
+
+pub(crate) use checkpoint::Checkpoints;
+
 pub(super) fn json_rows(param: usize, columns: &[(&str, Col)]) -> String {
     let cols: Vec<String> = columns
         .iter()
@@ -51,6 +55,7 @@ pub(super) async fn open(url: &str, max_connections: u32) -> Result<Pools, Store
             read: pool.clone(),
             write: pool,
             fast_paths: None,
+            checkpoints: None,
         });
     }
     let url = creating(url);
@@ -60,6 +65,7 @@ pub(super) async fn open(url: &str, max_connections: u32) -> Result<Pools, Store
         read,
         write,
         fast_paths: None,
+        checkpoints: Some(Checkpoints::new(url)),
     })
 }
 
@@ -84,10 +90,10 @@ const PRAGMAS: [&str; 5] = [
 /// The writer's own checkpoint: by default the committing connection
 /// checkpoints every 1,000 pages, which stopped every start and finish for
 /// the copy and its syncs. The checkpointer service (`checkpoint.rs`) copies
-/// from a reader instead ([`checkpoint`]), but only a checkpoint that holds
-/// off commits lets the log start over (see there), so under load the
-/// writer still checkpoints each time the log reaches this many pages
-/// (BENCHMARKS.md, "Milestone 2, thirty-seventh session").
+/// on a connection of its own instead ([`Checkpoints`]), but only a
+/// checkpoint that holds off commits lets the log start over (see there),
+/// so under load the writer still checkpoints each time the log reaches
+/// this many pages (BENCHMARKS.md, "Milestone 2, thirty-seventh session").
 const WRITER_AUTOCHECKPOINT: &str = "PRAGMA wal_autocheckpoint = 20000";
 
 /// Pool options for SQLite: [`PRAGMAS`], then `own`, on every new connection.
@@ -108,16 +114,6 @@ fn pool(max_connections: u32, own: &'static [&'static str]) -> AnyPoolOptions {
                 Ok(())
             })
         })
-}
-
-/// A passive checkpoint on a reader connection: it copies what no reader
-/// still needs and waits for nobody; returns how many of the log's pages
-/// the database file now holds (the log restarts once all are copied).
-pub(super) async fn checkpoint(read: &AnyPool) -> Result<u64, StoreError> {
-    let (_busy, _log, copied): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
-        .fetch_one(read)
-        .await?;
-    Ok(u64::try_from(copied).unwrap_or(0))
 }
 
 /// A SQLite URL that creates the file if it is missing.
