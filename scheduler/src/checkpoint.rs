@@ -17,10 +17,10 @@
 //! its `wal_autocheckpoint` pages (`store/dialect/sqlite.rs`), and pauses for
 //! what this one has not copied and for the database file's sync
 //! (BENCHMARKS.md, "Milestone 2, thirty-seventh session"). This one syncs
-//! the database file itself after a checkpoint that could not
+//! the database file itself after each checkpoint that copied pages
 //! (`store/dialect/sqlite/checkpoint.rs`), so the writer's sync finds
-//! little left to write. PostgreSQL checkpoints by itself; this runs on
-//! SQLite only.
+//! little left to write ("thirty-eighth session"). PostgreSQL checkpoints
+//! by itself; this runs on SQLite only.
 
 use crate::store::{Store, StoreError};
 use chime_common::service::{Service, ServiceError};

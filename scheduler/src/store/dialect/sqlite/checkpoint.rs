@@ -3,11 +3,12 @@
 //!
 //! A passive checkpoint syncs the database file only when no commit landed
 //! while it copied, and while commits keep coming one nearly always does
-//! (`checkpoint.rs`): the pages it copied stayed in the kernel's cache until
-//! the writer's own checkpoint synced the file, and starts and finishes
-//! waited for that sync, longer as the file grew (BENCHMARKS.md, "Milestone
-//! 2, thirty-seventh session"). Synced here, off the writer, they are on the
-//! disk before the writer's sync comes.
+//! (`scheduler/src/checkpoint.rs`): the pages it copied stayed in the
+//! kernel's cache until the writer's own checkpoint synced the file, and
+//! starts and finishes waited for that sync, longer as the file grew
+//! (BENCHMARKS.md, "Milestone 2, thirty-seventh session"). Synced here, off
+//! the writer, they are on the disk before the writer's sync comes
+//! ("thirty-eighth session").
 //!
 //! The sync goes through SQLite's own handle of the file
 //! (`SQLITE_FCNTL_FILE_POINTER`). A descriptor of Chime's own would not do:
