@@ -53,13 +53,18 @@ impl Checkpoints {
     /// whether it did. Returns how many of the log's pages the database
     /// file holds.
     pub(crate) async fn run(&self) -> Result<u64, StoreError> {
-        let mut slot = self.connection.clone().lock_owned().await;
-        let checkpointing = match &mut *slot {
-            Some(checkpointing) => checkpointing,
-            None => slot.insert(Checkpointing {
-                connection: connect(&self.url).await?,
-                synced: 0,
-            }),
+        let slot = self.connection.clone().lock_owned().await;
+        let mut checkpointing = match OwnedMutexGuard::try_map(slot, Option::as_mut) {
+            Ok(open) => open,
+            Err(empty) => {
+                let connection = connect(&self.url).await?;
+                OwnedMutexGuard::map(empty, |slot| {
+                    slot.insert(Checkpointing {
+                        connection,
+                        synced: 0,
+                    })
+                })
+            }
         };
         let (_busy, _log, copied): (i64, i64, i64) =
             sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
@@ -69,9 +74,13 @@ impl Checkpoints {
             // The guard moves into the blocking task: the sync blocks its
             // thread, and the connection must stay open until it returns,
             // even if this future is dropped meanwhile.
-            tokio::task::spawn_blocking(move || sync_database_file(slot, copied))
-                .await
-                .map_err(|e| StoreError::Internal(format!("the database file's sync: {e}")))??;
+            tokio::task::spawn_blocking(move || {
+                sync_database_file(&mut checkpointing.connection)?;
+                checkpointing.synced = copied;
+                Ok::<_, StoreError>(())
+            })
+            .await
+            .map_err(|e| StoreError::Internal(format!("the database file's sync: {e}")))??;
         }
         Ok(u64::try_from(copied).unwrap_or(0))
     }
@@ -93,17 +102,11 @@ async fn connect(url: &str) -> Result<SqliteConnection, StoreError> {
     Ok(connection)
 }
 
-/// Syncs the main database file of the connection in `slot`, on the thread
-/// that calls it (a blocking one), and records `copied` as synced.
-fn sync_database_file(
-    mut slot: OwnedMutexGuard<Option<Checkpointing>>,
-    copied: i64,
-) -> Result<(), StoreError> {
-    let Some(checkpointing) = slot.as_mut() else {
-        return Ok(());
-    };
+/// Syncs the main database file of `connection`, on the thread that calls
+/// it (a blocking one, inside the runtime).
+fn sync_database_file(connection: &mut SqliteConnection) -> Result<(), StoreError> {
     let runtime = tokio::runtime::Handle::current();
-    let mut locked = runtime.block_on(checkpointing.connection.lock_handle())?;
+    let mut locked = runtime.block_on(connection.lock_handle())?;
     let db = locked.as_raw_handle();
     let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
     // SAFETY: `db` is an open connection that `locked` keeps from every
@@ -132,8 +135,6 @@ fn sync_database_file(
     if rc != ffi::SQLITE_OK {
         return Err(unavailable(rc));
     }
-    drop(locked);
-    checkpointing.synced = copied;
     Ok(())
 }
 
