@@ -12,6 +12,7 @@
 //! target/release/chime-bench steady            # or saturation, burst, scale, failover, immediate, all
 //! target/release/chime-bench soak --seconds 3600   # not part of `all`
 //! target/release/chime-bench floor --rates 1000,4000   # not part of `all`
+//! target/release/chime-bench against-floor --rates 1000,4000 --runs 3   # Chime ÷ floor
 //! target/release/chime-bench all --json out.json
 //! target/release/chime-bench saturation --rates 4000 --runs 3   # median (min–max) of 3
 //! ```
@@ -24,6 +25,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod against_floor;
 mod burst;
 mod cost;
 mod env;
@@ -60,6 +62,10 @@ enum Scenario {
     /// event) at each of `--rates`, with no scheduler: a lower bound for the
     /// cost per firing. Not part of `all`.
     Floor,
+    /// The floor and a saturation step at each of `--rates`, back to back,
+    /// and Chime's machine CPU per firing as a multiple of the floor's. Not
+    /// part of `all`.
+    AgainstFloor,
     All,
 }
 
@@ -117,17 +123,17 @@ pub struct Args {
     /// scale, failover and soak.
     #[arg(long, default_value_t = 0)]
     payload_bytes: usize,
-    /// Saturation and floor: the rates (firings/s) to step through, in order.
+    /// Saturation, floor and against-floor: the rates (firings/s) to step through, in order.
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "1000,2000,4000,6000,8000,10000,12000,14000,16000"
     )]
     rates: Vec<u32>,
-    /// Saturation and floor: measured seconds per step (after `--warmup`).
+    /// Saturation, floor and against-floor: measured seconds per step (after `--warmup`).
     #[arg(long, default_value_t = 20)]
     step: u64,
-    /// Saturation: no step runs after one whose lateness p99 exceeded this
+    /// Saturation and against-floor: no step runs after one whose lateness p99 exceeded this
     /// many ms (a row's `sustained` is judged by the brief's 100 ms either way).
     #[arg(long, default_value_t = 100)]
     p99_limit_ms: u64,
@@ -229,7 +235,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let mut all: Vec<Row> = Vec::new();
     for scenario in scenarios {
-        let name = format!("{scenario:?}").to_lowercase();
+        let name = scenario
+            .to_possible_value()
+            .map(|v| v.get_name().to_owned())
+            .unwrap_or_default();
         let mut ended: Vec<Vec<Row>> = Vec::new();
         for run in 1..=args.runs {
             let idle_pct = report::print_machine();
@@ -243,6 +252,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 Scenario::Immediate => immediate::run(&args).await,
                 Scenario::Soak => soak::run(&args).await,
                 Scenario::Floor => floor::run(&args).await,
+                Scenario::AgainstFloor => against_floor::run(&args, run).await,
                 Scenario::All => unreachable!("expanded above"),
             };
             match result {
