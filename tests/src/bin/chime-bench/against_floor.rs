@@ -10,11 +10,9 @@
 //! min and max; the floor runs first in odd runs and second in even ones,
 //! so that a machine that drifts during a series does not favour one side.
 
+use crate::cost::MACHINE_CPU_NOTE;
 use crate::report::{print_table, Row};
 use crate::{floor, saturation, Args};
-
-/// The machine's CPU seconds per 1,000 firings, as both sides' rows note it.
-const MACHINE_CPU: &str = "cpu_s_per_1k_machine";
 
 /// Runs the floor and Chime at `--rates`, in the order `run` says, and
 /// pairs their rows.
@@ -43,7 +41,7 @@ pub fn pair(floor: &[Row], chime: &[Row]) -> Vec<Row> {
             row.scenario = "against-floor".to_owned();
             row.note("floor_p99_ms", format!("{:.2}", floor.p99_ms));
             row.note("floor_lost", floor.lost);
-            if let Some(floor_cpu) = floor.notes.get(MACHINE_CPU) {
+            if let Some(floor_cpu) = floor.notes.get(MACHINE_CPU_NOTE) {
                 row.note("floor_cpu_s_per_1k_machine", floor_cpu);
             }
             if let Some(ratio) = ratio(floor, chime) {
@@ -56,7 +54,7 @@ pub fn pair(floor: &[Row], chime: &[Row]) -> Vec<Row> {
 
 /// Chime's machine CPU per firing over the floor's, when both measured one.
 fn ratio(floor: &Row, chime: &Row) -> Option<f64> {
-    let cpu = |row: &Row| -> Option<f64> { row.notes.get(MACHINE_CPU)?.parse().ok() };
+    let cpu = |row: &Row| -> Option<f64> { row.notes.get(MACHINE_CPU_NOTE)?.parse().ok() };
     let (floor, chime) = (cpu(floor)?, cpu(chime)?);
     (floor > 0.0).then(|| chime / floor)
 }
@@ -72,7 +70,7 @@ mod tests {
             ..Row::default()
         };
         if let Some(cpu) = machine_cpu {
-            row.note(MACHINE_CPU, cpu);
+            row.note(MACHINE_CPU_NOTE, cpu);
         }
         row
     }

@@ -31,6 +31,9 @@ use sqlx::AnyPool;
 use crate::env::{clock_ticks, proc_ticks, Env};
 use crate::report::{MachineCpu, Row};
 
+/// The note with the machine's CPU seconds per 1,000 firings of a window.
+pub const MACHINE_CPU_NOTE: &str = "cpu_s_per_1k_machine";
+
 /// Each process role's CPU and switches, the machine's, and the database's
 /// counters, at one moment.
 pub struct Cost {
@@ -140,7 +143,7 @@ impl Cost {
             }),
         );
         row.note(
-            "cpu_s_per_1k_machine",
+            MACHINE_CPU_NOTE,
             format!(
                 "{:.3}",
                 per_1k(later.machine.busy_seconds_since(&self.machine))

@@ -123,18 +123,21 @@ pub struct Args {
     /// scale, failover and soak.
     #[arg(long, default_value_t = 0)]
     payload_bytes: usize,
-    /// Saturation, floor and against-floor: the rates (firings/s) to step through, in order.
+    /// Saturation, floor and against-floor: the rates (firings/s) to step
+    /// through, in order.
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "1000,2000,4000,6000,8000,10000,12000,14000,16000"
     )]
     rates: Vec<u32>,
-    /// Saturation, floor and against-floor: measured seconds per step (after `--warmup`).
+    /// Saturation, floor and against-floor: measured seconds per step (after
+    /// `--warmup`).
     #[arg(long, default_value_t = 20)]
     step: u64,
-    /// Saturation and against-floor: no step runs after one whose lateness p99 exceeded this
-    /// many ms (a row's `sustained` is judged by the brief's 100 ms either way).
+    /// Saturation and against-floor: no step runs after one whose lateness
+    /// p99 exceeded this many ms (a row's `sustained` is judged by the
+    /// brief's 100 ms either way).
     #[arg(long, default_value_t = 100)]
     p99_limit_ms: u64,
     /// Burst: jobs due at the same second.
@@ -172,7 +175,8 @@ pub struct Args {
     /// Store partitions (passed to every scheduler as `--partitions` and used when seeding).
     #[arg(long, default_value_t = 1)]
     partitions: u32,
-    /// Floor: also write Chime's `waiting` and `executing` rows (PostgreSQL).
+    /// Floor and against-floor's floor: also write Chime's `waiting` and
+    /// `executing` rows (PostgreSQL).
     #[arg(long)]
     floor_bookkeeping: bool,
     /// Copy every scheduler's log into this directory before it is removed.
