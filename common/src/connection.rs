@@ -127,6 +127,83 @@ pub struct NatsConnection {
     pub inbox_prefix: Option<String>,
 }
 
+/// The credentials of the scheduler's reply connection: a NATS user that
+/// may publish to reply inboxes only (`_INBOX.>`), so the scheduler's
+/// answers can never land on a subject the requester chose
+/// (docs/SECURITY.md). Server, TLS and inbox prefix are the main
+/// connection's; without any of these, answers leave over the main
+/// connection.
+#[derive(Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct ReplyCredentials {
+    /// NATS user the scheduler answers requests as; needs --nats-reply-password.
+    #[arg(id = "reply_user", long = "nats-reply-user", env = "CHIME_NATS_REPLY_USER")]
+    pub user: Option<String>,
+
+    /// Password of --nats-reply-user.
+    #[arg(
+        id = "reply_password",
+        long = "nats-reply-password",
+        env = "CHIME_NATS_REPLY_PASSWORD",
+        hide_env_values = true
+    )]
+    pub password: Option<Secret>,
+
+    /// File holding the reply user's nkey seed (`SU…`).
+    #[arg(id = "reply_nkey", long = "nats-reply-nkey", env = "CHIME_NATS_REPLY_NKEY")]
+    pub nkey: Option<PathBuf>,
+
+    /// The reply user's NATS credentials file (JWT and NKey seed).
+    #[arg(id = "reply_creds", long = "nats-reply-creds", env = "CHIME_NATS_REPLY_CREDS")]
+    pub creds: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for ReplyCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplyCredentials")
+            .field("user", &self.user)
+            .field("password", &self.password)
+            .field("nkey", &self.nkey)
+            .field("creds", &self.creds)
+            .finish()
+    }
+}
+
+impl ReplyCredentials {
+    /// True when no reply credentials are given.
+    pub fn is_empty(&self) -> bool {
+        *self == ReplyCredentials::default()
+    }
+
+    /// Checks the settings; the message names the flag to fix.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.user.is_some() != self.password.is_some() {
+            return Err(
+                "--nats-reply-user and --nats-reply-password go together: give both or neither"
+                    .into(),
+            );
+        }
+        let ways = usize::from(self.user.is_some())
+            + usize::from(self.nkey.is_some())
+            + usize::from(self.creds.is_some());
+        if ways > 1 {
+            return Err("--nats-reply-user, --nats-reply-nkey and --nats-reply-creds are \
+                        alternatives: give one"
+                .into());
+        }
+        for (flag, path) in [
+            ("--nats-reply-nkey", &self.nkey),
+            ("--nats-reply-creds", &self.creds),
+        ] {
+            if let Some(path) = path {
+                if !path.is_file() {
+                    return Err(format!("{flag}: {} is not a readable file", path.display()));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Shows the URL without its credentials; password and token print as `***`.
 impl std::fmt::Debug for NatsConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -297,6 +374,36 @@ impl NatsConnection {
                     .into(),
             ),
         }
+    }
+
+    /// The same servers, TLS and inbox prefix, authenticated as `reply`
+    /// instead (credentials inside the URL are left out); `None` when
+    /// `reply` gives no credentials.
+    pub fn with_reply_credentials(
+        &self,
+        reply: &ReplyCredentials,
+    ) -> Result<Option<NatsConnection>, String> {
+        if reply.is_empty() {
+            return Ok(None);
+        }
+        let (servers, _) = self.parse_url().map_err(|e| format!("--nats-url: {e}"))?;
+        let url = servers
+            .into_iter()
+            .map(|server| server.into_inner().to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let connection = NatsConnection {
+            url,
+            user: reply.user.clone(),
+            password: reply.password.clone(),
+            token: None,
+            nkey: reply.nkey.clone(),
+            creds: reply.creds.clone(),
+            ..self.clone()
+        };
+        reply.validate()?;
+        connection.validate()?;
+        Ok(Some(connection))
     }
 
     /// Checks every setting; the message names the flag to fix.

@@ -11,7 +11,7 @@ random() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 umask 077
 if [ ! -e .env ]; then
   {
-    for role in SCHEDULER ADMIN VIEWER SUBMITTER WORKER_DEFAULT_1 WORKERS_DEFAULT; do
+    for role in SCHEDULER SCHEDULER_REPLIES ADMIN VIEWER SUBMITTER WORKER_DEFAULT_1 WORKERS_DEFAULT; do
       echo "CHIME_NATS_${role}_PASSWORD=$(random)"
     done
   } >.env

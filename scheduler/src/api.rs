@@ -6,6 +6,7 @@
 
 use crate::immediate::Wake;
 use crate::metrics::Metrics;
+use crate::replies::{Replies, ReplyKind};
 use crate::store::{
     AuditFilter, AuditRecord, FiringFilter, JobFilter, JobSelection, Pause, Store,
     CANCELLED_BY_OPERATOR,
@@ -71,6 +72,8 @@ pub struct Api {
     pub metrics: Metrics,
     /// Woken after a trigger or a backfill, so its firings leave at once.
     pub immediate: Wake,
+    /// Sends answers to the requesters' inboxes only.
+    pub replies: Replies,
 }
 
 /// Who sent a request, for the audit trail.
@@ -758,6 +761,9 @@ impl Api {
             let Some(reply) = message.reply.clone() else {
                 continue;
             };
+            if !self.replies.accepts(ReplyKind::Api, &reply) {
+                continue;
+            }
             let Ok(permit) = permits.clone().acquire_owned().await else {
                 break;
             };
@@ -776,9 +782,7 @@ impl Api {
                     Err(error) => serde_json::to_vec(&ErrorReply { error }),
                 };
                 if let Ok(body) = body {
-                    if let Err(e) = api.nats.publish(reply, body.into()).await {
-                        tracing::warn!(error = %e, "cannot send API reply");
-                    }
+                    api.replies.send(ReplyKind::Api, reply, body.into()).await;
                 }
                 drop(permit);
             });

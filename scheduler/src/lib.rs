@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod probes;
 pub mod publisher;
 pub mod pull;
+pub mod replies;
 pub mod replica;
 pub mod retry;
 pub mod signals;

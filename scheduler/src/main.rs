@@ -1,7 +1,7 @@
 //! `chime-scheduler`: one scheduler replica. Run as many as you like.
 
 use anyhow::Context as _;
-use chime_common::connection::NatsConnection;
+use chime_common::connection::{NatsConnection, ReplyCredentials};
 use chime_common::duration::parse_duration;
 use chime_common::Subjects;
 use chime_scheduler::replica::{default_replica_id, SchedulerConfig};
@@ -30,6 +30,8 @@ fn duration(s: &str) -> Result<Duration, String> {
 struct Args {
     #[command(flatten)]
     nats: NatsConnection,
+    #[command(flatten)]
+    reply_credentials: ReplyCredentials,
     /// At start-up, keep trying to reach NATS this long before giving up.
     #[arg(long, env = "CHIME_NATS_CONNECT_WAIT", default_value = "60s", value_parser = duration)]
     nats_connect_wait: Duration,
@@ -139,6 +141,7 @@ impl Args {
         };
         let mut config = SchedulerConfig::new(self.nats.url.clone(), database_url);
         config.nats = self.nats;
+        config.reply_credentials = self.reply_credentials;
         config.nats_connect_wait = self.nats_connect_wait;
         Subjects::validate_prefix(&self.subject_prefix)
             .map_err(|e| anyhow::anyhow!("--subject-prefix: {e}"))?;
@@ -288,6 +291,12 @@ async fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory as _;
+        Args::command().debug_assert();
+    }
 
     #[test]
     fn the_database_password_comes_from_its_file_once() {

@@ -63,6 +63,9 @@ pub struct Metrics {
     pub misfire_skipped: IntCounter,
     /// API requests by verb and outcome (`ok` or an error code).
     pub api_requests: IntCounterVec,
+    /// Requests dropped unanswered because their reply subject is not an
+    /// inbox, by kind (`api`, `start`).
+    pub replies_refused: IntCounterVec,
     /// Durable submissions applied.
     pub submit_applied: IntCounter,
     /// Durable submissions rejected to `chime.submit.rejected`.
@@ -271,6 +274,12 @@ impl Metrics {
                 "chime_api_requests_total",
                 "API requests by verb and outcome.",
                 &["verb", "outcome"],
+            ),
+            replies_refused: counter_vec(
+                &r,
+                "chime_replies_refused_total",
+                "Requests dropped unanswered because their reply subject is not an inbox.",
+                &["kind"],
             ),
             submit_applied: counter(
                 &r,

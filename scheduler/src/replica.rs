@@ -16,6 +16,7 @@ use crate::limits::{LimitRelease, LimitsConfig};
 use crate::maintenance::{MaintenanceConfig, MaintenanceWindows};
 use crate::metrics::Metrics;
 use crate::publisher::{Publisher, PublisherConfig};
+use crate::replies::Replies;
 use crate::signals::Signals;
 use crate::slicer::{Slicer, SlicerConfig};
 use crate::store::{Backend, Store, StoreOptions};
@@ -25,7 +26,7 @@ use crate::web::WebConfig;
 use crate::wheel::Wheel;
 use crate::worker_reports::{WorkerReports, WorkerReportsConfig};
 use anyhow::Context as _;
-use chime_common::connection::{confirm_subscriptions, NatsConnection};
+use chime_common::connection::{confirm_subscriptions, NatsConnection, ReplyCredentials};
 use chime_common::service::{Periodic, PeriodicConfig};
 use chime_common::supervisor::{Health, Supervisor, SupervisorConfig};
 use chime_common::topology::{Topology, TopologyConfig};
@@ -40,6 +41,8 @@ use tokio_util::task::TaskTracker;
 #[derive(Debug, Clone)]
 pub struct SchedulerConfig {
     pub nats: NatsConnection,
+    /// The user answers to requests leave as; none: the main connection's.
+    pub reply_credentials: ReplyCredentials,
     /// How long start-up keeps trying to reach NATS before giving up.
     pub nats_connect_wait: Duration,
     pub database_url: String,
@@ -82,6 +85,7 @@ impl SchedulerConfig {
     pub fn new(nats_url: impl Into<String>, database_url: impl Into<String>) -> Self {
         SchedulerConfig {
             nats: NatsConnection::new(nats_url),
+            reply_credentials: ReplyCredentials::default(),
             nats_connect_wait: Duration::from_secs(60),
             database_url: database_url.into(),
             metrics_addr: None,
@@ -111,6 +115,7 @@ impl SchedulerConfig {
     /// Checks every service's settings; the message names the setting.
     pub fn validate(&self) -> Result<(), String> {
         self.nats.validate()?;
+        self.reply_credentials.validate()?;
         Subjects::validate_prefix(self.subjects.prefix())?;
         self.slicer.validate()?;
         self.publisher.validate()?;
@@ -190,6 +195,22 @@ impl Replica {
                 config.nats_connect_wait,
             )
             .await?;
+        // Answers leave over a connection of their own when the reply user
+        // is configured: that user may publish to inboxes only.
+        let reply_nats = match config
+            .nats
+            .with_reply_credentials(&config.reply_credentials)
+            .map_err(anyhow::Error::msg)?
+        {
+            Some(connection) => connection
+                .connect(
+                    &format!("chime-scheduler {} replies", config.replica_id),
+                    config.nats_connect_wait,
+                )
+                .await
+                .context("cannot connect as the reply user (--nats-reply-user)")?,
+            None => nats.clone(),
+        };
         let store = Store::connect(&config.database_url, config.store.clone())
             .await
             .with_context(|| {
@@ -222,6 +243,7 @@ impl Replica {
         let finished_consumer = finished_consumer_of(&topology).await?;
 
         let metrics = Metrics::new();
+        let replies = Replies::new(reply_nats, metrics.replies_refused.clone());
         let signals = Signals::default();
         let shutdown = CancellationToken::new();
         let drained = CancellationToken::new();
@@ -241,6 +263,7 @@ impl Replica {
             finished: signals.finished.clone(),
             immediate: immediate.clone(),
             unstarted: unstarted.clone(),
+            replies: replies.clone(),
             store: store.clone(),
             nats: nats.clone(),
             jetstream: jetstream.clone(),
@@ -293,6 +316,7 @@ impl Replica {
             jetstream: jetstream.clone(),
             metrics: metrics.clone(),
             immediate: immediate.clone(),
+            replies,
         };
         let http_addr = match config.web.clone() {
             Some(web) => {

@@ -25,6 +25,7 @@ use crate::dead_letter::{exhausted, DeadLetter, DeadLetterKind};
 use crate::immediate::Wake;
 use crate::metrics::Metrics;
 use crate::pull::{self, PullError};
+use crate::replies::{Replies, ReplyKind};
 use crate::retry::retry_delay;
 use crate::store::{StartOutcome, Store, StoreError};
 use crate::unstarted::Unstarted;
@@ -148,6 +149,8 @@ pub struct WorkerReports {
     pub immediate: Wake,
     /// Told of each accepted start, so the publisher does not mark it.
     pub unstarted: Unstarted,
+    /// Sends start answers to the workers' inboxes only.
+    pub replies: Replies,
 }
 
 impl WorkerReports {
@@ -337,6 +340,11 @@ impl WorkerReports {
                     .await;
                 continue;
             };
+            // Decided before anything else: a start nobody can hear the
+            // answer to must not put the firing on a worker.
+            if !self.replies.accepts(ReplyKind::Start, &reply) {
+                continue;
+            }
             match serde_json::from_slice::<StartRequest>(&message.payload) {
                 Ok(request) if !self.asks_as_itself(&message.subject, &request) => {
                     self.refuse_forged(&request, StartRefusal::WrongWorker);
@@ -441,9 +449,9 @@ impl WorkerReports {
 
     async fn reply(&self, subject: async_nats::Subject, body: &impl serde::Serialize) {
         if let Ok(bytes) = serde_json::to_vec(body) {
-            if let Err(e) = self.nats.publish(subject, bytes.into()).await {
-                tracing::debug!(error = %e, "cannot send start reply");
-            }
+            self.replies
+                .send(ReplyKind::Start, subject, bytes.into())
+                .await;
         }
     }
 

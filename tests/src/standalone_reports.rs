@@ -9,6 +9,7 @@ use chime_common::protocol::{Finished, Outcome};
 use chime_common::topology::{Topology, TopologyConfig};
 use chime_common::{FiringId, Subjects};
 use chime_scheduler::metrics::Metrics;
+use chime_scheduler::replies::Replies;
 use chime_scheduler::replica::finished_consumer_of;
 use chime_scheduler::store::{Store, StoreOptions};
 use chime_scheduler::worker_reports::{WorkerReports, WorkerReportsConfig};
@@ -50,13 +51,15 @@ impl StandaloneReports {
 
     /// A worker reports service with `config` and metrics of its own.
     pub fn reports(&self, config: WorkerReportsConfig) -> WorkerReports {
+        let metrics = Metrics::new();
         WorkerReports {
             config,
             store: self.store.clone(),
             nats: self.client.clone(),
             jetstream: self.jetstream.clone(),
             subjects: self.subjects.clone(),
-            metrics: Metrics::new(),
+            replies: Replies::new(self.client.clone(), metrics.replies_refused.clone()),
+            metrics,
             finished: Default::default(),
             immediate: Default::default(),
             unstarted: Default::default(),

@@ -1,12 +1,14 @@
 //! The shipped authorization model (deploy/nats/chime-auth.conf), on a real
-//! nats-server (issue 19, item 3): the scheduler, a worker and chimectl
-//! run a job with their own users, and each role is held to its subjects.
-//! A read-only client lists but cannot put or delete; a submitter can only
-//! submit; a worker cannot pull another group's firings, publish firings,
-//! report as another worker or read other users' inboxes; no client can
-//! publish on `chime.fire.>`.
+//! nats-server: the scheduler, a worker and chimectl run a job with their
+//! own users, and each role is held to its subjects. A read-only client
+//! lists but cannot put or delete; a submitter can only submit; a worker
+//! cannot pull another group's firings, publish firings, report as another
+//! worker or read other users' inboxes; no client can publish on
+//! `chime.fire.>`, nor make the scheduler publish there for it by naming
+//! that subject as a request's reply.
 
 use async_nats::{ConnectOptions, Event};
+use futures::StreamExt;
 use chime_tests::{Binary, ChimeProcess, NatsOptions, NatsServer, ProbeAuth, SqliteDatabase};
 use std::path::PathBuf;
 use std::process::Command;
@@ -14,11 +16,16 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// The role passwords the shipped file reads from variables.
-const ROLES: [(&str, &str, &str); 6] = [
+const ROLES: [(&str, &str, &str); 7] = [
     (
         "chime-scheduler",
         "CHIME_NATS_SCHEDULER_PASSWORD",
         "pw-scheduler",
+    ),
+    (
+        "chime-scheduler-replies",
+        "CHIME_NATS_SCHEDULER_REPLIES_PASSWORD",
+        "pw-scheduler-replies",
     ),
     ("chime-admin", "CHIME_NATS_ADMIN_PASSWORD", "pw-admin"),
     ("chime-viewer", "CHIME_NATS_VIEWER_PASSWORD", "pw-viewer"),
@@ -136,10 +143,9 @@ fn job_file(dir: &std::path::Path, id: &str, argv: &[&str]) -> String {
     path.display().to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_role_does_its_work_and_nothing_else() {
-    chime_tests::init_tracing();
-    let nats = NatsServer::start_with(NatsOptions {
+/// A nats-server with the shipped users.
+async fn shipped_server() -> NatsServer {
+    NatsServer::start_with(NatsOptions {
         config: Some(server_config()),
         probe_auth: Some(ProbeAuth::UserPassword(
             "chime-scheduler".into(),
@@ -147,18 +153,35 @@ async fn each_role_does_its_work_and_nothing_else() {
         )),
         ..Default::default()
     })
-    .await;
-    let db = SqliteDatabase::create();
-    let dir = tempfile::tempdir().expect("a temporary directory");
+    .await
+}
 
+/// A scheduler as `chime-scheduler`, answering as `chime-scheduler-replies`.
+async fn scheduler(nats: &NatsServer, db: &SqliteDatabase) -> ChimeProcess {
     let mut command = Binary::Scheduler.command();
     command.args(["--database-url", &db.url(), "--metrics-addr", "127.0.0.1:0"]);
-    as_user(&mut command, &nats, "chime-scheduler");
-    command.env_remove("CHIME_NATS_INBOX_PREFIX");
+    as_user(&mut command, nats, "chime-scheduler");
+    command
+        .env_remove("CHIME_NATS_INBOX_PREFIX")
+        .env("CHIME_NATS_REPLY_USER", "chime-scheduler-replies")
+        .env(
+            "CHIME_NATS_REPLY_PASSWORD",
+            password("chime-scheduler-replies"),
+        );
     let mut scheduler = ChimeProcess::spawn(command);
     scheduler
         .wait_for_log_line("chime-scheduler ready", Duration::from_secs(30))
         .await;
+    scheduler
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_role_does_its_work_and_nothing_else() {
+    chime_tests::init_tracing();
+    let nats = shipped_server().await;
+    let db = SqliteDatabase::create();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let mut scheduler = scheduler(&nats, &db).await;
 
     // The admin puts a job firing every second.
     let marker = dir.path().join("ran");
@@ -307,5 +330,110 @@ async fn each_role_does_its_work_and_nothing_else() {
     assert!(
         !log.to_lowercase().contains("permissions violation"),
         "the scheduler needed a subject its user lacks:\n{log}"
+    );
+}
+
+/// Subjects a request may name as its reply hoping the scheduler publishes
+/// there with its own rights: a firing subject of a group without workers
+/// (fills the firing stream), a future slice claim (stalls that slice), a
+/// worker's heartbeat (keeps a dead worker alive) and a JetStream API call.
+const BORROWED: [&str; 5] = [
+    "chime.fire.zz.normal",
+    "chime.fire.default.high",
+    "$KV.chime-slices.slice.4102444800000.0",
+    "$KV.chime-workers.ghost-worker",
+    "$JS.API.STREAM.PURGE.KV_chime-workers",
+];
+
+/// As each role, requests that name a subject outside the requester's
+/// inbox as their reply are dropped unanswered: nothing reaches those
+/// subjects, and the scheduler logs each refusal. The reply user itself
+/// may publish to inboxes only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_request_makes_the_scheduler_publish_outside_an_inbox() {
+    chime_tests::init_tracing();
+    let nats = shipped_server().await;
+    let db = SqliteDatabase::create();
+    let mut scheduler = scheduler(&nats, &db).await;
+
+    // The scheduler's own user may read everything: it watches the targets.
+    let (watcher, _) = client(&nats, "chime-scheduler").await;
+    let mut sniffers = Vec::new();
+    for subject in BORROWED {
+        sniffers.push(watcher.subscribe(subject).await.expect("subscribe"));
+    }
+    watcher.flush().await.expect("flush");
+
+    // Each role sends what its user may send, naming a borrowed reply.
+    let requests = [
+        ("chime-viewer", "chime.api.v1.jobs.list", "{}"),
+        ("chime-admin", "chime.api.v1.jobs.get", r#"{"id":"x"}"#),
+        (
+            "worker-default-1",
+            "chime.worker.v1.start.default.worker-default-1",
+            r#"{"firing_id":"x@1#1","worker_id":"worker-default-1","group":"default","handler":"shell","payload_sha256":"00"}"#,
+        ),
+        (
+            "chime-workers-default",
+            "chime.worker.v1.start.default.scaled-1",
+            "{}",
+        ),
+    ];
+    let mut sent = 0;
+    for (user, subject, body) in requests {
+        let (requester, _) = client(&nats, user).await;
+        for reply in BORROWED {
+            requester
+                .publish_with_reply(subject, reply, body.into())
+                .await
+                .expect("publish");
+            sent += 1;
+        }
+        requester.flush().await.expect("flush");
+    }
+    chime_tests::eventually(
+        Duration::from_secs(10),
+        "the scheduler dropped every request with a borrowed reply",
+        || async {
+            scheduler
+                .log()
+                .matches("reply subject is not an inbox")
+                .count()
+                >= sent
+        },
+    )
+    .await;
+    // The same requests with a real inbox are answered: the drops above
+    // were the reply check, not a deaf scheduler.
+    let (viewer, _) = client(&nats, "chime-viewer").await;
+    let answer = viewer
+        .request("chime.api.v1.jobs.list", "{}".into())
+        .await
+        .expect("the viewer's list is answered");
+    assert!(
+        String::from_utf8_lossy(&answer.payload).contains("jobs"),
+        "{answer:?}"
+    );
+    watcher.flush().await.expect("flush");
+    for (subject, sniffer) in BORROWED.iter().zip(&mut sniffers) {
+        let leaked = tokio::time::timeout(Duration::from_millis(200), sniffer.next()).await;
+        assert!(
+            leaked.is_err(),
+            "the scheduler published on {subject}: {leaked:?}"
+        );
+    }
+
+    // Its reply user cannot publish anywhere but an inbox.
+    let (replies, mut reply_errors) = client(&nats, "chime-scheduler-replies").await;
+    for subject in BORROWED {
+        replies.publish(subject, "{}".into()).await.expect("publish");
+        assert_violation(&mut reply_errors, "the reply user", subject).await;
+    }
+
+    scheduler.terminate(Duration::from_secs(15)).await;
+    let log = scheduler.log();
+    assert!(
+        !log.to_lowercase().contains("permissions violation"),
+        "the scheduler needed a subject its users lack:\n{log}"
     );
 }
