@@ -136,7 +136,11 @@ pub struct NatsConnection {
 #[derive(Clone, Default, PartialEq, Eq, clap::Args)]
 pub struct ReplyCredentials {
     /// NATS user the scheduler answers requests as; needs --nats-reply-password.
-    #[arg(id = "reply_user", long = "nats-reply-user", env = "CHIME_NATS_REPLY_USER")]
+    #[arg(
+        id = "reply_user",
+        long = "nats-reply-user",
+        env = "CHIME_NATS_REPLY_USER"
+    )]
     pub user: Option<String>,
 
     /// Password of --nats-reply-user.
@@ -149,11 +153,19 @@ pub struct ReplyCredentials {
     pub password: Option<Secret>,
 
     /// File holding the reply user's nkey seed (`SU…`).
-    #[arg(id = "reply_nkey", long = "nats-reply-nkey", env = "CHIME_NATS_REPLY_NKEY")]
+    #[arg(
+        id = "reply_nkey",
+        long = "nats-reply-nkey",
+        env = "CHIME_NATS_REPLY_NKEY"
+    )]
     pub nkey: Option<PathBuf>,
 
     /// The reply user's NATS credentials file (JWT and NKey seed).
-    #[arg(id = "reply_creds", long = "nats-reply-creds", env = "CHIME_NATS_REPLY_CREDS")]
+    #[arg(
+        id = "reply_creds",
+        long = "nats-reply-creds",
+        env = "CHIME_NATS_REPLY_CREDS"
+    )]
     pub creds: Option<PathBuf>,
 }
 
@@ -186,9 +198,11 @@ impl ReplyCredentials {
             + usize::from(self.nkey.is_some())
             + usize::from(self.creds.is_some());
         if ways > 1 {
-            return Err("--nats-reply-user, --nats-reply-nkey and --nats-reply-creds are \
+            return Err(
+                "--nats-reply-user, --nats-reply-nkey and --nats-reply-creds are \
                         alternatives: give one"
-                .into());
+                    .into(),
+            );
         }
         for (flag, path) in [
             ("--nats-reply-nkey", &self.nkey),

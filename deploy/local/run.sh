@@ -79,8 +79,11 @@ wait_for() { # file, text, seconds
 wait_for "$work/nats.log" "Server is ready" 20
 
 say "starting a scheduler (SQLite: $work/chime.db) with the console on 127.0.0.1:$http_port"
-# --http-open: no login, which the scheduler allows on loopback addresses only.
-CHIME_DATABASE_URL="sqlite://$work/chime.db" "$bin/chime-scheduler" --metrics-addr 127.0.0.1:0 \
+# --http-open: no user accounts, which the scheduler allows on loopback
+# addresses only; the token in the console's address is the key to it.
+token="${CHIME_HTTP_OPEN_TOKEN:-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
+CHIME_HTTP_OPEN_TOKEN="$token" CHIME_DATABASE_URL="sqlite://$work/chime.db" \
+    "$bin/chime-scheduler" --metrics-addr 127.0.0.1:0 \
     --http-addr "127.0.0.1:$http_port" --http-open >"$work/scheduler.log" 2>&1 &
 pids=("$!" "${pids[@]}")
 wait_for "$work/scheduler.log" "chime-scheduler ready" 30
@@ -97,7 +100,7 @@ at="$(date -u -d '+5 seconds' +%Y-%m-%dT%H:%M:%SZ)"
 sed "s/__AT__/$at/" "$here/jobs/once.json" | "$bin/chimectl" put -
 "$bin/chimectl" list
 
-say "the console: http://127.0.0.1:$http_port/  (firings, jobs and workers, live; Ctrl-C here stops everything)"
+say "the console: http://127.0.0.1:$http_port/?token=$token  (firings, jobs and workers, live; Ctrl-C here stops everything)"
 started=$SECONDS
 while :; do
     sleep 1

@@ -742,5 +742,9 @@ window.addEventListener("hashchange", route);
 document.addEventListener("DOMContentLoaded", async () => {
   document.getElementById("logout").addEventListener("click", logout);
   const r = await api("GET", "/api/v1/session");
-  if (r.ok) { Object.assign(session, r.data); signedIn(); } else showLogin("");
+  if (r.ok) { Object.assign(session, r.data); signedIn(); }
+  else if (r.status === 401 && /open mode/.test(r.error.message)) render(h("div", { class: "panel login" },
+    h("h1", { text: "Open the console through its link" }),
+    h("p", { id: "open-mode", text: r.error.message })));
+  else showLogin("");
 });

@@ -5,6 +5,7 @@ use chime_common::connection::{NatsConnection, ReplyCredentials};
 use chime_common::duration::parse_duration;
 use chime_common::Subjects;
 use chime_scheduler::replica::{default_replica_id, SchedulerConfig};
+use chime_scheduler::web::host::AllowedHosts;
 use chime_scheduler::web::users::{hash_password, Users};
 use chime_scheduler::web::WebConfig;
 use chime_scheduler::Replica;
@@ -113,9 +114,17 @@ struct Args {
     /// `chime-scheduler hash-password` makes the hash).
     #[arg(long, env = "CHIME_HTTP_USERS")]
     http_users: Option<std::path::PathBuf>,
-    /// No login at all: local development only, refused unless --http-addr is a loopback address.
+    /// No user accounts, for local development: refused unless --http-addr is a loopback
+    /// address; the console's address printed at start-up carries the one token that opens it.
     #[arg(long, env = "CHIME_HTTP_OPEN")]
     http_open: bool,
+    /// The --http-open token (default: a new random one at each start).
+    #[arg(long, env = "CHIME_HTTP_OPEN_TOKEN", hide_env_values = true)]
+    http_open_token: Option<chime_common::secret::Secret>,
+    /// The Host names the HTTP API answers, comma-separated; a request naming another is
+    /// refused (421). Default: the loopback names with --http-open, every name otherwise.
+    #[arg(long, env = "CHIME_HTTP_ALLOWED_HOSTS")]
+    http_allowed_hosts: Option<String>,
     /// How long a console login lasts.
     #[arg(long, env = "CHIME_HTTP_SESSION_TTL", default_value = "12h", value_parser = duration)]
     http_session_ttl: Duration,
@@ -189,6 +198,12 @@ impl Args {
         if let Some(addr) = self.http_addr {
             let mut web = WebConfig::new(addr);
             web.open = self.http_open;
+            if let Some(token) = self.http_open_token {
+                web.open_token = token;
+            }
+            if let Some(hosts) = &self.http_allowed_hosts {
+                web.allowed_hosts = Some(AllowedHosts::parse(hosts).map_err(anyhow::Error::msg)?);
+            }
             web.session_ttl = self.http_session_ttl;
             if let Some(file) = &self.http_users {
                 web.users = Users::load(file).map_err(anyhow::Error::msg)?;
@@ -196,8 +211,8 @@ impl Args {
             config.web = Some(web);
         } else {
             anyhow::ensure!(
-                !self.http_open && self.http_users.is_none(),
-                "--http-open and --http-users need --http-addr"
+                !self.http_open && self.http_users.is_none() && self.http_allowed_hosts.is_none(),
+                "--http-open, --http-users and --http-allowed-hosts need --http-addr"
             );
         }
         config.expiry.not_started_after = self.not_started_after;

@@ -321,12 +321,21 @@ impl Replica {
         let http_addr = match config.web.clone() {
             Some(web) => {
                 let addr = web.addr;
-                let (bound, task) = crate::web::serve(web, api.clone(), drained.clone())
+                let open = web.open;
+                let (bound, task) = crate::web::serve(web.clone(), api.clone(), drained.clone())
                     .await
                     .with_context(|| format!("cannot serve the HTTP API on {addr}"))?;
                 tracker.spawn(async move {
                     let _ = task.await;
                 });
+                if open {
+                    // Printed for the one person who started it: the token
+                    // is the only key to an open console.
+                    tracing::info!(
+                        console = %web.open_link(bound),
+                        "the console, opened by the token in its address (--http-open)"
+                    );
+                }
                 Some(bound)
             }
             None => None,

@@ -5,6 +5,7 @@
 //! the OpenAPI document lists every route and validates.
 
 use chime_common::api::Verb;
+use chime_scheduler::web::host::AllowedHosts;
 use chime_scheduler::web::users::{hash_password, Users};
 use chime_scheduler::web::WebConfig;
 use chime_scheduler::{Replica, SchedulerConfig};
@@ -23,6 +24,8 @@ struct Server {
     http: reqwest::Client,
     nats: NatsServer,
     replica: Replica,
+    /// The `--http-open` token.
+    open_token: String,
 }
 
 fn users() -> Users {
@@ -34,6 +37,15 @@ fn users() -> Users {
 }
 
 async fn start(db: &TestDatabase, open: bool) -> Server {
+    start_with(db, open, |_| {}).await
+}
+
+/// [`start`], with HTTP settings changed by `configure`.
+async fn start_with(
+    db: &TestDatabase,
+    open: bool,
+    configure: impl FnOnce(&mut WebConfig),
+) -> Server {
     init_tracing();
     let nats = NatsServer::start().await;
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
@@ -42,15 +54,21 @@ async fn start(db: &TestDatabase, open: bool) -> Server {
     if !open {
         web.users = users();
     }
+    configure(&mut web);
+    let open_token = web.open_token.expose().to_string();
     let mut config = SchedulerConfig::new(nats.url(), db.url());
     config.web = Some(web);
     let replica = Replica::start(config).await.expect("replica starts");
     let bound = replica.http_addr.expect("serves HTTP");
     Server {
         base: format!("http://{bound}"),
-        http: reqwest::Client::new(),
+        http: reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap(),
         nats,
         replica,
+        open_token,
     }
 }
 
@@ -613,19 +631,147 @@ async fn bad_input_is_refused_with_the_api_error() {
     server.replica.shutdown().await;
 }
 
-/// `--http-open` serves without login, and only on loopback.
+/// A web page that points its own name at 127.0.0.1 (DNS rebinding) makes
+/// the browser send that name as `Host` and `Origin`: the open console
+/// refuses it before anything else (421) and stores nothing.
+const REBOUND: &str = "rebind.example";
+
+/// `--http-open` serves without user accounts, only on loopback, only for
+/// `Host` names of loopback, and only to whoever holds the token printed in
+/// the console's address: a link that sets it as a cookie, or a Bearer
+/// header. Another page or local user without it is refused.
 #[tokio::test]
-async fn open_mode_needs_no_login_and_only_on_loopback() {
+async fn open_mode_answers_only_the_holder_of_its_token_on_loopback_names() {
     let db = TestDatabase::create(chime_tests::DatabaseKind::Sqlite).await;
     let server = start(&db, true).await;
+    let token = server.open_token.clone();
+    let port = server.base.rsplit(':').next().unwrap().to_string();
+
+    // No token: refused, whatever the route.
     let jobs = server
         .send(Method::GET, "/api/v1/jobs", None, &[], None)
         .await;
-    assert_eq!(jobs.status, StatusCode::OK);
-    let me = server
-        .send(Method::GET, "/api/v1/session", None, &[], None)
+    assert_eq!(jobs.status, StatusCode::UNAUTHORIZED, "{}", jobs.body);
+    assert!(
+        jobs.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("token"),
+        "{}",
+        jobs.body
+    );
+    let spec = br#"{"schedule":{"every":"1h"},"handler":"noop"}"#;
+    let put = server
+        .send(Method::PUT, "/api/v1/jobs/rebound", None, &[], Some(spec))
         .await;
+    assert_eq!(put.status, StatusCode::UNAUTHORIZED);
+
+    // A rebound host name with a matching Origin, token and all: 421.
+    let rebound_host = format!("{REBOUND}:{port}");
+    let rebound_origin = format!("http://{REBOUND}:{port}");
+    let bearer = format!("Bearer {token}");
+    let rebound = server
+        .send(
+            Method::PUT,
+            "/api/v1/jobs/rebound",
+            None,
+            &[
+                ("host", &rebound_host),
+                ("origin", &rebound_origin),
+                ("authorization", &bearer),
+            ],
+            Some(spec),
+        )
+        .await;
+    assert_eq!(rebound.status, StatusCode::MISDIRECTED_REQUEST);
+    assert_eq!(rebound.body["error"]["field"], "Host", "{}", rebound.body);
+    let page = server
+        .http
+        .get(format!("{}/", server.base))
+        .header("host", &rebound_host)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::MISDIRECTED_REQUEST);
+
+    // The token as a Bearer header opens the API under a loopback name.
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let put = server
+            .send(
+                Method::PUT,
+                "/api/v1/jobs/mine",
+                None,
+                &[("host", &host), ("authorization", &bearer)],
+                Some(spec),
+            )
+            .await;
+        assert_eq!(put.status, StatusCode::OK, "{host}: {}", put.body);
+    }
+    let jobs = server
+        .send(
+            Method::GET,
+            "/api/v1/jobs",
+            None,
+            &[("authorization", &bearer)],
+            None,
+        )
+        .await;
+    let ids: Vec<&str> = jobs.body["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["mine"], "the rebound put stored nothing");
+
+    // The printed link trades its token for a cookie and drops it from the
+    // address; the cookie then opens the console's API.
+    let link = server
+        .http
+        .get(format!("{}/?token={token}", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(link.status(), StatusCode::SEE_OTHER);
+    assert_eq!(link.headers()["location"], "/");
+    let cookie = link.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_string();
+    let me = server
+        .send(
+            Method::GET,
+            "/api/v1/session",
+            None,
+            &[("cookie", &pair)],
+            None,
+        )
+        .await;
+    assert_eq!(me.status, StatusCode::OK, "{}", me.body);
     assert_eq!(me.body["open"], true);
+    let wrong = server
+        .http
+        .get(format!("{}/?token=not-the-token", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(
+        wrong.status(),
+        StatusCode::SEE_OTHER,
+        "a wrong token sets nothing"
+    );
+    let guessed = server
+        .send(
+            Method::GET,
+            "/api/v1/jobs",
+            None,
+            &[("cookie", "chime_open=not-the-token")],
+            None,
+        )
+        .await;
+    assert_eq!(guessed.status, StatusCode::UNAUTHORIZED);
     server.replica.shutdown().await;
 
     let mut public = WebConfig::new("0.0.0.0:8080".parse().unwrap());
@@ -633,6 +779,52 @@ async fn open_mode_needs_no_login_and_only_on_loopback() {
     assert!(public.validate().unwrap_err().contains("loopback"));
     let nobody = WebConfig::new("127.0.0.1:8080".parse().unwrap());
     assert!(nobody.validate().unwrap_err().contains("--http-users"));
+}
+
+/// With user accounts, `--http-allowed-hosts` names the hosts answered:
+/// another name is refused (421) before the credentials are even looked at.
+#[tokio::test]
+async fn allowed_hosts_are_checked_before_anything_else() {
+    let db = TestDatabase::create(chime_tests::DatabaseKind::Sqlite).await;
+    let server = start_with(&db, false, |web| {
+        web.allowed_hosts = Some(AllowedHosts::parse("chime.example.com,127.0.0.1").unwrap());
+    })
+    .await;
+    let answered = server
+        .send(
+            Method::GET,
+            "/api/v1/jobs",
+            Some("viewer"),
+            &[("host", "chime.example.com")],
+            None,
+        )
+        .await;
+    assert_eq!(answered.status, StatusCode::OK, "{}", answered.body);
+    for host in [
+        "evil.example.com",
+        "localhost",
+        "chime.example.com.evil.example",
+    ] {
+        let refused = server
+            .send(
+                Method::GET,
+                "/api/v1/jobs",
+                Some("viewer"),
+                &[("host", host)],
+                None,
+            )
+            .await;
+        assert_eq!(refused.status, StatusCode::MISDIRECTED_REQUEST, "{host}");
+        let unauthenticated = server
+            .send(Method::GET, "/api/v1/jobs", None, &[("host", host)], None)
+            .await;
+        assert_eq!(
+            unauthenticated.status,
+            StatusCode::MISDIRECTED_REQUEST,
+            "{host}: the host is checked before the credentials"
+        );
+    }
+    server.replica.shutdown().await;
 }
 
 /// The live overview arrives as server-sent events.

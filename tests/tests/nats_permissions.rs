@@ -8,8 +8,8 @@
 //! that subject as a request's reply.
 
 use async_nats::{ConnectOptions, Event};
-use futures::StreamExt;
 use chime_tests::{Binary, ChimeProcess, NatsOptions, NatsServer, ProbeAuth, SqliteDatabase};
+use futures::StreamExt;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -426,7 +426,10 @@ async fn no_request_makes_the_scheduler_publish_outside_an_inbox() {
     // Its reply user cannot publish anywhere but an inbox.
     let (replies, mut reply_errors) = client(&nats, "chime-scheduler-replies").await;
     for subject in BORROWED {
-        replies.publish(subject, "{}".into()).await.expect("publish");
+        replies
+            .publish(subject, "{}".into())
+            .await
+            .expect("publish");
         assert_violation(&mut reply_errors, "the reply user", subject).await;
     }
 

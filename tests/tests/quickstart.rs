@@ -7,6 +7,9 @@ use chime_tests::{free_port, Binary};
 use std::path::Path;
 use std::time::Duration;
 
+/// The open console's token, given to run.sh so the test can use the API.
+const TOKEN: &str = "quickstart-test-token-0123456789";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_quickstart_shows_jobs_firing_and_cleans_up() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/local/run.sh");
@@ -23,6 +26,7 @@ async fn the_quickstart_shows_jobs_firing_and_cleans_up() {
         .env("CHIME_BIN_DIR", &bin_dir)
         .env("CHIME_LOCAL_NATS_PORT", port.to_string())
         .env("CHIME_LOCAL_HTTP_PORT", http_port.to_string())
+        .env("CHIME_HTTP_OPEN_TOKEN", TOKEN)
         .env("CHIME_NATS_SERVER", chime_tests::nats_server_binary())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -30,8 +34,8 @@ async fn the_quickstart_shows_jobs_firing_and_cleans_up() {
         .spawn()
         .expect("bash runs");
 
-    // While it runs, the console answers without login and its API shows
-    // the example jobs' firings succeeding.
+    // While it runs, the console answers the holder of its token without
+    // login, and its API shows the example jobs' firings succeeding.
     let console = format!("http://127.0.0.1:{http_port}");
     let http = reqwest::Client::new();
     chime_tests::eventually(
@@ -44,6 +48,7 @@ async fn the_quickstart_shows_jobs_firing_and_cleans_up() {
             };
             let firings = match http
                 .get(format!("{console}/api/v1/firings?state=succeeded"))
+                .bearer_auth(TOKEN)
                 .send()
                 .await
             {
@@ -74,7 +79,7 @@ async fn the_quickstart_shows_jobs_firing_and_cleans_up() {
     assert!(succeeded("once"), "the one-shot job fired:\n{stdout}");
     assert!(stdout.contains("stopped; nothing left running"), "{stdout}");
     assert!(
-        stdout.contains(&format!("the console: {console}/")),
+        stdout.contains(&format!("the console: {console}/?token={TOKEN}")),
         "the console's address is printed:\n{stdout}"
     );
     assert!(

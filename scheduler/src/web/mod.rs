@@ -10,6 +10,8 @@
 
 pub mod auth;
 mod console;
+pub mod host;
+mod open;
 mod openapi;
 mod overview;
 mod routes;
@@ -19,6 +21,8 @@ pub mod users;
 use crate::api::Api;
 use axum::http::{header, HeaderValue};
 use axum::Router;
+use chime_common::secret::Secret;
+use host::AllowedHosts;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,8 +41,14 @@ pub struct WebConfig {
     pub addr: SocketAddr,
     /// Who may log in (`--http-users`).
     pub users: Users,
-    /// No login at all (`--http-open`): loopback addresses only.
+    /// No user accounts (`--http-open`): loopback addresses only, and
+    /// whoever holds `open_token`.
     pub open: bool,
+    /// The secret of open mode, printed at start-up in the console's address.
+    pub open_token: Secret,
+    /// The `Host` names answered (`--http-allowed-hosts`); none given: the
+    /// loopback names in open mode, every name otherwise.
+    pub allowed_hosts: Option<AllowedHosts>,
     /// How long a console login lasts.
     pub session_ttl: Duration,
     /// A request still unanswered after this is cut off (503).
@@ -56,6 +66,8 @@ impl WebConfig {
             addr,
             users: Users::default(),
             open: false,
+            open_token: Secret::new(auth::random_token()),
+            allowed_hosts: None,
             session_ttl: Duration::from_secs(12 * 3600),
             request_timeout: Duration::from_secs(30),
             max_verifications: 2,
@@ -63,8 +75,25 @@ impl WebConfig {
         }
     }
 
+    /// The `Host` names answered, the mode's default filled in.
+    pub fn hosts(&self) -> AllowedHosts {
+        match &self.allowed_hosts {
+            Some(hosts) => hosts.clone(),
+            None if self.open => AllowedHosts::loopback(),
+            None => AllowedHosts::any(),
+        }
+    }
+
+    /// The console's address with open mode's token, as printed at start-up.
+    pub fn open_link(&self, bound: SocketAddr) -> String {
+        format!("http://{bound}/?token={}", self.open_token.expose())
+    }
+
     /// Checks the settings; the message names the flag.
     pub fn validate(&self) -> Result<(), String> {
+        if self.open && self.open_token.expose().len() < 16 {
+            return Err("the --http-open token must be at least 16 characters".into());
+        }
         if self.open && !self.addr.ip().is_loopback() {
             return Err(format!(
                 "--http-open is refused on {}: it serves the API without login, so only on a \
@@ -94,6 +123,8 @@ impl WebConfig {
 pub struct Web {
     pub api: Api,
     pub config: Arc<WebConfig>,
+    /// `config.hosts()`, resolved once.
+    hosts: Arc<AllowedHosts>,
     users: Arc<Users>,
     verified: Arc<auth::VerifiedCache>,
     verifications: Arc<Semaphore>,
@@ -119,6 +150,7 @@ pub async fn serve(
         .saturating_add(64 * 1024);
     let timeout = config.request_timeout;
     let web = Web {
+        hosts: Arc::new(config.hosts()),
         users: Arc::new(config.users.clone()),
         verifications: Arc::new(Semaphore::new(config.max_verifications)),
         verified: Arc::default(),
@@ -133,7 +165,11 @@ pub async fn serve(
         .merge(overview::router())
         .merge(openapi::router())
         .merge(console::router())
-        .with_state(web)
+        .layer(axum::middleware::from_fn_with_state(
+            web.clone(),
+            open::exchange_link,
+        ))
+        .with_state(web.clone())
         .layer(RequestBodyLimitLayer::new(body_limit))
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -155,6 +191,9 @@ pub async fn serve(
             header::CACHE_CONTROL,
             HeaderValue::from_static("no-store"),
         ))
-        .layer(axum::middleware::map_response(routes::json_refusals));
+        .layer(axum::middleware::map_response(routes::json_refusals))
+        // Outermost: a request for another host is refused before any
+        // other layer or route sees it.
+        .layer(axum::middleware::from_fn_with_state(web, host::check_host));
     crate::probes::bind_and_serve(addr, app, shutdown).await
 }
