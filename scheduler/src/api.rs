@@ -337,6 +337,25 @@ impl ApiRequest {
         })
     }
 
+    /// What the audit trail keeps of a request beyond its target: the
+    /// digest of a trigger's own payload, so what ran can be matched later
+    /// without the trail holding the payload's secrets.
+    pub fn audit_detail(&self) -> Option<String> {
+        match self {
+            ApiRequest::Trigger(TriggerRequest {
+                payload: Some(payload),
+                ..
+            }) => {
+                let bytes = serde_json::to_vec(payload).unwrap_or_default();
+                Some(format!(
+                    "payload override sha256:{}",
+                    chime_common::protocol::payload_sha256(&bytes)
+                ))
+            }
+            _ => None,
+        }
+    }
+
     /// What a mutating request names, for the audit trail: a job or
     /// calendar id, or for a pause of many, `group=G` and the selector;
     /// `None` for reads.
@@ -417,29 +436,32 @@ impl Api {
         let mutating = verb
             .parse::<Verb>()
             .is_ok_and(|v| v.access() != Access::Read);
-        let (target, before, result) = match ApiRequest::parse(verb, body, &self.config, now) {
-            Ok(request) => {
-                let Some(target) = request.target() else {
-                    return self.execute(request, now).await;
-                };
-                let before = self.version_of(&target).await;
-                (target, before, self.execute(request, now).await)
-            }
-            // A refused change is recorded too, under the id it named, if any.
-            Err(e) if mutating => {
-                let named = serde_json::from_slice::<Value>(body)
-                    .ok()
-                    .and_then(|v| v.get("id").and_then(Value::as_str).map(str::to_string))
-                    .unwrap_or_default();
-                let before = self.version_of(&named).await;
-                (named, before, Err(e))
-            }
-            Err(e) => return Err(e),
-        };
+        let (target, before, detail, result) =
+            match ApiRequest::parse(verb, body, &self.config, now) {
+                Ok(request) => {
+                    let Some(target) = request.target() else {
+                        return self.execute(request, now).await;
+                    };
+                    let detail = request.audit_detail();
+                    let before = self.version_of(&target).await;
+                    (target, before, detail, self.execute(request, now).await)
+                }
+                // A refused change is recorded too, under the id it named, if any.
+                Err(e) if mutating => {
+                    let named = serde_json::from_slice::<Value>(body)
+                        .ok()
+                        .and_then(|v| v.get("id").and_then(Value::as_str).map(str::to_string))
+                        .unwrap_or_default();
+                    let before = self.version_of(&named).await;
+                    (named, before, None, Err(e))
+                }
+                Err(e) => return Err(e),
+            };
         let after = self.version_of(&target).await;
-        let (outcome, message) = match &result {
-            Ok(_) => ("ok", None),
-            Err(e) => (e.code.as_str(), Some(e.message.as_str())),
+        let (outcome, message) = match (&result, detail) {
+            (Ok(_), detail) => ("ok", detail),
+            (Err(e), None) => (e.code.as_str(), Some(e.message.clone())),
+            (Err(e), Some(detail)) => (e.code.as_str(), Some(format!("{}; {detail}", e.message))),
         };
         let record = AuditRecord {
             actor: &caller.name,
@@ -449,7 +471,7 @@ impl Api {
             before_version: before,
             after_version: after,
             outcome,
-            message,
+            message: message.as_deref(),
         };
         if let Err(e) = self.store.record_audit(&record, now).await {
             // The change is made; losing its audit line must not undo or

@@ -201,17 +201,51 @@ backend_tests! {
             .call(Method::POST, "/api/v1/jobs/nightly/resume", "operator", None)
             .await;
         assert_eq!(resumed.body["job"]["state"], "active");
-        let triggered = server
+        // An operator runs the job as defined; what runs is the admin's to change.
+        let override_payload = json!({"argv": ["/bin/echo", "now"]});
+        let refused = server
             .call(Method::POST, "/api/v1/jobs/nightly/trigger", "operator",
-                Some(json!({"payload": {"argv": ["/bin/echo", "now"]}})))
+                Some(json!({"payload": override_payload})))
+            .await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
+        let listed = server.nats_call("firings.list", &json!({"job_id": "nightly"})).await;
+        assert_eq!(listed["firings"], json!([]), "the refused trigger staged nothing");
+        let triggered = server
+            .call(Method::POST, "/api/v1/jobs/nightly/trigger", "operator", None)
             .await;
         assert_eq!(triggered.status, StatusCode::OK, "{}", triggered.body);
-        let firing_id = triggered.body["firing_id"].as_str().expect("a firing id").to_string();
+        let overridden = server
+            .call(Method::POST, "/api/v1/jobs/nightly/trigger", "admin",
+                Some(json!({"payload": override_payload})))
+            .await;
+        assert_eq!(overridden.status, StatusCode::OK, "{}", overridden.body);
         let listed = server.nats_call("firings.list", &json!({"job_id": "nightly"})).await;
-        assert!(
-            listed["firings"].as_array().unwrap().iter().any(|f| f["id"] == firing_id.as_str()),
-            "{listed}"
+        for reply in [&triggered, &overridden] {
+            let firing_id = reply.body["firing_id"].as_str().expect("a firing id");
+            assert!(
+                listed["firings"].as_array().unwrap().iter().any(|f| f["id"] == firing_id),
+                "{listed}"
+            );
+        }
+        // The trail names the override by its digest, not its content.
+        let audit = server
+            .call(Method::GET, "/api/v1/audit?target=nightly", "viewer", None)
+            .await;
+        let digest = chime_common::protocol::payload_sha256(
+            &serde_json::to_vec(&override_payload).unwrap(),
         );
+        let entries = audit.body["entries"].as_array().unwrap();
+        let override_entry = entries
+            .iter()
+            .find(|e| e["verb"] == "jobs.trigger" && e["actor"] == "admin")
+            .unwrap_or_else(|| panic!("no audited override: {}", audit.body));
+        assert_eq!(
+            override_entry["message"],
+            format!("payload override sha256:{digest}"),
+            "{}",
+            audit.body
+        );
+        assert!(!audit.body.to_string().contains("/bin/echo"), "{}", audit.body);
         let deleted = server
             .call(Method::DELETE, "/api/v1/jobs/nightly", "admin", None)
             .await;

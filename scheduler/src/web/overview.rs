@@ -132,7 +132,15 @@ async fn compute(web: &Web) -> Result<Overview, ApiError> {
 #[utoipa::path(get, path = "/api/v1/overview", tag = "console",
     responses((status = 200, body = Overview), (status = 401)))]
 async fn overview(State(web): State<Web>, method: Method, headers: HeaderMap) -> Response {
-    if let Err(refusal) = authorize(&web, &method, &headers, Verb::FiringsList).await {
+    if let Err(refusal) = authorize(
+        &web,
+        &method,
+        &headers,
+        Verb::FiringsList,
+        Verb::FiringsList.access(),
+    )
+    .await
+    {
         return refusal_response(refusal, &headers);
     }
     match web.overview.get(&web).await {
@@ -146,7 +154,15 @@ async fn overview(State(web): State<Web>, method: Method, headers: HeaderMap) ->
     responses((status = 200, description = "text/event-stream of `overview` events"),
         (status = 401)))]
 async fn events(State(web): State<Web>, method: Method, headers: HeaderMap) -> Response {
-    if let Err(refusal) = authorize(&web, &method, &headers, Verb::FiringsList).await {
+    if let Err(refusal) = authorize(
+        &web,
+        &method,
+        &headers,
+        Verb::FiringsList,
+        Verb::FiringsList.access(),
+    )
+    .await
+    {
         return refusal_response(refusal, &headers);
     }
     let started = Instant::now();
