@@ -46,32 +46,67 @@ pub struct HttpHandler {
 }
 
 /// Whether `ip` is one a job must not reach without `--http-allow-private`:
-/// this host, the private networks, link-local (cloud metadata at
-/// 169.254.169.254), unspecified, shared (CGNAT), multicast, broadcast.
+/// anything that is not a global unicast address. This host, the private
+/// networks, link-local (cloud metadata at 169.254.169.254), unspecified,
+/// shared (CGNAT), multicast, broadcast, the reserved 240.0.0.0/4, IETF
+/// protocol assignments (192.0.0.0/24), benchmarking (198.18.0.0/15) and
+/// documentation ranges; and IPv6 addresses that carry an IPv4 one
+/// (mapped, compatible, NAT64 64:ff9b::/96, 6to4 2002::/16) when the one
+/// they carry is private, besides local-use NAT64 and Teredo, whose
+/// gateways reach what the job could not.
 pub fn is_private(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(a) => {
-            let [first, second, ..] = a.octets();
+            let [first, second, third, _] = a.octets();
             a.is_loopback()
                 || a.is_private()
                 || a.is_link_local()
                 || a.is_unspecified()
                 || a.is_broadcast()
                 || a.is_multicast()
+                || a.is_documentation()
                 || first == 0
+                || first >= 240
                 || (first == 100 && (64..128).contains(&second))
+                || (first == 192 && second == 0 && third == 0)
+                || (first == 198 && (second & 0xfe) == 18)
         }
         IpAddr::V6(a) => {
-            let first = a.segments()[0];
+            let segments = a.segments();
+            let first = segments[0];
+            let embedded = |high: u16, low: u16| {
+                let [a, b] = high.to_be_bytes();
+                let [c, d] = low.to_be_bytes();
+                is_private(IpAddr::V4(std::net::Ipv4Addr::new(a, b, c, d)))
+            };
             a.is_loopback()
                 || a.is_unspecified()
                 || a.is_multicast()
                 || (first & 0xfe00) == 0xfc00
                 || (first & 0xffc0) == 0xfe80
-                || a.to_ipv4_mapped()
-                    .is_some_and(|v4| is_private(IpAddr::V4(v4)))
+                || (first == 0x2001 && segments[1] == 0)
+                || (first == 0x2001 && segments[1] == 0x0db8)
+                || (first == 0x0064 && segments[1] == 0xff9b && segments[2] == 1)
+                || (first == 0x0064
+                    && segments[1] == 0xff9b
+                    && segments[2..6] == [0, 0, 0, 0]
+                    && embedded(segments[6], segments[7]))
+                || (first == 0x2002 && embedded(segments[1], segments[2]))
+                || a.to_ipv4().is_some_and(|v4| is_private(IpAddr::V4(v4)))
         }
     }
+}
+
+/// A URL as it may appear in an error, history, an alert or a log: scheme,
+/// host, port and path; never the userinfo, query or fragment, where
+/// credentials and tokens live.
+fn shown(url: &Url) -> String {
+    let mut shown = format!("{}://{}", url.scheme(), url.host_str().unwrap_or(""));
+    if let Some(port) = url.port() {
+        shown.push_str(&format!(":{port}"));
+    }
+    shown.push_str(url.path());
+    shown
 }
 
 /// Resolves host names to their public addresses only: a name that
@@ -144,17 +179,22 @@ impl HttpHandler {
     }
 
     fn build(allow_private: bool) -> Result<Self, reqwest::Error> {
-        // A redirect is followed only on the same host, so the job's
-        // headers never go to a host the job did not name; a redirect to a
-        // private address is refused like the first request.
+        // A redirect is followed only to the same scheme, host and port, so
+        // the job's headers never go to a place the job did not name, nor
+        // in clear after an https request; a redirect to a private address
+        // is refused like the first request.
         let redirects = reqwest::redirect::Policy::custom(move |attempt| {
-            let from = attempt
-                .previous()
-                .first()
-                .and_then(|u| u.host_str().map(str::to_string));
+            let origin = |u: &Url| {
+                (
+                    u.scheme().to_string(),
+                    u.host_str().map(str::to_string),
+                    u.port_or_known_default(),
+                )
+            };
+            let from = attempt.previous().first().map(origin);
             if attempt.previous().len() > MAX_REDIRECTS {
                 attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
-            } else if from.as_deref() != attempt.url().host_str() {
+            } else if from != Some(origin(attempt.url())) {
                 attempt.stop()
             } else if let Some(ip) = private_literal(attempt.url()).filter(|_| !allow_private) {
                 attempt.error(refused(&ip))
@@ -162,8 +202,11 @@ impl HttpHandler {
                 attempt.follow()
             }
         });
+        // No proxy from the environment: a proxy resolves the name itself,
+        // past the resolver that keeps private addresses out.
         let mut builder = reqwest::Client::builder()
             .user_agent(concat!("chime-worker/", env!("CARGO_PKG_VERSION")))
+            .no_proxy()
             .redirect(redirects);
         if !allow_private {
             builder = builder.dns_resolver(Arc::new(PublicOnly));
@@ -247,7 +290,7 @@ impl Handler for HttpHandler {
         // timeout is a backstop just after it.
         let timeout =
             (ctx.deadline - Utc::now()).to_std().unwrap_or_default() + Duration::from_secs(1);
-        let shown_url = request.url.to_string();
+        let shown_url = shown(&request.url);
         let mut builder = self
             .client
             .request(request.method.clone(), request.url)
@@ -261,7 +304,7 @@ impl Handler for HttpHandler {
                 HandlerError::new(format!(
                     "{} {shown_url} failed: {}",
                     request.method,
-                    describe(&e)
+                    describe(&e.without_url())
                 ))
             })?;
             let status = response.status();
@@ -278,7 +321,7 @@ impl Handler for HttpHandler {
                         return Err(HandlerError::new(format!(
                             "reading the response of {} {shown_url} failed: {}",
                             request.method,
-                            describe(&e)
+                            describe(&e.without_url())
                         ))
                         .with_output(body.to_text()))
                     }
@@ -371,16 +414,82 @@ mod tests {
             "fe80::1",
             "::ffff:127.0.0.1",
             "::ffff:169.254.169.254",
+            "192.0.0.8",
+            "192.0.2.1",
+            "198.18.0.1",
+            "198.19.255.255",
+            "240.0.0.1",
+            "64:ff9b::7f00:1",
+            "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::1",
+            "2002:7f00:1::",
+            "2002:a00:1::1",
+            "2001::1",
+            "2001:db8::1",
         ] {
             assert!(is_private(private.parse().unwrap()), "{private}");
         }
-        for public in ["1.1.1.1", "8.8.8.8", "2606:4700::1111", "100.128.0.1"] {
+        for public in [
+            "1.1.1.1",
+            "8.8.8.8",
+            "2606:4700::1111",
+            "100.128.0.1",
+            "198.20.0.1",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+        ] {
             assert!(!is_private(public.parse().unwrap()), "{public}");
         }
     }
 
     /// A server on 127.0.0.1 that answers every request with `response`
     /// and counts requests.
+    #[tokio::test]
+    async fn a_redirect_to_another_port_or_scheme_is_not_followed() {
+        let (target, reached) = server(OK.to_string()).await;
+        let (origin, _) = server(format!(
+            "HTTP/1.1 302 Found\r\nlocation: http://127.0.0.1:{target}/stolen\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        ))
+        .await;
+        let error = HttpHandler::allowing_private()
+            .unwrap()
+            .run(ctx(json!({"url": format!("http://127.0.0.1:{origin}/"),
+                "headers": {"Authorization": "Bearer job-secret"}})))
+            .await
+            .unwrap_err();
+        assert_eq!(error.message, "HTTP 302 Found");
+        assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn errors_name_the_url_without_credentials_or_query() {
+        let closed = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let error = HttpHandler::allowing_private()
+            .unwrap()
+            .run(ctx(json!({"url": format!(
+                "http://user:pa55word@127.0.0.1:{closed}/hook?token=s3cret#frag"
+            )})))
+            .await
+            .unwrap_err();
+        assert!(
+            error
+                .message
+                .contains(&format!("http://127.0.0.1:{closed}/hook")),
+            "{}",
+            error.message
+        );
+        for secret in ["pa55word", "s3cret", "user:", "frag"] {
+            assert!(
+                !error.message.contains(secret),
+                "{secret}: {}",
+                error.message
+            );
+        }
+    }
+
     async fn server(response: String) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
