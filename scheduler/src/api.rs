@@ -94,6 +94,24 @@ impl Caller {
             via: "nats",
         }
     }
+
+    /// A request over NATS answered at `reply`. With NATS permissions each
+    /// user reads only its own inboxes, `_INBOX.<user>.<id>.<n>`, so the
+    /// inbox names who can hear the answer: `nats:<user>`. A client may
+    /// still name another user's inbox (and never hear the answer), so the
+    /// name is what the requester claims within the rights the server
+    /// granted it (docs/SECURITY.md). A default inbox (`_INBOX.<id>.<n>`)
+    /// names nobody: `nats`.
+    pub fn nats_inbox(reply: &str) -> Caller {
+        let tokens: Vec<&str> = reply.split('.').collect();
+        match tokens.as_slice() {
+            ["_INBOX", user, _, _, ..] if user.len() <= 64 => Caller {
+                name: format!("nats:{user}"),
+                via: "nats",
+            },
+            _ => Caller::nats(),
+        }
+    }
 }
 
 /// Parses a request body into `T`, naming the offending field on failure.
@@ -797,7 +815,12 @@ impl Api {
                 .to_string();
             tokio::spawn(async move {
                 let result = api
-                    .serve(&Caller::nats(), &verb, &message.payload, Utc::now())
+                    .serve(
+                        &Caller::nats_inbox(&reply),
+                        &verb,
+                        &message.payload,
+                        Utc::now(),
+                    )
                     .await;
                 let body = match result {
                     Ok(reply) => serde_json::to_vec(&reply),
@@ -823,6 +846,16 @@ fn no_calendar(id: &str) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nats_caller_is_named_by_the_user_its_inbox_names() {
+        assert_eq!(
+            Caller::nats_inbox("_INBOX.chime-admin.Nf3k2.7").name,
+            "nats:chime-admin"
+        );
+        assert_eq!(Caller::nats_inbox("_INBOX.Nf3k2.7").name, "nats");
+        assert_eq!(Caller::nats_inbox("_INBOX.x").name, "nats");
+    }
 
     #[test]
     fn request_errors_name_the_field() {

@@ -23,6 +23,7 @@ pub mod consumers;
 pub mod dead_letter;
 pub mod expiry;
 pub mod housekeeping;
+pub mod http_server;
 pub mod immediate;
 pub mod lease;
 pub mod limits;

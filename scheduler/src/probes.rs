@@ -1,6 +1,7 @@
 //! `/metrics`, `/healthz` and `/readyz` on `--metrics-addr`.
 
 use crate::clock::ClockStatus;
+use crate::http_server::HttpServerConfig;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use axum::extract::State;
@@ -80,22 +81,5 @@ pub async fn serve(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(probe);
-    bind_and_serve(addr, app, shutdown).await
-}
-
-/// Binds `addr` and serves `app` until `shutdown`, in a task of its own;
-/// returns the bound address (the probes and the HTTP API both use it).
-pub async fn bind_and_serve(
-    addr: SocketAddr,
-    app: Router,
-    shutdown: CancellationToken,
-) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
-    });
-    Ok((bound, task))
+    crate::http_server::bind_and_serve(addr, app, HttpServerConfig::default(), shutdown).await
 }

@@ -861,6 +861,60 @@ async fn allowed_hosts_are_checked_before_anything_else() {
     server.replica.shutdown().await;
 }
 
+/// A client that never finishes its headers (slowloris) is cut off at the
+/// header deadline, and connections beyond the cap wait for a free one
+/// instead of each holding the server's memory.
+#[tokio::test]
+async fn slow_and_surplus_connections_are_bounded() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let db = TestDatabase::create(chime_tests::DatabaseKind::Sqlite).await;
+    let server = start_with(&db, false, |web| {
+        web.server.max_connections = 1;
+        web.server.header_read_timeout = std::time::Duration::from_secs(2);
+    })
+    .await;
+    let addr = server.base.trim_start_matches("http://").to_string();
+    // The first connection takes the only slot and trickles half a request.
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(b"GET /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .await
+        .unwrap();
+    // The second is queued behind it with a whole request.
+    let mut queued = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    queued
+        .write_all(b"GET /api/v1/session HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    // While the slow one holds the slot, the queued request is not taken up.
+    let mut early = [0u8; 1];
+    let waiting = tokio::time::timeout(
+        std::time::Duration::from_millis(300),
+        queued.read(&mut early),
+    )
+    .await;
+    assert!(
+        waiting.is_err(),
+        "the queued request was answered beside the slow one"
+    );
+    let cut_off = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        let mut rest = Vec::new();
+        let _ = slow.read_to_end(&mut rest).await;
+    })
+    .await;
+    assert!(cut_off.is_ok(), "the slow connection was never cut off");
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        queued.read_to_end(&mut answer),
+    )
+    .await
+    .expect("the queued request is answered once the slot frees")
+    .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    server.replica.shutdown().await;
+}
+
 /// The live overview arrives as server-sent events.
 #[tokio::test]
 async fn the_overview_streams_as_server_sent_events() {

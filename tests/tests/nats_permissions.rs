@@ -188,6 +188,14 @@ async fn each_role_does_its_work_and_nothing_else() {
     let touch = format!("echo ran >> {}", marker.display());
     let file = job_file(dir.path(), "tick", &["sh", "-c", &touch]);
     chimectl(&nats, "chime-admin", &["put", &file]).expect("the admin puts a job");
+    // The audit trail names the user whose inbox the answer went to.
+    let (admin, _) = client(&nats, "chime-admin").await;
+    let audit = admin
+        .request("chime.api.v1.audit.list", r#"{"target":"tick"}"#.into())
+        .await
+        .expect("the admin reads the audit trail");
+    let audit: serde_json::Value = serde_json::from_slice(&audit.payload).expect("JSON");
+    assert_eq!(audit["entries"][0]["actor"], "nats:chime-admin", "{audit}");
 
     // Two workers of group default run it with their own users, one after
     // the other (so each surely gets firings): one with its own user and

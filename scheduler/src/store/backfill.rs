@@ -68,6 +68,10 @@ impl Store {
         };
         let spec = rows::spec(job_id, &row.text(job_id, "spec")?)?;
         let schedule = compile(&spec, row.int(job_id, "anchor_ms")?)?;
+        let shards = spec.concurrency.shard_count();
+        // One backfill writes at most BACKFILL_LIMIT_MAX firings, every
+        // shard of an instant counted: the instants are bounded by it too.
+        let limit = limit.min((BACKFILL_LIMIT_MAX / shards.max(1)).max(1));
         let mut instants = Vec::new();
         let mut next = next_ms(&schedule, from_ms.saturating_sub(1));
         while let Some(at) = next.filter(|at| *at < to_ms) {
@@ -93,7 +97,6 @@ impl Store {
         let payload = serde_json::to_string(&spec.payload)
             .map_err(|e| StoreError::Internal(format!("encoding a payload: {e}")))?;
         let timeout_ms = i64::try_from(spec.timeout.as_millis()).unwrap_or(i64::MAX);
-        let shards = spec.concurrency.shard_count();
         let mut firings = Vec::with_capacity(instants.len());
         for at in instants {
             let last = last_attempts.get(&at).copied().unwrap_or(0);

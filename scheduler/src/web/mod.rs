@@ -19,6 +19,7 @@ mod session;
 pub mod users;
 
 use crate::api::Api;
+use crate::http_server::HttpServerConfig;
 use axum::http::{header, HeaderValue};
 use axum::Router;
 use chime_common::secret::Secret;
@@ -55,6 +56,11 @@ pub struct WebConfig {
     pub request_timeout: Duration,
     /// Password checks running at once.
     pub max_verifications: usize,
+    /// Requests being answered at once; more wait their turn (within
+    /// `request_timeout`), so a flood of reads cannot drain the store's pool.
+    pub max_concurrent_requests: usize,
+    /// Connections and header deadline.
+    pub server: HttpServerConfig,
     /// How often the overview is recomputed, at most.
     pub overview_every: Duration,
 }
@@ -71,6 +77,8 @@ impl WebConfig {
             session_ttl: Duration::from_secs(12 * 3600),
             request_timeout: Duration::from_secs(30),
             max_verifications: 2,
+            max_concurrent_requests: 64,
+            server: HttpServerConfig::default(),
             overview_every: Duration::from_secs(1),
         }
     }
@@ -111,8 +119,17 @@ impl WebConfig {
         if self.session_ttl < Duration::from_secs(60) {
             return Err("--http-session-ttl must be at least 1m".into());
         }
-        if self.request_timeout.is_zero() || self.max_verifications == 0 {
-            return Err("the HTTP request timeout and verifications must be above zero".into());
+        if self.request_timeout.is_zero()
+            || self.max_verifications == 0
+            || self.max_concurrent_requests == 0
+            || self.server.max_connections == 0
+            || self.server.header_read_timeout.is_zero()
+        {
+            return Err(
+                "the HTTP request timeout, verifications, concurrent requests, connections \
+                 and header read timeout must be above zero"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -149,6 +166,8 @@ pub async fn serve(
         .max_payload_bytes
         .saturating_add(64 * 1024);
     let timeout = config.request_timeout;
+    let server = config.server.clone();
+    let concurrency = config.max_concurrent_requests;
     let web = Web {
         hosts: Arc::new(config.hosts()),
         users: Arc::new(config.users.clone()),
@@ -171,6 +190,7 @@ pub async fn serve(
         ))
         .with_state(web.clone())
         .layer(RequestBodyLimitLayer::new(body_limit))
+        .layer(tower::limit::ConcurrencyLimitLayer::new(concurrency))
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             timeout,
@@ -195,5 +215,5 @@ pub async fn serve(
         // Outermost: a request for another host is refused before any
         // other layer or route sees it.
         .layer(axum::middleware::from_fn_with_state(web, host::check_host));
-    crate::probes::bind_and_serve(addr, app, shutdown).await
+    crate::http_server::bind_and_serve(addr, app, server, shutdown).await
 }

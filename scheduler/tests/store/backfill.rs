@@ -8,6 +8,7 @@ both_backends!(
     backfill_stages_one_marked_firing_per_instant_in_the_range,
     backfill_takes_the_next_attempt_of_an_instant_that_already_ran,
     backfill_takes_the_earliest_limit_instants,
+    backfill_of_a_sharded_job_writes_at_most_the_limit_of_firings,
     backfill_refuses_bad_ranges_and_limits_and_changes_nothing,
     backfill_firings_follow_overlap_and_retries,
 );
@@ -102,6 +103,27 @@ async fn backfill_takes_the_earliest_limit_instants(db: &TestDb) {
     let instants: Vec<DateTime<Utc>> = ids.iter().map(|id| at_ms(id.scheduled_ms)).collect();
     assert_eq!(instants, (1..=5).map(|m| t(60 * m)).collect::<Vec<_>>());
     assert_eq!(firings_of(&store, "m").await.len(), 5);
+}
+
+async fn backfill_of_a_sharded_job_writes_at_most_the_limit_of_firings(db: &TestDb) {
+    let store = db.store().await;
+    store
+        .put_job(&every("wide", "1m", json!({"shards": 1000})), t(0))
+        .await
+        .expect("put");
+    // 600 instants asked for, each of 1,000 shards: 600,000 firings unbounded.
+    let ids = store
+        .backfill("wide", t(0), t(10 * HOUR), 600, t(10 * HOUR))
+        .await
+        .expect("backfill")
+        .expect("job");
+    assert_eq!(ids.len(), chime_common::api::BACKFILL_LIMIT_MAX as usize);
+    let instants: std::collections::BTreeSet<i64> = ids.iter().map(|id| id.scheduled_ms).collect();
+    assert_eq!(
+        instants.len(),
+        10,
+        "the earliest instants, every shard of each"
+    );
 }
 
 async fn backfill_refuses_bad_ranges_and_limits_and_changes_nothing(db: &TestDb) {
