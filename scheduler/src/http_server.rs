@@ -9,6 +9,7 @@
 //! deadline, and on shutdown stops accepting and lets open requests finish
 //! for a bounded time.
 
+use crate::web::throttle::PEER_HEADER;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -71,9 +72,9 @@ async fn accept_loop(
             },
             _ = shutdown.cancelled() => break,
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     // Out of file descriptors, mostly: wait, do not spin.
                     tracing::warn!(%error, "cannot accept an HTTP connection");
@@ -87,9 +88,18 @@ async fn accept_loop(
         let shutdown = shutdown.clone();
         let header_read_timeout = config.header_read_timeout;
         connections.spawn(async move {
-            let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-                app.clone().oneshot(request.map(axum::body::Body::new))
-            });
+            let peer = hyper::header::HeaderValue::from_str(&peer.ip().to_string()).ok();
+            let service =
+                hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+                    // The client's address, for the login throttle; whatever a
+                    // client sent under this name is replaced.
+                    let headers = request.headers_mut();
+                    headers.remove(PEER_HEADER);
+                    if let Some(peer) = &peer {
+                        headers.insert(PEER_HEADER, peer.clone());
+                    }
+                    app.clone().oneshot(request.map(axum::body::Body::new))
+                });
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_read_timeout)

@@ -915,6 +915,61 @@ async fn slow_and_surplus_connections_are_bounded() {
     server.replica.shutdown().await;
 }
 
+/// Wrong passwords are logged and audited, and a source that keeps
+/// failing is refused (429 with Retry-After) without a password check, so a
+/// flood cannot hold the argon2 slots or guess for ever.
+#[tokio::test]
+async fn wrong_passwords_are_audited_and_throttled() {
+    let db = TestDatabase::create(chime_tests::DatabaseKind::Sqlite).await;
+    let server = start_with(&db, false, |web| {
+        web.throttle.per_source = 3;
+    })
+    .await;
+    let guess = |password: &'static str| {
+        server
+            .http
+            .get(format!("{}/api/v1/jobs", server.base))
+            .basic_auth("admin", Some(password))
+            .send()
+    };
+    for _ in 0..3 {
+        let wrong = guess("hunter2").await.unwrap();
+        assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    }
+    let throttled = guess("hunter2").await.unwrap();
+    assert_eq!(throttled.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(throttled.headers().contains_key("retry-after"));
+    let right = guess(PASSWORD).await.unwrap();
+    assert_eq!(
+        right.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "the source is refused before its password is checked"
+    );
+    // A client cannot pretend to come from elsewhere.
+    let spoofed = server
+        .http
+        .get(format!("{}/api/v1/jobs", server.base))
+        .basic_auth("admin", Some("hunter2"))
+        .header("x-chime-peer", "198.51.100.7")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(spoofed.status(), StatusCode::TOO_MANY_REQUESTS);
+
+    let audit = server.nats_call("audit.list", &json!({"limit": 100})).await;
+    let failures: Vec<&Value> = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["verb"] == "session.login")
+        .collect();
+    assert_eq!(failures.len(), 3, "{audit}");
+    assert!(failures.iter().all(|e| e["actor"] == "admin"
+        && e["outcome"] == "unauthenticated"
+        && e["message"].as_str().unwrap().contains("127.0.0.1")));
+    server.replica.shutdown().await;
+}
+
 /// The live overview arrives as server-sent events.
 #[tokio::test]
 async fn the_overview_streams_as_server_sent_events() {

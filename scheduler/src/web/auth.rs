@@ -44,6 +44,9 @@ pub enum Refusal {
     Forbidden(String),
     /// 503: the session store cannot be read.
     Unavailable(String),
+    /// 429: too many wrong passwords from this source or for this user;
+    /// try again after the duration.
+    Throttled(String, Duration),
 }
 
 /// Recently verified Basic credentials, so an API client sending them with
@@ -98,12 +101,28 @@ pub fn random_token() -> String {
 /// Checks a name and password against the users file off the async
 /// threads, at most a few at once: argon2 is slow and memory-hungry on
 /// purpose, and a flood of logins must not starve the scheduler.
-pub async fn verify_password(web: &Web, name: &str, password: &str) -> Result<Role, Refusal> {
+pub async fn verify_password(
+    web: &Web,
+    headers: &HeaderMap,
+    name: &str,
+    password: &str,
+) -> Result<Role, Refusal> {
     let key = VerifiedCache::key(name, password);
     if let Some(known) = web.verified.get(&key) {
         if let Some(user) = web.users().get(&known) {
             return Ok(user.role);
         }
+    }
+    let source = peer(headers);
+    if let Err(wait) = web.throttle.check(source, name) {
+        tracing::warn!(user = name, source = ?source, "refused a login: too many wrong passwords");
+        return Err(Refusal::Throttled(
+            format!(
+                "too many wrong passwords from this address or for this user; try again in {}s",
+                wait.as_secs().max(1)
+            ),
+            wait,
+        ));
     }
     let _permit = web
         .verifications
@@ -122,12 +141,47 @@ pub async fn verify_password(web: &Web, name: &str, password: &str) -> Result<Ro
     .map_err(|e| Refusal::Unavailable(format!("password check failed: {e}")))?;
     match role {
         Some(role) => {
+            web.throttle.succeeded(name);
             web.verified.insert(key, name.to_string());
             Ok(role)
         }
-        None => Err(Refusal::Unauthenticated(
-            "wrong user name or password".into(),
-        )),
+        None => {
+            web.throttle.failed(source, name);
+            record_failed_login(web, name, source).await;
+            Err(Refusal::Unauthenticated(
+                "wrong user name or password".into(),
+            ))
+        }
+    }
+}
+
+/// The client's address, as the HTTP server recorded it.
+fn peer(headers: &HeaderMap) -> Option<std::net::IpAddr> {
+    headers
+        .get(super::throttle::PEER_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Logs and audits a wrong password (bounded by the throttle: a source
+/// that keeps failing is refused before it gets here).
+async fn record_failed_login(web: &Web, name: &str, source: Option<std::net::IpAddr>) {
+    let shown: String = name.chars().take(64).collect();
+    let from = source.map_or_else(|| "unknown".to_string(), |s| s.to_string());
+    tracing::warn!(user = %shown, source = %from, "a login failed: wrong user name or password");
+    let message = format!("wrong user name or password from {from}");
+    let record = crate::store::AuditRecord {
+        actor: &shown,
+        via: "http",
+        verb: "session.login",
+        target: "",
+        before_version: None,
+        after_version: None,
+        outcome: "unauthenticated",
+        message: Some(&message),
+    };
+    if let Err(e) = web.api.store.record_audit(&record, Utc::now()).await {
+        tracing::error!(error = %e, "cannot record a failed login in the audit trail");
     }
 }
 
@@ -140,7 +194,7 @@ pub async fn identify(web: &Web, headers: &HeaderMap) -> Result<Identity, Refusa
         let (name, password) = basic_credentials(value.as_bytes()).ok_or_else(|| {
             Refusal::Unauthenticated("the Authorization header is not HTTP Basic".into())
         })?;
-        let role = verify_password(web, &name, &password).await?;
+        let role = verify_password(web, headers, &name, &password).await?;
         return Ok(Identity {
             name,
             role,

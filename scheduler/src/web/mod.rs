@@ -16,6 +16,7 @@ mod openapi;
 mod overview;
 mod routes;
 mod session;
+pub mod throttle;
 pub mod users;
 
 use crate::api::Api;
@@ -27,6 +28,7 @@ use host::AllowedHosts;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use throttle::{LoginThrottle, ThrottleConfig};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower_http::limit::RequestBodyLimitLayer;
@@ -61,6 +63,8 @@ pub struct WebConfig {
     pub max_concurrent_requests: usize,
     /// Connections and header deadline.
     pub server: HttpServerConfig,
+    /// Wrong passwords allowed per source and per user.
+    pub throttle: ThrottleConfig,
     /// How often the overview is recomputed, at most.
     pub overview_every: Duration,
 }
@@ -79,6 +83,7 @@ impl WebConfig {
             max_verifications: 2,
             max_concurrent_requests: 64,
             server: HttpServerConfig::default(),
+            throttle: ThrottleConfig::default(),
             overview_every: Duration::from_secs(1),
         }
     }
@@ -144,6 +149,7 @@ pub struct Web {
     hosts: Arc<AllowedHosts>,
     users: Arc<Users>,
     verified: Arc<auth::VerifiedCache>,
+    throttle: Arc<LoginThrottle>,
     verifications: Arc<Semaphore>,
     overview: overview::OverviewCache,
 }
@@ -173,6 +179,7 @@ pub async fn serve(
         users: Arc::new(config.users.clone()),
         verifications: Arc::new(Semaphore::new(config.max_verifications)),
         verified: Arc::default(),
+        throttle: Arc::new(LoginThrottle::new(config.throttle.clone())),
         overview: overview::OverviewCache::new(config.overview_every),
         config: Arc::new(config),
         api,

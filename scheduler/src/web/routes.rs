@@ -64,13 +64,23 @@ pub fn error_response(error: ApiError) -> Response {
 /// A refusal before the API: 401 and 403 carry codes of their own
 /// (`unauthenticated`, `permission_denied`), which only HTTP has.
 pub fn refusal_response(refusal: Refusal, headers: &HeaderMap) -> Response {
+    let mut retry_after = None;
     let (status, code, message) = match refusal {
         Refusal::Unauthenticated(m) => (StatusCode::UNAUTHORIZED, "unauthenticated", m),
         Refusal::Forbidden(m) => (StatusCode::FORBIDDEN, "permission_denied", m),
         Refusal::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", m),
+        Refusal::Throttled(m, wait) => {
+            retry_after = Some(wait.as_secs().max(1));
+            (StatusCode::TOO_MANY_REQUESTS, "unavailable", m)
+        }
     };
     let body = serde_json::json!({"error": {"code": code, "message": message}});
     let mut response = (status, Json(body)).into_response();
+    if let Some(seconds) = retry_after {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
     if status == StatusCode::UNAUTHORIZED && !headers.contains_key(CONSOLE_HEADER) {
         response.headers_mut().insert(
             header::WWW_AUTHENTICATE,

@@ -61,7 +61,7 @@ pub async fn login(State(web): State<Web>, headers: HeaderMap, body: Bytes) -> R
         Ok(request) => request,
         Err(e) => return error_response(e),
     };
-    let role = match auth::verify_password(&web, &request.user, &request.password).await {
+    let role = match auth::verify_password(&web, &headers, &request.user, &request.password).await {
         Ok(role) => role,
         Err(refusal) => return refusal_response(refusal, &headers),
     };
