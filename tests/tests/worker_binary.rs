@@ -232,6 +232,62 @@ async fn chime_worker_runs_only_allowed_handlers_and_passes_only_the_named_envir
     worker.terminate(Duration::from_secs(15)).await;
 }
 
+/// A shell job runs as the worker's user, yet cannot read the worker's NATS
+/// credentials from the worker's process: not from `/proc/<pid>/environ`,
+/// not from its own environment. The worker runs as `nobody` here, as
+/// workers should, since root may read any process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shell_job_cannot_read_the_workers_credentials() {
+    const SECRET: &str = "nats-pa55word-0f9e";
+    let env = Env::start().await;
+    env.create_group_consumers("secrets").await;
+    let _responder = env.responder().await;
+    let mut events = env.events().await;
+    let port = env.nats.url().rsplit(':').next().unwrap().to_string();
+    let mut command = std::process::Command::new("setpriv");
+    command
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(Binary::Worker.path())
+        .args([
+            "--metrics-addr",
+            "off",
+            "--group",
+            "secrets",
+            "--allow-shell",
+        ])
+        // A server without authorization accepts any credentials.
+        .env(
+            "CHIME_NATS_URL",
+            format!("nats://chime:{SECRET}@127.0.0.1:{port}"),
+        )
+        .current_dir("/");
+    let mut worker = ChimeProcess::spawn(command);
+    worker
+        .wait_for_log_line("chime-worker ready", Duration::from_secs(30))
+        .await;
+    let probe = "cat /proc/$PPID/environ; env; id -u";
+    let shell = env
+        .publish(
+            &TestFiring::new("secrets", "snoop", "shell")
+                .payload(json!({"argv": ["sh", "-c", probe]})),
+        )
+        .await;
+    env.ring("secrets").await;
+    let event = events.of(&shell, Duration::from_secs(15)).await;
+    let seen = format!(
+        "{}\n{}",
+        event.output.clone().unwrap_or_default(),
+        event.error.clone().unwrap_or_default()
+    );
+    assert!(seen.contains("65534"), "the job ran as nobody: {seen}");
+    assert!(
+        seen.contains("Permission denied"),
+        "the worker's environment was readable: {seen}"
+    );
+    assert!(!seen.contains(SECRET), "the job read the secret: {seen}");
+    worker.terminate(Duration::from_secs(15)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chime_worker_creates_nothing_and_waits_for_a_scheduler_to() {
     chime_tests::init_tracing();

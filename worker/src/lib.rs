@@ -50,6 +50,7 @@ mod error;
 pub mod firing;
 mod handler;
 pub mod handlers;
+pub mod hardening;
 pub mod metrics;
 pub mod output;
 mod running;

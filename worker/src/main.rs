@@ -17,15 +17,29 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let args = Args::parse();
     init_logging(args.log_format);
     if let Err(message) = args.validate() {
         eprintln!("chime-worker: {message}");
         return ExitCode::from(2);
     }
-    match run(args).await {
+    // Before the runtime starts its threads: see hardening.rs.
+    if let Err(error) = chime_worker::hardening::protect_secrets() {
+        eprintln!("chime-worker: cannot protect its credentials from jobs: {error}");
+        return ExitCode::FAILURE;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("chime-worker: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("chime-worker failed: {error:#}");
