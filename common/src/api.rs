@@ -559,6 +559,31 @@ impl Reply {
     pub fn job(job: Job) -> Reply {
         Reply::Job(Box::new(JobReply { job }))
     }
+
+    /// The reply as a read-only caller sees it: each job's payload (an
+    /// http job's headers, a shell job's environment: where credentials
+    /// live) replaced by `{"redacted": "sha256:<hex>"}`, its digest, so a
+    /// change still shows without its content.
+    pub fn redacted(mut self) -> Reply {
+        let jobs: Vec<&mut Job> = match &mut self {
+            Reply::Job(reply) => vec![&mut reply.job],
+            Reply::Jobs(reply) => reply.jobs.iter_mut().collect(),
+            Reply::JobsChanged(reply) => reply.jobs.iter_mut().collect(),
+            _ => Vec::new(),
+        };
+        for job in jobs {
+            job.spec.payload = redacted_payload(&job.spec.payload);
+        }
+        self
+    }
+}
+
+/// What a read-only caller sees of a payload.
+pub fn redacted_payload(payload: &Value) -> Value {
+    let bytes = serde_json::to_vec(payload).unwrap_or_default();
+    serde_json::json!({
+        "redacted": format!("sha256:{}", crate::protocol::payload_sha256(&bytes))
+    })
 }
 
 #[cfg(test)]

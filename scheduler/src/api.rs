@@ -47,6 +47,10 @@ pub struct ApiConfig {
     /// `alerts.list` reads at most this many of the newest alerts to find
     /// the ones it was asked for.
     pub max_alert_scan: u32,
+    /// NATS users answered as HTTP viewers are, job payloads redacted,
+    /// recognised by their reply inbox `_INBOX.<user>.…`: only that user can
+    /// read an answer sent there (docs/SECURITY.md).
+    pub read_only_users: Vec<String>,
 }
 
 impl Default for ApiConfig {
@@ -56,6 +60,7 @@ impl Default for ApiConfig {
             limits: Limits::default(),
             max_preview: 1_000,
             max_alert_scan: 1_000,
+            read_only_users: vec!["chime-viewer".into()],
         }
     }
 }
@@ -814,15 +819,17 @@ impl Api {
                 .unwrap_or("")
                 .to_string();
             tokio::spawn(async move {
+                let caller = Caller::nats_inbox(&reply);
+                let read_only = api
+                    .config
+                    .read_only_users
+                    .iter()
+                    .any(|user| caller.name.strip_prefix("nats:") == Some(user.as_str()));
                 let result = api
-                    .serve(
-                        &Caller::nats_inbox(&reply),
-                        &verb,
-                        &message.payload,
-                        Utc::now(),
-                    )
+                    .serve(&caller, &verb, &message.payload, Utc::now())
                     .await;
                 let body = match result {
+                    Ok(reply) if read_only => serde_json::to_vec(&reply.redacted()),
                     Ok(reply) => serde_json::to_vec(&reply),
                     Err(error) => serde_json::to_vec(&ErrorReply { error }),
                 };

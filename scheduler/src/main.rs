@@ -128,6 +128,15 @@ struct Args {
     /// How long a console login lasts.
     #[arg(long, env = "CHIME_HTTP_SESSION_TTL", default_value = "12h", value_parser = duration)]
     http_session_ttl: Duration,
+    /// NATS users answered as HTTP viewers are, job payloads redacted to their digest; each is
+    /// recognised by its reply inbox `_INBOX.<user>`, which only it may read (docs/SECURITY.md).
+    #[arg(
+        long,
+        env = "CHIME_NATS_READ_ONLY_USERS",
+        value_delimiter = ',',
+        default_value = "chime-viewer"
+    )]
+    nats_read_only_users: Vec<String>,
     /// Audit entries (mutating API requests) older than this are pruned.
     #[arg(long, env = "CHIME_AUDIT_RETENTION", default_value = "90d", value_parser = duration)]
     audit_retention: Duration,
@@ -215,6 +224,12 @@ impl Args {
                 "--http-open, --http-users and --http-allowed-hosts need --http-addr"
             );
         }
+        config.api.read_only_users = self
+            .nats_read_only_users
+            .iter()
+            .map(|u| u.trim().to_string())
+            .filter(|u| !u.is_empty())
+            .collect();
         config.expiry.not_started_after = self.not_started_after;
         config.expiry.interval = self.expiry_interval;
         config.shutdown_drain = self.shutdown_drain;

@@ -970,6 +970,35 @@ async fn wrong_passwords_are_audited_and_throttled() {
     server.replica.shutdown().await;
 }
 
+/// A viewer reads jobs with each payload replaced by its digest: an http
+/// job's headers and a shell job's environment hold credentials. Operators
+/// and admins read the whole payload.
+#[tokio::test]
+async fn viewers_read_payload_digests_not_payloads() {
+    let db = TestDatabase::create(chime_tests::DatabaseKind::Sqlite).await;
+    let server = start(&db, false).await;
+    let payload = json!({"url": "https://api.example.com/hook",
+        "headers": {"Authorization": "Bearer s3cret-token"}});
+    let spec = json!({"schedule": {"every": "1h"}, "handler": "http", "payload": payload});
+    let put = server
+        .call(Method::PUT, "/api/v1/jobs/hook", "admin", Some(spec))
+        .await;
+    assert_eq!(put.status, StatusCode::OK, "{}", put.body);
+    let digest = chime_common::protocol::payload_sha256(&serde_json::to_vec(&payload).unwrap());
+    for path in ["/api/v1/jobs/hook", "/api/v1/jobs"] {
+        let seen = server.call(Method::GET, path, "viewer", None).await;
+        assert_eq!(seen.status, StatusCode::OK);
+        let text = seen.body.to_string();
+        assert!(!text.contains("s3cret-token"), "{path}: {text}");
+        assert!(text.contains(&format!("sha256:{digest}")), "{path}: {text}");
+    }
+    let operator = server
+        .call(Method::GET, "/api/v1/jobs/hook", "operator", None)
+        .await;
+    assert_eq!(operator.body["job"]["payload"], payload);
+    server.replica.shutdown().await;
+}
+
 /// The live overview arrives as server-sent events.
 #[tokio::test]
 async fn the_overview_streams_as_server_sent_events() {

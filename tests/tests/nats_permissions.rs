@@ -239,6 +239,17 @@ async fn each_role_does_its_work_and_nothing_else() {
     // A read-only client lists but cannot put or delete.
     let listed = chimectl(&nats, "chime-viewer", &["list"]).expect("the viewer lists");
     assert!(listed.contains("\"tick\""), "{listed}");
+    // A viewer sees a payload's digest, never its content.
+    let (viewer, _) = client(&nats, "chime-viewer").await;
+    let got = viewer
+        .request("chime.api.v1.jobs.get", r#"{"id":"tick"}"#.into())
+        .await
+        .expect("the viewer reads the job");
+    let got = String::from_utf8_lossy(&got.payload).into_owned();
+    assert!(got.contains("\"redacted\":\"sha256:"), "{got}");
+    assert!(!got.contains("echo ran"), "{got}");
+    let full = chimectl(&nats, "chime-admin", &["get", "tick"]).expect("the admin reads it");
+    assert!(full.contains("echo ran"), "{full}");
     let (viewer, mut viewer_errors) = client(&nats, "chime-viewer").await;
     let spec = std::fs::read(&file).expect("job file");
     let put = viewer.request("chime.api.v1.jobs.put", spec.clone().into());

@@ -3,6 +3,7 @@
 //! too. Status codes follow the error code (CONTRACT.md v1.1).
 
 use super::auth::{self, Identity, Refusal};
+use super::users::Role;
 use super::Web;
 use crate::api::Caller;
 use axum::body::Bytes;
@@ -169,6 +170,8 @@ async fn call(
         via: "http",
     };
     match web.api.serve(&caller, verb, &body, Utc::now()).await {
+        // A viewer reads jobs without the secrets their payloads may hold.
+        Ok(reply) if identity.role == Role::Viewer => Json(reply.redacted()).into_response(),
         Ok(reply) => Json(reply).into_response(),
         Err(e) => error_response(e),
     }
