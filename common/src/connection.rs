@@ -390,6 +390,11 @@ impl NatsConnection {
         }
     }
 
+    /// Whether this connection authenticates at all (a server with users).
+    pub fn authenticates(&self) -> bool {
+        self.auth().is_ok_and(|auth| auth != Auth::None)
+    }
+
     /// The same servers, TLS and inbox prefix, authenticated as `reply`
     /// instead (credentials inside the URL are left out); `None` when
     /// `reply` gives no credentials.

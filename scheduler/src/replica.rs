@@ -209,7 +209,16 @@ impl Replica {
                 )
                 .await
                 .context("cannot connect as the reply user (--nats-reply-user)")?,
-            None => nats.clone(),
+            None => {
+                if config.nats.authenticates() {
+                    tracing::warn!(
+                        "answers to requests leave as the scheduler's own NATS user, which may \
+                         publish anywhere; give --nats-reply-user a user that may publish to \
+                         _INBOX.> only (docs/SECURITY.md)"
+                    );
+                }
+                nats.clone()
+            }
         };
         let store = Store::connect(&config.database_url, config.store.clone())
             .await
