@@ -72,7 +72,7 @@ impl AllowedHosts {
             return true;
         }
         let name = strip_port(host).to_ascii_lowercase();
-        self.names.iter().any(|allowed| *allowed == name)
+        self.names.contains(&name)
     }
 }
 
