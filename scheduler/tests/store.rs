@@ -450,6 +450,7 @@ fn finished(id: &FiringId, worker: &str, outcome: Outcome, error: Option<&str>) 
         worker_id: worker.to_string(),
         outcome,
         error: error.map(str::to_string),
+        interrupted: None,
         output: Some("out".to_string()),
         started_at: t(0),
         finished_at: t(0),
