@@ -2726,7 +2726,11 @@ async fn requeue_runs_again_on_the_infrastructure_budget_then_fails(db: &TestDb)
     let ended = firing(&store, &next).await;
     assert_eq!(ended.state, FiringState::Failed);
     assert!(
-        ended.error.as_deref().unwrap_or("").contains("--infra-retries"),
+        ended
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("--infra-retries"),
         "{ended:?}"
     );
 }
