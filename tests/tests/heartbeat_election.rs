@@ -3,6 +3,9 @@
 //! leading the bucket leaves it without a leader until the other two elect
 //! one. Workers' heartbeats must ride that out without fencing.
 //!
+//! `a_worker_rides_out_the_election_of_its_heartbeat_buckets_leader` runs a
+//! real worker with the default heartbeat settings through that kill.
+//!
 //! `the_heartbeat_buckets_leaderless_time_is_measured` is a measurement
 //! (`--ignored --nocapture`): it writes a key every 50 ms through a node
 //! that survives, kills the leader, and prints the longest time between two
@@ -10,7 +13,9 @@
 //! heartbeat settings on its figures.
 
 use async_nats::jetstream::{self, kv};
-use chime_tests::{init_tracing, NatsCluster};
+use chime_scheduler::{Replica, SchedulerConfig};
+use chime_tests::{init_tracing, until_ok, NatsCluster, SqliteDatabase};
+use chime_worker::{FiringContext, Worker};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -101,4 +106,75 @@ async fn the_heartbeat_buckets_leaderless_time_is_measured() {
         "longest time between acknowledged heartbeat puts over {RUNS} kills of the bucket's leader: {:.2} s",
         longest.as_secs_f64()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_rides_out_the_election_of_its_heartbeat_buckets_leader() {
+    init_tracing();
+    let mut cluster = NatsCluster::start(3).await;
+    let db = SqliteDatabase::create();
+    let mut config = SchedulerConfig::new(cluster.urls(), db.url());
+    config.topology.replicas = 3;
+    let replica = Replica::start(config).await.expect("replica starts");
+    let admin = jetstream::new(cluster.connect().await);
+    cluster.wait_healthy(&admin, HEAL).await;
+    let leader = cluster
+        .stream_leader(&admin, STREAM)
+        .await
+        .expect("the bucket has a leader");
+    let survivor = (leader + 1) % cluster.size();
+    // Default heartbeat interval, fence margin and retries; the bucket's
+    // default key TTL, as the scheduler created it.
+    let worker = Worker::builder()
+        .nats(cluster.connect_node(survivor).await)
+        .worker_id("steady")
+        .handler_fn("noop", |_ctx: FiringContext| async { Ok(None) })
+        .build()
+        .expect("worker config")
+        .start()
+        .await
+        .expect("worker starts");
+    let observer = jetstream::new(cluster.connect_node(survivor).await);
+    let workers = observer.get_key_value(BUCKET).await.expect("bucket");
+    let before = workers
+        .entry("steady")
+        .await
+        .expect("read")
+        .expect("the worker beats")
+        .revision;
+
+    cluster.kill(leader);
+    cluster
+        .wait_new_leader(&observer, STREAM, leader, HEAL)
+        .await;
+    // Two beats acknowledged after the election.
+    until_ok(
+        Duration::from_secs(30),
+        "two heartbeats after the election",
+        || {
+            let workers = workers.clone();
+            async move {
+                let now = workers
+                    .entry("steady")
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or("no heartbeat key")?
+                    .revision;
+                if now >= before + 2 {
+                    Ok(())
+                } else {
+                    Err(format!("revision {now}"))
+                }
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        worker.metrics().fenced.get(),
+        0,
+        "the worker fenced itself while its bucket elected a leader"
+    );
+    assert!(!worker.status().is_fenced());
+    worker.shutdown().await;
+    replica.shutdown().await;
 }
