@@ -205,12 +205,12 @@ mod tests {
     fn bad_flags_are_named() {
         let cases: [(&[&str], &str); 10] = [
             (&["--fence-margin", "500ms"], "--fence-margin"),
-            (&["--heartbeat-interval", "4s"], "--heartbeat-interval"),
+            (&["--heartbeat-interval", "13s"], "--heartbeat-interval"),
             (&["--threads", "0"], "--threads"),
             (&["--group", "a b"], "--group"),
             (&["--worker-id", "a.b"], "--worker-id"),
             (&["--metrics-addr", "nowhere"], "--metrics-addr"),
-            (&["--heartbeat-interval", "10s"], "--heartbeat-interval"),
+            (&["--heartbeat-interval", "30s"], "--heartbeat-interval"),
             (&["--nats-creds", "/no/such/file"], "--nats-creds"),
             (&["--nats-url", " , "], "--nats-url"),
             (
