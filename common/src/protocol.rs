@@ -241,7 +241,7 @@ pub struct CancelRequest {
 }
 
 /// The most firing ids a heartbeat lists in `running`; a worker running
-/// more leaves the field out (docs/PROTOCOL.md §4).
+/// more leaves the field out (docs/PROTOCOL.md §7).
 pub const MAX_LISTED_RUNNING: usize = 1_000;
 
 /// A worker's heartbeat, the value of its key in the `chime-workers` bucket
@@ -255,10 +255,11 @@ pub struct WorkerInfo {
     pub version: String,
     #[serde(with = "rfc3339_ms")]
     pub started_at: DateTime<Utc>,
-    /// The firings the worker runs now: each start it was answered
-    /// `accepted` whose finished event JetStream has not yet acknowledged.
-    /// Left out past [`MAX_LISTED_RUNNING`] ids, and by workers that do not
-    /// list them; the scheduler then judges the worker by its key alone.
+    /// The firings the worker runs now: each start it asked for and has not
+    /// given up on, or was answered `accepted`, whose finished event
+    /// JetStream has not yet acknowledged. Left out past
+    /// [`MAX_LISTED_RUNNING`] ids, and by workers that do not list them;
+    /// the scheduler then judges the worker by its key alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<String>>)]
     pub running: Option<Vec<FiringId>>,
@@ -302,7 +303,7 @@ pub enum AlertKind {
     /// calendar of a job with `alert_on_excluded`.
     Missed,
     /// An executing firing was run again because its worker, heartbeating,
-    /// did not list it as running (docs/PROTOCOL.md §4).
+    /// did not list it as running (docs/PROTOCOL.md §7).
     NotRunning,
 }
 

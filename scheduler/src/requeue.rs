@@ -2,7 +2,7 @@
 //! that their live worker does not run.
 //!
 //! A worker lists in each heartbeat the firings it runs (`running`,
-//! docs/PROTOCOL.md §4): each start it asked for or was accepted, until
+//! docs/PROTOCOL.md §7): each start it asked for or was accepted, until
 //! JetStream acknowledged its finished event. The store can record a start
 //! that the worker never runs: the answer came too late, the worker gave
 //! up and handed the message back, and every later delivery was refused
