@@ -182,6 +182,33 @@ impl Outcome {
     }
 }
 
+/// Why a worker stopped a run that its handler did not end: a fault of the
+/// infrastructure, not of the job. The scheduler runs such an attempt again
+/// without spending the job's `max_attempts` (docs/PROTOCOL.md §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Interruption {
+    /// The worker fenced itself: no heartbeat was acknowledged for its lease.
+    Fenced,
+    /// The worker shut down and the run outlived the drain grace.
+    Shutdown,
+    /// A name this scheduler does not know (a newer worker): still an
+    /// interruption.
+    #[serde(other)]
+    Other,
+}
+
+impl Interruption {
+    /// The wire name, also the `cause` label of the requeue metric.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Interruption::Fenced => "fenced",
+            Interruption::Shutdown => "shutdown",
+            Interruption::Other => "other",
+        }
+    }
+}
+
 /// Published by a worker on JetStream `chime.events.finished` when a run ends.
 ///
 /// Its `Nats-Msg-Id` is `finished:<firing id>`, so a re-sent report is dropped.
@@ -192,6 +219,10 @@ pub struct Finished {
     pub outcome: Outcome,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Set when the worker stopped the run for a fault of its own or of
+    /// NATS (`failed` or `cancelled` outcome); absent for every other end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<Interruption>,
     /// The tail of the run's output (bounded by the worker, 64 KiB by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
@@ -209,6 +240,10 @@ pub struct CancelRequest {
     pub reason: String,
 }
 
+/// The most firing ids a heartbeat lists in `running`; a worker running
+/// more leaves the field out (docs/PROTOCOL.md §7).
+pub const MAX_LISTED_RUNNING: usize = 1_000;
+
 /// A worker's heartbeat, the value of its key in the `chime-workers` bucket
 /// (also the `Worker` of `workers.list`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -220,6 +255,14 @@ pub struct WorkerInfo {
     pub version: String,
     #[serde(with = "rfc3339_ms")]
     pub started_at: DateTime<Utc>,
+    /// The firings the worker runs now: each start it asked for and has not
+    /// given up on, or was answered `accepted`, whose finished event
+    /// JetStream has not yet acknowledged. Left out past
+    /// [`MAX_LISTED_RUNNING`] ids, and by workers that do not list them;
+    /// the scheduler then judges the worker by its key alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<String>>)]
+    pub running: Option<Vec<FiringId>>,
     /// When the bucket last received this heartbeat: filled in by
     /// `workers.list` from the key's write time (extension); workers leave
     /// it out.
@@ -259,6 +302,9 @@ pub enum AlertKind {
     /// An instant was recorded `skipped` by the misfire policy, or by a
     /// calendar of a job with `alert_on_excluded`.
     Missed,
+    /// An executing firing was run again because its worker, heartbeating,
+    /// did not list it as running (docs/PROTOCOL.md §7).
+    NotRunning,
 }
 
 impl AlertKind {
@@ -274,6 +320,7 @@ impl AlertKind {
             AlertKind::ClockOffset => "clock_offset",
             AlertKind::Late => "late",
             AlertKind::Missed => "missed",
+            AlertKind::NotRunning => "not_running",
         }
     }
 }

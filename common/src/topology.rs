@@ -29,7 +29,14 @@ pub struct TopologyConfig {
     pub fire_max_age: Duration,
     /// How long worker events and submissions are kept if unconsumed.
     pub events_max_age: Duration,
-    /// Worker heartbeat keys expire after this long without a beat.
+    /// Worker heartbeat keys expire after this long without a beat (15 s).
+    /// It bounds how long the heartbeat bucket may be without a leader
+    /// before workers fence: kill -9 of its leader on a three-node cluster
+    /// left it up to 7.1 s without an acknowledged write (measured,
+    /// tests/tests/heartbeat_election.rs; JetStream elects within 4 to 9 s
+    /// of silence), and a worker's lease is this minus its fence margin
+    /// (2 s), which must cover that, one heartbeat interval (2 s) and one
+    /// retry (1.5 s). See docs/OPERATIONS.md, "Heartbeats and elections".
     pub worker_ttl: Duration,
     /// Slice claims are kept this long (they only matter around their slice).
     pub slice_ttl: Duration,
@@ -58,7 +65,7 @@ impl Default for TopologyConfig {
             duplicate_window: Duration::from_secs(120),
             fire_max_age: Duration::from_secs(7 * 24 * 3600),
             events_max_age: Duration::from_secs(7 * 24 * 3600),
-            worker_ttl: Duration::from_secs(6),
+            worker_ttl: Duration::from_secs(15),
             slice_ttl: Duration::from_secs(600),
             fire_ack_wait: Duration::from_secs(30),
             fire_max_ack_pending: 20_000,

@@ -222,6 +222,7 @@ impl Bench {
                 worker_id: "bench-worker".into(),
                 outcome: Outcome::Succeeded,
                 error: None,
+                interrupted: None,
                 output: None,
                 started_at: t(3600),
                 finished_at: t(3601),

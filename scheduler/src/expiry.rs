@@ -1,14 +1,17 @@
-//! The expiry monitor: re-queues firings whose worker vanished or whose
-//! deadline passed, and reports published firings no worker started.
+//! The expiry monitor: re-queues firings whose worker vanished, whose
+//! deadline passed, or that their live worker does not run (`requeue.rs`),
+//! and reports published firings no worker started.
 //!
 //! One replica runs it at a time (see `lease.rs`). A worker is gone when its
 //! heartbeat key in `chime-workers` has expired. Re-queuing is atomic and
 //! once in the store: the attempt ends `lost` and the next attempt is staged
-//! while attempts remain, so an attempt never runs twice concurrently.
+//! while the infrastructure budget lasts, so an attempt never runs twice
+//! concurrently.
 
 use crate::metrics::Metrics;
+use crate::requeue::{Beat, NotRunning, RequeueCause, MISSED_BEATS};
 use crate::retry::retry_delay;
-use crate::store::{Store, StoreError};
+use crate::store::{ExecutingRow, Store, StoreError};
 use crate::worker_reports::WorkerReports;
 use async_nats::jetstream::kv;
 use chime_common::protocol::{Alert, AlertKind};
@@ -75,9 +78,32 @@ pub struct ExpiryOutcome {
     pub not_started: Vec<FiringId>,
     /// Firings the store refused to re-queue (not for an outage); retried next scan.
     pub failed: Vec<FiringId>,
-    /// Firings whose worker's heartbeat is gone but whose worker's finished
-    /// events are still to be applied: judged again next scan.
+    /// Firings whose worker's heartbeat is gone (or does not list them)
+    /// but whose worker's finished events are still to be applied: judged
+    /// again next scan.
     pub deferred: Vec<FiringId>,
+    /// Of `lost`, the firings whose live worker's heartbeats left them out.
+    pub not_running: Vec<FiringId>,
+}
+
+/// The `not_running` alert of a firing re-queued because its live worker
+/// does not run it.
+fn not_running_alert(row: &ExecutingRow, reason: &str, now: DateTime<Utc>) -> Alert {
+    Alert {
+        kind: AlertKind::NotRunning,
+        job_id: row.job_id.clone(),
+        group: row.group.clone(),
+        firing_id: Some(row.firing_id.clone()),
+        message: format!(
+            "firing {} was recorded as started by worker {}, but that worker does not run \
+             it ({reason}); it runs again without spending the job's attempts",
+            row.firing_id, row.worker_id
+        ),
+        at: now,
+        consecutive_failures: None,
+        paused: false,
+        lateness_ms: None,
+    }
 }
 
 /// A scan could not finish.
@@ -107,6 +133,7 @@ pub struct ExpiryMonitor {
     pub reports: WorkerReports,
     pub metrics: Metrics,
     reported: std::sync::Mutex<HashSet<FiringId>>,
+    not_running: NotRunning,
 }
 
 impl ExpiryMonitor {
@@ -125,6 +152,7 @@ impl ExpiryMonitor {
             reports,
             metrics,
             reported: Default::default(),
+            not_running: NotRunning::default(),
         }
     }
 
@@ -181,14 +209,27 @@ impl ExpiryMonitor {
         let rows = self.store.executing(self.config.batch).await?;
         if !rows.is_empty() {
             let live = self.live_workers().await?;
+            let mut beats = HashMap::new();
+            for worker_id in rows.iter().map(|row| &row.worker_id) {
+                if live.contains(worker_id) && !beats.contains_key(worker_id) {
+                    if let Some(beat) = Beat::read(&self.workers, worker_id).await {
+                        beats.insert(worker_id.clone(), beat);
+                    }
+                }
+            }
+            let not_running = self.not_running.judge(&rows, &beats);
             let grace = chrono::Duration::from_std(self.config.start_grace).unwrap_or_default();
             let deadline_grace =
                 chrono::Duration::from_std(self.config.deadline_grace).unwrap_or_default();
             let mut reporting: HashMap<(String, String), bool> = HashMap::new();
             for row in rows {
-                let reason = if row.deadline_at + deadline_grace < now {
-                    format!("worker {} did not report by the deadline", row.worker_id)
-                } else if !live.contains(&row.worker_id) && row.started_at + grace < now {
+                let vanished = !live.contains(&row.worker_id) && row.started_at + grace < now;
+                let (cause, reason) = if row.deadline_at + deadline_grace < now {
+                    (
+                        RequeueCause::Deadline,
+                        format!("worker {} did not report by the deadline", row.worker_id),
+                    )
+                } else if vanished || not_running.contains(&row.firing_id) {
                     let key = (row.group.clone(), row.worker_id.clone());
                     let pending = match reporting.get(&key) {
                         Some(pending) => *pending,
@@ -204,24 +245,53 @@ impl ExpiryMonitor {
                         outcome.deferred.push(row.firing_id.clone());
                         continue;
                     }
-                    format!("worker {} vanished (no heartbeat)", row.worker_id)
+                    if vanished {
+                        (
+                            RequeueCause::Vanished,
+                            format!("worker {} vanished (no heartbeat)", row.worker_id),
+                        )
+                    } else {
+                        (
+                            RequeueCause::NotRunning,
+                            format!(
+                                "worker {} does not run it: {MISSED_BEATS} of its heartbeats \
+                                 written since the start was recorded leave it out",
+                                row.worker_id
+                            ),
+                        )
+                    }
                 } else {
                     continue;
                 };
                 match self.store.requeue(&row, &reason, now, &retry_delay).await {
                     Ok(Some(requeued)) => {
                         tracing::warn!(firing_id = %requeued.lost, %reason, retry = ?requeued.retry, "re-queued a lost firing");
-                        self.metrics.requeued.inc();
                         outcome.lost.push(requeued.lost.clone());
                         match requeued.retry {
                             Some((next, _)) => {
+                                self.metrics
+                                    .requeued
+                                    .with_label_values(&[&row.group, cause.as_str()])
+                                    .inc();
                                 self.metrics.retries.inc();
                                 self.reports.immediate.wake();
                                 outcome.retried.push(next);
                             }
+                            None if requeued.exhausted => {
+                                self.metrics
+                                    .infra_retries_exhausted
+                                    .with_label_values(&[&row.group])
+                                    .inc();
+                            }
                             None => self.metrics.lost.inc(),
                         }
-                        if let Some(alert) = &requeued.alert {
+                        if cause == RequeueCause::NotRunning {
+                            outcome.not_running.push(requeued.lost.clone());
+                            self.reports
+                                .alert(&not_running_alert(&row, &reason, now))
+                                .await;
+                        }
+                        for alert in requeued.alert.iter().chain(&requeued.repeated) {
                             self.reports.alert(alert).await;
                         }
                     }

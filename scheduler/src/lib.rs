@@ -34,6 +34,7 @@ pub mod publisher;
 pub mod pull;
 pub mod replica;
 pub mod replies;
+pub mod requeue;
 pub mod retry;
 pub mod signals;
 pub mod slicer;

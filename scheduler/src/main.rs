@@ -94,6 +94,12 @@ struct Args {
     /// A published firing that no worker started for this long raises an alert.
     #[arg(long, env = "CHIME_NOT_STARTED_AFTER", default_value = "60s", value_parser = duration)]
     not_started_after: Duration,
+    /// How many times one instant is run again after faults of the
+    /// infrastructure (lost or silent worker, fenced or drained run, a start
+    /// its worker never ran), without spending the job's max_attempts; past
+    /// it the firing ends failed with an alert.
+    #[arg(long, env = "CHIME_INFRA_RETRIES", default_value_t = chime_scheduler::store::DEFAULT_INFRA_RETRIES)]
+    infra_retries: u32,
     /// How often the expiry monitor scans executing firings.
     #[arg(long, env = "CHIME_EXPIRY_INTERVAL", default_value = "1s", value_parser = duration)]
     expiry_interval: Duration,
@@ -194,6 +200,7 @@ impl Args {
         config.slicer.partitions = self.partitions;
         config.slicer.max_catch_up = self.max_catch_up;
         config.store.partitions = self.partitions;
+        config.store.infra_retries = self.infra_retries;
         anyhow::ensure!(
             self.max_payload >= 1024,
             "--max-payload must be at least 1024 bytes"

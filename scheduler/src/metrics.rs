@@ -78,8 +78,12 @@ pub struct Metrics {
     pub retries: IntCounter,
     /// Firings skipped by the overlap policy.
     pub overlap_skipped: IntCounter,
-    /// Executing firings re-queued because their worker vanished or their deadline passed.
-    pub requeued: IntCounter,
+    /// Attempts ended by a fault of the infrastructure and run again
+    /// without spending the job's attempts, by group and cause
+    /// ([`RequeueCause`](crate::requeue::RequeueCause)).
+    pub requeued: IntCounterVec,
+    /// Instants that spent their infrastructure budget and ended `failed`, by group.
+    pub infra_retries_exhausted: IntCounterVec,
     /// Firings that ended `lost`.
     pub lost: IntCounter,
     /// Alerts published, by kind.
@@ -313,10 +317,17 @@ impl Metrics {
                 "chime_overlap_skipped_total",
                 "Firings skipped by the overlap policy.",
             ),
-            requeued: counter(
+            requeued: counter_vec(
                 &r,
                 "chime_firings_requeued_total",
-                "Executing firings re-queued after their worker vanished or their deadline passed.",
+                "Attempts ended by a fault of the infrastructure (worker vanished, deadline passed unreported, not running on its worker, fenced, cut by a shutdown) and run again without spending the job's attempts.",
+                &["group", "cause"],
+            ),
+            infra_retries_exhausted: counter_vec(
+                &r,
+                "chime_infra_retries_exhausted_total",
+                "Firings ended failed because their instant had already been run again --infra-retries times after faults of the infrastructure.",
+                &["group"],
             ),
             lost: counter(&r, "chime_firings_lost_total", "Firings that ended lost."),
             alerts: counter_vec(
@@ -391,6 +402,7 @@ impl Metrics {
             "clock_offset",
             "late",
             "missed",
+            "not_running",
         ] {
             self.alerts.with_label_values(&[kind]);
         }

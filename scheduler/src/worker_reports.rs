@@ -26,6 +26,7 @@ use crate::immediate::Wake;
 use crate::metrics::Metrics;
 use crate::pull::{self, PullError};
 use crate::replies::{Replies, ReplyKind};
+use crate::requeue::RequeueCause;
 use crate::retry::retry_delay;
 use crate::store::{StartOutcome, Store, StoreError};
 use crate::unstarted::Unstarted;
@@ -485,6 +486,20 @@ impl WorkerReports {
             }
             if outcome.retry.is_some() {
                 self.metrics.retries.inc();
+            }
+            if let Some(interrupted) = outcome.interrupted {
+                if outcome.retry.is_some() {
+                    let cause = RequeueCause::Interrupted(interrupted);
+                    self.metrics
+                        .requeued
+                        .with_label_values(&[&outcome.group, cause.as_str()])
+                        .inc();
+                } else if outcome.exhausted {
+                    self.metrics
+                        .infra_retries_exhausted
+                        .with_label_values(&[&outcome.group])
+                        .inc();
+                }
             }
             if outcome.state == Some(FiringState::Lost) {
                 self.metrics.lost.inc();

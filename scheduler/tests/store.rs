@@ -9,7 +9,9 @@
 //! `$CHIME_TEST_PG_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`),
 //! dropped afterwards. SQLite: a file in a temporary directory.
 
-use chime_common::protocol::{AlertKind, Finished, Outcome, StartRefusal, StartRequest};
+use chime_common::protocol::{
+    AlertKind, Finished, Interruption, Outcome, StartRefusal, StartRequest,
+};
 use chime_common::{FiringId, FiringState, JobSpec, JobState, Limits, RetryPolicy};
 use chime_scheduler::store::{
     Backend, ExecutingRow, FiringFilter, JobFilter, Pause, StageOutcome, StagePace, StageRequest,
@@ -360,7 +362,8 @@ both_backends!(
     a_stored_timeout_out_of_range_fails_its_firing_at_start,
     any_output_a_worker_reports_is_stored_clean_and_capped,
     requeue_happens_once_under_concurrency,
-    requeue_retries_then_loses,
+    requeue_runs_again_on_the_infrastructure_budget_then_fails,
+    an_interrupted_run_runs_again_without_spending_attempts,
     record_published_moves_only_staged_firings,
     unstarted_lists_published_firings_not_started,
     slice_firings_and_overdue_staged,
@@ -450,6 +453,7 @@ fn finished(id: &FiringId, worker: &str, outcome: Outcome, error: Option<&str>) 
         worker_id: worker.to_string(),
         outcome,
         error: error.map(str::to_string),
+        interrupted: None,
         output: Some("out".to_string()),
         started_at: t(0),
         finished_at: t(0),
@@ -2641,8 +2645,14 @@ async fn requeue_happens_once_under_concurrency(db: &TestDb) {
     );
 }
 
-async fn requeue_retries_then_loses(db: &TestDb) {
-    let store = db.store().await;
+async fn requeue_runs_again_on_the_infrastructure_budget_then_fails(db: &TestDb) {
+    let store = db
+        .store_with(StoreOptions {
+            infra_retries: 1,
+            ..StoreOptions::default()
+        })
+        .await;
+    // One attempt (the default): a lost worker must not spend it.
     let job = every("a", "1h", json!({"overlap": "queue"}));
     let id = put_and_trigger(&store, &job, t(0)).await;
     let queued = store
@@ -2668,16 +2678,96 @@ async fn requeue_retries_then_loses(db: &TestDb) {
         None
     );
     let outcome = store
-        .requeue(&row, "deadline passed", t(5), &delay)
+        .requeue(&row, "worker w vanished", t(5), &delay)
         .await
         .expect("requeue")
         .expect("once");
-    assert_eq!(outcome.retry, None);
-    let alert = outcome.alert.expect("no attempts remain");
-    assert_eq!(alert.kind, AlertKind::FiringLost);
-    assert_eq!(alert.firing_id, Some(id.clone()));
+    let next = id.next_attempt();
+    assert_eq!(outcome.retry, Some((next.clone(), t(15))), "run again");
+    assert_eq!((outcome.alert, outcome.exhausted), (None, false));
     assert_eq!(outcome.released, vec![queued.clone()]);
     assert_eq!(staged(&store, &queued).await.publish_seq, 1);
+    assert_eq!(firing(&store, &id).await.state, FiringState::Lost);
+
+    // The budget (one) is spent: the next loss ends the instant, failed.
+    let id = put_and_trigger(&store, &every("b", "1h", json!({})), t(0)).await;
+    assert!(start(&store, &id, "w", t(1)).await.reply.accepted);
+    let row = store
+        .executing(10)
+        .await
+        .expect("executing")
+        .into_iter()
+        .find(|row| row.firing_id == id)
+        .expect("it runs");
+    let next = id.next_attempt();
+    let outcome = store
+        .requeue(&row, "worker w vanished", t(5), &delay)
+        .await
+        .expect("requeue")
+        .expect("once");
+    assert_eq!(outcome.retry, Some((next.clone(), t(15))));
+    assert!(start(&store, &next, "w", t(20)).await.reply.accepted);
+    let row = store
+        .executing(10)
+        .await
+        .expect("executing")
+        .into_iter()
+        .find(|row| row.firing_id == next)
+        .expect("the retry runs");
+    let outcome = store
+        .requeue(&row, "worker w vanished", t(25), &delay)
+        .await
+        .expect("requeue")
+        .expect("once");
+    assert_eq!((outcome.retry, outcome.exhausted), (None, true));
+    let alert = outcome.alert.expect("an alert when the budget is spent");
+    assert_eq!(alert.kind, AlertKind::FiringFailed);
+    assert_eq!(alert.firing_id, Some(next.clone()));
+    let ended = firing(&store, &next).await;
+    assert_eq!(ended.state, FiringState::Failed);
+    assert!(
+        ended
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("--infra-retries"),
+        "{ended:?}"
+    );
+}
+
+async fn an_interrupted_run_runs_again_without_spending_attempts(db: &TestDb) {
+    let store = db.store().await;
+    let job = every("a", "1h", json!({}));
+    let mut id = put_and_trigger(&store, &job, t(0)).await;
+    assert!(start(&store, &id, "w", t(1)).await.reply.accepted);
+    for (interrupted, outcome) in [
+        (Interruption::Fenced, Outcome::Failed),
+        // A run cut by a shutdown's drain is never `cancelled`.
+        (Interruption::Shutdown, Outcome::Cancelled),
+    ] {
+        let event = Finished {
+            interrupted: Some(interrupted),
+            ..finished(&id, "w", outcome, Some("stopped"))
+        };
+        let done = store
+            .finish(&[event], t(2), &delay)
+            .await
+            .expect("finish")
+            .pop()
+            .expect("one outcome");
+        assert!(done.applied);
+        assert_eq!(done.state, Some(FiringState::Failed));
+        assert_eq!(done.interrupted, Some(interrupted));
+        let next = id.next_attempt();
+        assert_eq!(done.retry.as_ref().map(|r| &r.0), Some(&next), "run again");
+        assert!(done.alerts.is_empty(), "{:?}", done.alerts);
+        assert!(start(&store, &next, "w", t(3)).await.reply.accepted);
+        id = next;
+    }
+    // The job's own failure spends its one attempt.
+    let done = finish(&store, &id, "w", Outcome::Failed, t(4)).await;
+    assert_eq!(done.retry, None);
+    assert_eq!(done.alerts[0].kind, AlertKind::FiringFailed);
 }
 
 async fn record_published_moves_only_staged_firings(db: &TestDb) {

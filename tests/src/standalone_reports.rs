@@ -81,6 +81,7 @@ impl StandaloneReports {
             worker_id: worker.into(),
             outcome: Outcome::Succeeded,
             error: None,
+            interrupted: None,
             output: None,
             started_at: Utc::now(),
             finished_at: Utc::now(),

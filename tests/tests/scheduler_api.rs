@@ -253,6 +253,7 @@ backend_tests! {
             in_flight: 1,
             version: "0.0.0".into(),
             started_at: chrono::Utc::now(),
+            running: None,
             heartbeat_at: None,
         };
         async_nats::jetstream::new(connection.clone())

@@ -302,6 +302,7 @@ impl Drive {
             worker_id: worker.to_string(),
             outcome,
             error: (outcome != Outcome::Succeeded).then(|| "it broke".to_string()),
+            interrupted: None,
             output: Some("output".to_string()),
             started_at,
             finished_at: self.clock,

@@ -157,6 +157,7 @@ async fn groups_get_their_consumers_from_jobs_and_from_worker_heartbeats() {
         in_flight: 0,
         version: "test".into(),
         started_at: chrono::Utc::now(),
+        running: None,
         heartbeat_at: None,
     };
     workers

@@ -4,7 +4,7 @@
 
 use async_nats::HeaderMap;
 use chime_common::headers;
-use chime_common::protocol::{CancelRequest, Outcome, StartRefusal, WorkerInfo};
+use chime_common::protocol::{CancelRequest, Interruption, Outcome, StartRefusal, WorkerInfo};
 use chime_common::Band;
 use chime_tests::eventually;
 use chime_tests::worker_env::*;
@@ -483,7 +483,7 @@ async fn shutdown_drains_then_cancels() {
     let report = worker.shutdown().await;
     let took = begun.elapsed();
     assert!(!report.drained);
-    assert_eq!(report.cancelled, 1);
+    assert_eq!(report.interrupted, 1);
     assert_eq!(report.unsent_events, 0);
     assert!(
         took >= Duration::from_secs(1) && took < Duration::from_secs(5),
@@ -497,8 +497,13 @@ async fn shutdown_drains_then_cancels() {
     );
     let e = events.of(&stuck, Duration::from_secs(5)).await;
     assert_eq!(
-        (e.outcome, e.error.as_deref()),
-        (Outcome::Cancelled, Some(SHUTDOWN_REASON))
+        (e.outcome, e.error.as_deref(), e.interrupted),
+        (
+            Outcome::Failed,
+            Some(SHUTDOWN_REASON),
+            Some(Interruption::Shutdown)
+        ),
+        "a run that outlives the drain is interrupted, never cancelled"
     );
     assert!(
         heartbeat_of(&env, "drainer").await.is_none(),

@@ -71,12 +71,12 @@ pub struct Args {
     #[arg(long, env = "CHIME_DRAIN_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
     pub drain_grace: Duration,
 
-    /// How often the worker writes its heartbeat (keys expire after 6s without one).
+    /// How often the worker writes its heartbeat (keys expire after 15s without one).
     #[arg(long, env = "CHIME_HEARTBEAT_INTERVAL", default_value = "2s", value_parser = humantime::parse_duration)]
     pub heartbeat_interval: Duration,
 
     /// The worker stops its runs and fetches nothing once no heartbeat was
-    /// written for the heartbeat key TTL (6s) minus this, so a worker cut off
+    /// written for the heartbeat key TTL (15s) minus this, so a worker cut off
     /// from NATS has stopped before the scheduler re-queues its firings. Must
     /// exceed the 1s stop grace.
     #[arg(long, env = "CHIME_FENCE_MARGIN", default_value = "2s", value_parser = humantime::parse_duration)]
@@ -205,12 +205,12 @@ mod tests {
     fn bad_flags_are_named() {
         let cases: [(&[&str], &str); 10] = [
             (&["--fence-margin", "500ms"], "--fence-margin"),
-            (&["--heartbeat-interval", "4s"], "--heartbeat-interval"),
+            (&["--heartbeat-interval", "13s"], "--heartbeat-interval"),
             (&["--threads", "0"], "--threads"),
             (&["--group", "a b"], "--group"),
             (&["--worker-id", "a.b"], "--worker-id"),
             (&["--metrics-addr", "nowhere"], "--metrics-addr"),
-            (&["--heartbeat-interval", "10s"], "--heartbeat-interval"),
+            (&["--heartbeat-interval", "30s"], "--heartbeat-interval"),
             (&["--nats-creds", "/no/such/file"], "--nats-creds"),
             (&["--nats-url", " , "], "--nats-url"),
             (

@@ -49,7 +49,7 @@ pub struct WorkerConfig {
     pub stop_grace: Duration,
     /// The worker fences itself (stops its runs, fetches nothing) when no
     /// heartbeat was acknowledged for the bucket's key TTL minus this (2 s:
-    /// a lease of 4 s with the default 6 s TTL). It must exceed `stop_grace`
+    /// a lease of 13 s with the default 15 s TTL). It must exceed `stop_grace`
     /// so runs have stopped before the key can expire; see `fence.rs`.
     pub fence_margin: Duration,
 }

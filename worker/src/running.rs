@@ -1,14 +1,15 @@
 //! The firings this worker runs now, and those it finished lately.
 //!
-//! Cancel requests find a run here by firing id. It also guards against one
+//! Cancel requests find a run here by firing id. Heartbeats list the firings
+//! the worker owes the scheduler a report on (see [`Running::listed`]). It also guards against one
 //! attempt running twice on this worker: JetStream can deliver an attempt
 //! again (a lost ack, an ack after `ack_wait`) and the scheduler accepts a
 //! repeated start from the same worker, so the worker itself drops a
 //! delivery of an attempt it is running or has just finished.
 
-use chime_common::protocol::Outcome;
+use chime_common::protocol::{Interruption, Outcome, MAX_LISTED_RUNNING};
 use chime_common::FiringId;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -23,6 +24,8 @@ const RECENT_MAX: usize = 10_000;
 pub(crate) struct StopReason {
     pub outcome: Outcome,
     pub reason: String,
+    /// Set when the worker stopped the run for a fault that is not the job's.
+    pub interrupted: Option<Interruption>,
 }
 
 /// How one run is stopped from outside: a token and the first reason given.
@@ -35,14 +38,22 @@ pub(crate) struct RunControl {
 impl RunControl {
     /// Cancels the run (outcome `cancelled`); the first reason is the one reported.
     pub(crate) fn cancel(&self, reason: &str) {
-        self.stop(Outcome::Cancelled, reason);
+        self.stop(Outcome::Cancelled, reason, None);
+    }
+
+    /// Stops the run for a fault of the worker or of NATS (`interrupted`):
+    /// it reports `failed` with the interruption, which the scheduler
+    /// retries without spending the job's attempts.
+    pub(crate) fn interrupt(&self, interrupted: Interruption, reason: &str) {
+        self.stop(Outcome::Failed, reason, Some(interrupted));
     }
 
     /// Stops the run, which then reports `outcome`; the first stop is the one reported.
-    pub(crate) fn stop(&self, outcome: Outcome, reason: &str) {
+    fn stop(&self, outcome: Outcome, reason: &str, interrupted: Option<Interruption>) {
         let _ = self.stop.set(StopReason {
             outcome,
             reason: reason.to_string(),
+            interrupted,
         });
         self.token.cancel();
     }
@@ -64,6 +75,8 @@ impl RunControl {
 #[derive(Default)]
 struct Inner {
     running: HashMap<FiringId, RunControl>,
+    /// Accepted starts whose finished event JetStream has not acknowledged.
+    listed: BTreeSet<FiringId>,
     recent_set: HashSet<FiringId>,
     recent: VecDeque<(Instant, FiringId)>,
     /// Set by `cancel_all`: later claims come back already cancelled.
@@ -94,9 +107,9 @@ impl Running {
         }
         let control = RunControl::default();
         if let Some(reason) = &inner.closed {
-            control.cancel(reason);
+            control.interrupt(Interruption::Shutdown, reason);
         } else if let Some(reason) = &inner.fenced {
-            control.stop(Outcome::Failed, reason);
+            control.interrupt(Interruption::Fenced, reason);
         }
         inner.running.insert(id.clone(), control.clone());
         Some(control)
@@ -105,6 +118,32 @@ impl Running {
     /// Gives back a claim whose start was not accepted.
     pub(crate) fn release(&self, id: &FiringId) {
         self.lock().running.remove(id);
+    }
+
+    /// Records that the scheduler accepted the start of `id`: the worker
+    /// lists it in its heartbeats until [`Running::reported`].
+    pub(crate) fn accepted(&self, id: &FiringId) {
+        self.lock().listed.insert(id.clone());
+    }
+
+    /// Records that JetStream acknowledged the finished event of `id` (or
+    /// that the worker gave up on it): the scheduler has it or never will.
+    pub(crate) fn reported(&self, id: &FiringId) {
+        self.lock().listed.remove(id);
+    }
+
+    /// The firings a heartbeat lists as running: every firing whose start
+    /// is asked for or accepted and whose finished event is not yet
+    /// acknowledged. A start still awaiting its answer is listed too, so
+    /// that a beat written while the answer travels does not deny a run
+    /// the worker is about to begin. `None` past [`MAX_LISTED_RUNNING`]: a
+    /// heartbeat without the list makes the scheduler judge the worker by
+    /// its key alone, as for a worker that never lists.
+    pub(crate) fn listed(&self) -> Option<Vec<FiringId>> {
+        let inner = self.lock();
+        let mut listed: BTreeSet<&FiringId> = inner.listed.iter().collect();
+        listed.extend(inner.running.keys());
+        (listed.len() <= MAX_LISTED_RUNNING).then(|| listed.into_iter().cloned().collect())
     }
 
     /// Records that the run of `id` ended.
@@ -135,25 +174,28 @@ impl Running {
         }
     }
 
-    /// Cancels every run, and every run claimed later; returns how many ran.
-    pub(crate) fn cancel_all(&self, reason: &str) -> usize {
+    /// Stops every run at the end of a shutdown's drain grace, and every
+    /// run claimed later; returns how many ran. They end `failed`,
+    /// interrupted by the shutdown, never `cancelled`: only a user cancels,
+    /// and the scheduler runs an interrupted attempt again.
+    pub(crate) fn interrupt_all(&self, reason: &str) -> usize {
         let mut inner = self.lock();
         inner.closed = Some(reason.to_string());
         for control in inner.running.values() {
-            control.cancel(reason);
+            control.interrupt(Interruption::Shutdown, reason);
         }
         inner.running.len()
     }
 
-    /// Stops every run with outcome `failed` and `reason`, and every run
-    /// claimed until [`Running::unfence`]; returns how many ran. A fenced
-    /// run fails rather than being cancelled so that the job's retry policy
-    /// applies, as it does to a run the scheduler finds lost.
+    /// Stops every run with outcome `failed`, interrupted by the fence, and
+    /// every run claimed until [`Running::unfence`]; returns how many ran.
+    /// The scheduler runs a fenced attempt again without spending the job's
+    /// attempts, as it does a run it finds lost.
     pub(crate) fn fence(&self, reason: &str) -> usize {
         let mut inner = self.lock();
         inner.fenced = Some(reason.to_string());
         for control in inner.running.values() {
-            control.stop(Outcome::Failed, reason);
+            control.interrupt(Interruption::Fenced, reason);
         }
         inner.running.len()
     }
@@ -188,13 +230,45 @@ mod tests {
     }
 
     #[test]
-    fn claims_after_cancel_all_come_back_cancelled() {
+    fn claims_after_interrupt_all_come_back_interrupted() {
         let running = Running::default();
         let first = running.claim(&FiringId::new("job", 1, 1)).unwrap();
-        assert_eq!(running.cancel_all("worker shutting down"), 1);
+        assert_eq!(running.interrupt_all("worker shutting down"), 1);
         assert!(first.token().is_cancelled());
+        let stopped = first.stopped().unwrap();
+        assert_eq!(stopped.outcome, Outcome::Failed, "never cancelled");
+        assert_eq!(stopped.interrupted, Some(Interruption::Shutdown));
         let late = running.claim(&FiringId::new("job", 2, 1)).unwrap();
         assert_eq!(late.reason(), Some("worker shutting down"));
+    }
+
+    #[test]
+    fn heartbeats_list_starts_until_their_report_is_acknowledged() {
+        let running = Running::default();
+        let id = FiringId::new("job", 1, 1);
+        running.claim(&id).unwrap();
+        assert_eq!(running.listed(), Some(vec![id.clone()]), "asked to start");
+        let refused = FiringId::new("job", 2, 1);
+        running.claim(&refused).unwrap();
+        running.release(&refused);
+        assert_eq!(
+            running.listed(),
+            Some(vec![id.clone()]),
+            "refused: not listed"
+        );
+        running.accepted(&id);
+        running.finish(&id, Instant::now());
+        assert_eq!(running.listed(), Some(vec![id.clone()]), "report unsent");
+        running.reported(&id);
+        assert_eq!(running.listed(), Some(vec![]));
+        for i in 0..=MAX_LISTED_RUNNING {
+            running.accepted(&FiringId::new("job", i as i64, 1));
+        }
+        assert_eq!(
+            running.listed(),
+            None,
+            "past the bound the list is left out"
+        );
     }
 
     #[test]
@@ -204,6 +278,10 @@ mod tests {
         assert_eq!(running.fence("fenced: no heartbeat for 4.0s"), 1);
         assert!(first.token().is_cancelled());
         assert_eq!(first.stopped().unwrap().outcome, Outcome::Failed);
+        assert_eq!(
+            first.stopped().unwrap().interrupted,
+            Some(Interruption::Fenced)
+        );
         let during = running.claim(&FiringId::new("job", 2, 1)).unwrap();
         assert_eq!(during.reason(), Some("fenced: no heartbeat for 4.0s"));
         running.release(&FiringId::new("job", 2, 1));

@@ -16,7 +16,7 @@ use chime_common::supervisor::{Supervisor, SupervisorConfig};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// The error of firings cancelled at the end of a shutdown's drain grace.
+/// The error of firings stopped at the end of a shutdown's drain grace.
 pub const SHUTDOWN_REASON: &str = "worker shutting down";
 
 /// What a shutdown did.
@@ -24,8 +24,8 @@ pub const SHUTDOWN_REASON: &str = "worker shutting down";
 pub struct ShutdownReport {
     /// Every run ended within the drain grace.
     pub drained: bool,
-    /// Runs cancelled when the drain grace ended.
-    pub cancelled: usize,
+    /// Runs stopped when the drain grace ended (reported interrupted).
+    pub interrupted: usize,
     /// Finished events still unpublished when the flush grace ended.
     pub unsent_events: usize,
 }
@@ -63,7 +63,7 @@ pub struct WorkerHandle {
     pub(crate) metrics: Metrics,
     pub(crate) status: WorkerStatus,
     pub(crate) slots: Slots,
-    /// The runs, cancelled when the drain grace ends.
+    /// The runs, interrupted when the drain grace ends.
     pub(crate) running: Running,
     /// The firings' tasks, waited for within the drain grace.
     pub(crate) firings: TaskTracker,
@@ -118,10 +118,10 @@ impl WorkerHandle {
         let drained = tokio::time::timeout(config.drain_grace, self.firings.wait())
             .await
             .is_ok();
-        let mut cancelled = 0;
+        let mut interrupted = 0;
         if !drained {
-            cancelled = self.running.cancel_all(SHUTDOWN_REASON);
-            tracing::warn!(cancelled, grace = ?config.drain_grace, "drain grace over; cancelling the remaining runs");
+            interrupted = self.running.interrupt_all(SHUTDOWN_REASON);
+            tracing::warn!(interrupted, grace = ?config.drain_grace, "drain grace over; stopping the remaining runs, to be run again elsewhere");
             self.firings.wait().await;
         }
 
@@ -131,7 +131,7 @@ impl WorkerHandle {
         self.heartbeat.remove().await;
         let report = ShutdownReport {
             drained,
-            cancelled,
+            interrupted,
             unsent_events,
         };
         tracing::info!(?report, "worker stopped");

@@ -101,18 +101,19 @@ impl Worker {
         config.validate(worker_ttl)?;
 
         let slots = Slots::new(config.threads, metrics.clone());
+        let running = Running::default();
         let heartbeat = Heartbeat::new(
             workers,
             config.worker_id.clone(),
             config.group.clone(),
             slots.clone(),
+            running.clone(),
             config.heartbeat_interval,
         );
         let first_beat = wait_for(&status, "the first heartbeat to be written", || {
             heartbeat.beat_once()
         })
         .await;
-        let running = Running::default();
         let fence = Fence::new(
             lease,
             first_beat,
@@ -193,6 +194,7 @@ impl Worker {
         let reporter = Reporter::new(
             jetstream.clone(),
             subjects.finished_as(&config.group, &config.worker_id),
+            running.clone(),
             metrics.clone(),
         );
         let starter = Starter::new(

@@ -22,11 +22,12 @@ use super::fan_in::NO_FAN_IN_DEPENDENTS;
 use super::hold::NOTHING_HELD_IN_GROUP;
 use super::jobs::write_spec_and_state;
 use super::locks::{complete, split_batch, FiringRow, JobRow, Tx};
-use super::retry::RetryDelay;
+use super::requeue::exhausted;
+use super::retry::{Ended, RetryDelay};
 use super::states::{sources_sql, Transition};
 use super::types::FinishOutcome;
 use super::{json_text, ms, Store, StoreError};
-use chime_common::protocol::{Alert, AlertKind, Finished, Outcome};
+use chime_common::protocol::{Alert, AlertKind, Finished, Interruption, Outcome};
 use chime_common::text;
 use chime_common::{FiringId, FiringState, JobState};
 use chrono::{DateTime, Utc};
@@ -91,9 +92,28 @@ fn storable(event: &Finished) -> Finished {
     }
 }
 
-/// The state an event ends its attempt in, and the error it records.
+/// The interruption an event reports, if its run did not succeed: the
+/// infrastructure ended it, not the job.
+fn interruption(event: &Finished) -> Option<Interruption> {
+    event
+        .interrupted
+        .filter(|_| matches!(event.outcome, Outcome::Failed | Outcome::Cancelled))
+}
+
+/// The state an event ends its attempt in, and the error it records. An
+/// interrupted run ends `failed` whatever its outcome: only a user's
+/// cancellation ends `cancelled`.
 fn ending(event: &Finished) -> (FiringState, Option<String>) {
     let detail = event.error.as_deref().filter(|e| !e.is_empty());
+    if let Some(interrupted) = interruption(event) {
+        return (
+            FiringState::Failed,
+            Some(detail.map_or_else(
+                || format!("interrupted: {}", interrupted.as_str()),
+                str::to_string,
+            )),
+        );
+    }
     match event.outcome {
         Outcome::Succeeded => (FiringState::Succeeded, None),
         Outcome::Failed => (
@@ -417,11 +437,23 @@ impl Store {
         let instant_succeeded = state == FiringState::Succeeded
             && (!sharded || self.all_shards_succeeded(tx, &firing).await?);
         if state == FiringState::Failed {
+            let interrupted = interruption(event);
+            outcome.interrupted = interrupted;
+            outcome.group = firing.group.clone();
+            let by = match interrupted {
+                Some(_) => Ended::ByTheInfrastructure,
+                None => Ended::ByTheJob,
+            };
             outcome.retry = self
-                .retry(tx, &firing, job.as_ref(), now, retry_delay)
+                .retry(tx, &firing, job.as_ref(), now, retry_delay, by)
                 .await?;
+            let mut error = error.unwrap_or_else(|| "failed".to_string());
+            if outcome.retry.is_none() && interrupted.is_some() && job.is_some() {
+                outcome.exhausted = true;
+                error = exhausted(&error, firing.infra_retries);
+                end_firing(tx, id, state, Some(&error), event.output.as_deref(), now).await?;
+            }
             if outcome.retry.is_none() {
-                let error = error.as_deref().unwrap_or("failed");
                 outcome.alerts.push(firing.alert(
                     AlertKind::FiringFailed,
                     format!(
@@ -483,7 +515,7 @@ impl Store {
 
     /// Counts a firing that failed for good against its job; at
     /// `alert_after_failures` in a row, alerts (and pauses the job if asked).
-    async fn count_failure(
+    pub(super) async fn count_failure(
         &self,
         tx: &mut Tx,
         job: JobRow,
@@ -558,6 +590,7 @@ mod tests {
             worker_id: "w1".into(),
             outcome,
             error: None,
+            interrupted: None,
             output: None,
             started_at: now,
             finished_at: now,

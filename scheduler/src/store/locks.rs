@@ -35,6 +35,16 @@ pub(super) struct FiringRow {
     pub payload_sha256: Option<String>,
     /// The instant its start's lateness is measured from ([`due_instant`]).
     pub due_instant: i64,
+    /// Attempts of its instant before it that the infrastructure ended and
+    /// that were run again without spending the job's attempts.
+    pub infra_retries: u32,
+}
+
+impl FiringRow {
+    /// The job's attempts this firing's instant has spent, itself included.
+    pub fn attempts_spent(&self) -> u32 {
+        self.id.attempt.saturating_sub(self.infra_retries)
+    }
 }
 
 impl FiringRow {
@@ -123,6 +133,11 @@ pub(super) struct JobRow {
     pub state: JobState,
 }
 
+/// A stored infrastructure retry count; one out of range reads as spent.
+fn infra_retries(stored: i64) -> u32 {
+    u32::try_from(stored).unwrap_or(u32::MAX)
+}
+
 impl Store {
     /// Reads and locks the batch's firings in firing-id order (so concurrent
     /// batches never wait on each other in a cycle), with their executing
@@ -137,7 +152,7 @@ impl Store {
         let due = due_instant("f");
         let sql = format!(
             "SELECT f.id, f.state, f.group_name, f.timeout_ms, f.handler, f.payload_sha256, \
-                 {due} AS due_instant, e.worker_id, j.spec, \
+                 f.infra_retries, {due} AS due_instant, e.worker_id, j.spec, \
                  {LATENESS_SPEC} AS lateness_spec, \
                  CAST(CASE WHEN {NOTHING_HELD_IN_GROUP} THEN 0 ELSE 1 END AS BIGINT) \
                      AS held_in_group, \
@@ -181,6 +196,7 @@ impl Store {
                         handler: row.text(&text, "handler")?,
                         payload_sha256: row.opt_text(&text, "payload_sha256")?,
                         due_instant,
+                        infra_retries: infra_retries(row.int(&text, "infra_retries")?),
                         id,
                         text: text.clone(),
                     },
@@ -212,7 +228,7 @@ impl Store {
     ) -> Result<Option<FiringRow>, StoreError> {
         let text = id.to_string();
         let Some(row) = sqlx::query(&format!(
-            "SELECT state, group_name, timeout_ms, handler, payload_sha256, \
+            "SELECT state, group_name, timeout_ms, handler, payload_sha256, infra_retries, \
                  {} AS due_instant \
              FROM firings f WHERE id = $1{}",
             due_instant("f"),
@@ -232,6 +248,7 @@ impl Store {
                 handler: row.text(&text, "handler")?,
                 payload_sha256: row.opt_text(&text, "payload_sha256")?,
                 due_instant: row.int(&text, "due_instant")?,
+                infra_retries: infra_retries(row.int(&text, "infra_retries")?),
                 id: id.clone(),
                 text: text.clone(),
             })

@@ -114,7 +114,7 @@ pub use sessions::Session;
 pub use types::{
     Deleted, ExecutingRow, FinishOutcome, FiringFilter, HoldCause, JobFilter, MissCause, Missed,
     Page, RequeueOutcome, RunningFiring, StageOutcome, StagePace, StageRequest, StagedFiring,
-    StartOutcome, StoreOptions, DEFAULT_MAX_CATCH_UP, DEFAULT_MAX_JOBS,
+    StartOutcome, StoreOptions, DEFAULT_INFRA_RETRIES, DEFAULT_MAX_CATCH_UP, DEFAULT_MAX_JOBS,
 };
 
 use chime_common::api::page_limit;
@@ -146,6 +146,8 @@ pub struct Store {
     /// Whether start and finish try their fast paths first
     /// ([`StoreOptions::fast_paths`]).
     fast_paths: bool,
+    /// [`StoreOptions::infra_retries`].
+    infra_retries: u32,
     partitions: u32,
     limits: Limits,
     /// Parsed definitions of recently staged jobs (`spec_cache.rs`).
@@ -188,6 +190,7 @@ impl Store {
             write: pools.write,
             fast_path_connections: pools.fast_paths.map(held::HeldConnections::new),
             fast_paths: options.fast_paths,
+            infra_retries: options.infra_retries,
             partitions: options.partitions,
             limits: options.limits,
             specs: spec_cache::SpecCache::new(spec_cache::DEFAULT_BUDGET_BYTES),

@@ -1,23 +1,37 @@
-//! The requeue transition: a running attempt whose worker vanished or whose
-//! deadline passed ends `lost`, and is retried or alerted on. The expiry
-//! service finds such attempts with [`Store::executing`].
+//! The requeue transition: a running attempt whose worker vanished, whose
+//! deadline passed unreported, or that its live worker says it does not
+//! run, ends `lost`, and is run again without spending the job's attempts
+//! while the infrastructure budget lasts (`retry.rs`). The expiry service
+//! finds such attempts with [`Store::executing`].
 
 use super::executing::Lease;
 use super::finish::end_firing;
 use super::locks::Tx;
-use super::retry::RetryDelay;
+use super::retry::{Ended, RetryDelay};
 use super::types::{ExecutingRow, RequeueOutcome};
 use super::{ms, Store, StoreError};
 use chime_common::protocol::AlertKind;
 use chime_common::FiringState;
 use chrono::{DateTime, Utc};
 
+/// The error of an attempt the infrastructure ended once its instant had
+/// been run again `retries` times for such faults already.
+pub(super) fn exhausted(reason: &str, retries: u32) -> String {
+    format!(
+        "{reason}; not run again: its instant was already run again {retries} time(s) \
+         after faults of the infrastructure (--infra-retries)"
+    )
+}
+
 impl Store {
-    /// Gives up on a running attempt (its worker vanished or its deadline
-    /// passed), atomically and once: only if `row` is still the firing's
-    /// executing row. The attempt ends `lost` with `reason`; the next attempt
-    /// is staged while the retry policy allows, else a `firing_lost` alert.
-    /// A lost firing does not count towards `alert_after_failures`.
+    /// Gives up on a running attempt (its worker vanished, its deadline
+    /// passed, or its worker does not run it), atomically and once: only if
+    /// `row` is still the firing's executing row. The attempt ends `lost`
+    /// with `reason` and the next attempt is staged while the
+    /// infrastructure budget lasts. Past the budget the attempt ends
+    /// `failed` with a `firing_failed` alert and counts towards
+    /// `alert_after_failures`; a firing whose job is gone ends `lost` with
+    /// a `firing_lost` alert.
     pub async fn requeue(
         &self,
         row: &ExecutingRow,
@@ -61,6 +75,8 @@ impl Store {
             retry: None,
             released: Vec::new(),
             alert: None,
+            repeated: None,
+            exhausted: false,
         };
         // No readable firing row: its executing row is still cleared, once.
         let Some(firing) = firing else {
@@ -70,9 +86,27 @@ impl Store {
         let job_id = firing.id.job_id.as_str();
         let job = self.read_job(tx, job_id, false).await?;
         outcome.retry = self
-            .retry(tx, &firing, job.as_ref(), now, retry_delay)
+            .retry(
+                tx,
+                &firing,
+                job.as_ref(),
+                now,
+                retry_delay,
+                Ended::ByTheInfrastructure,
+            )
             .await?;
-        if outcome.retry.is_none() {
+        if let (None, Some(job)) = (&outcome.retry, job) {
+            // The budget is spent: the instant ends, as a failure.
+            outcome.exhausted = true;
+            let error = exhausted(reason, firing.infra_retries);
+            end_firing(tx, &id, FiringState::Failed, Some(&error), None, now).await?;
+            outcome.alert = Some(firing.alert(
+                AlertKind::FiringFailed,
+                format!("firing {id} failed: {error}"),
+                now,
+            ));
+            outcome.repeated = self.count_failure(tx, job, &firing, now).await?;
+        } else if outcome.retry.is_none() {
             outcome.alert = Some(firing.alert(
                 AlertKind::FiringLost,
                 format!(

@@ -1,6 +1,13 @@
 //! The retry transition: after an attempt ends `failed` or `lost`, the next
 //! attempt is staged (a firing of its own, unadopted, due after the retry
 //! policy's delay) while the job's policy allows another.
+//!
+//! An attempt the infrastructure ended (its worker lost or silent, its run
+//! fenced or cut by a drain, its start never run) does not spend the job's
+//! `max_attempts`: it is run again while the store's own infrastructure
+//! budget (`--infra-retries`) lasts, and each firing carries how many such
+//! retries led to it, so the job's attempts spent are
+//! `attempt - infra_retries`.
 
 use super::locks::{FiringRow, JobRow, Tx};
 use super::waiting::Waiting;
@@ -13,6 +20,15 @@ use std::time::Duration;
 /// delay before the attempt after `attempt` failed, under the policy.
 pub type RetryDelay = dyn Fn(&RetryPolicy, u32) -> Duration + Sync;
 
+/// What ended an attempt that is to be retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ended {
+    /// The job's run failed: spends one of the job's attempts.
+    ByTheJob,
+    /// A fault of the infrastructure: spends one of the infrastructure budget.
+    ByTheInfrastructure,
+}
+
 /// When the next attempt is due, `delay` after `now`; `None` when that does
 /// not fit (a delay validation never lets in), which ends the firing
 /// instead of retrying it.
@@ -24,9 +40,17 @@ fn retry_due(now: i64, delay: Duration) -> Option<i64> {
 }
 
 impl Store {
+    /// Whether the infrastructure budget allows running `ended`'s instant
+    /// again after a fault of the infrastructure.
+    pub(super) fn infra_budget_left(&self, ended: &FiringRow) -> bool {
+        ended.infra_retries < self.infra_retries
+    }
+
     /// Stages the attempt after `ended` if its job (`None`: deleted or
-    /// unreadable) allows another; returns it and when it is due, or `None`
-    /// when no attempt remains.
+    /// unreadable) allows another, `by` the job's retry policy or the
+    /// infrastructure budget; returns it and when it is due, or `None` when
+    /// no attempt remains. Either waits the job's retry delay for the
+    /// retries of its kind so far.
     pub(super) async fn retry(
         &self,
         tx: &mut Tx,
@@ -34,12 +58,25 @@ impl Store {
         job: Option<&JobRow>,
         now: i64,
         retry_delay: &RetryDelay,
+        by: Ended,
     ) -> Result<Option<(FiringId, DateTime<Utc>)>, StoreError> {
-        let attempt = ended.id.attempt;
+        let spent = ended.attempts_spent();
+        let (allowed, nth, infra_retries) = match by {
+            Ended::ByTheJob => (
+                job.is_some_and(|j| spent < j.spec.retry.max_attempts),
+                spent,
+                ended.infra_retries,
+            ),
+            Ended::ByTheInfrastructure => (
+                self.infra_budget_left(ended),
+                ended.infra_retries.saturating_add(1),
+                ended.infra_retries.saturating_add(1),
+            ),
+        };
         let due = job
             .map(|j| &j.spec.retry)
-            .filter(|policy| attempt < policy.max_attempts)
-            .and_then(|policy| retry_due(now, retry_delay(policy, attempt)));
+            .filter(|_| allowed)
+            .and_then(|policy| retry_due(now, retry_delay(policy, nth)));
         let Some(due) = due else {
             return Ok(None);
         };
@@ -48,15 +85,16 @@ impl Store {
         let group: Option<String> = sqlx::query_scalar(
             "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, handler, \
                  payload, payload_sha256, timeout_ms, due_at, state, created_at, backfill, \
-                 shard, shards) \
+                 shard, shards, infra_retries) \
              SELECT $1, job_id, scheduled_at, attempt + 1, group_name, priority, handler, payload, \
-                 payload_sha256, timeout_ms, $3, 'staged', $4, backfill, shard, shards \
+                 payload_sha256, timeout_ms, $3, 'staged', $4, backfill, shard, shards, $5 \
              FROM firings WHERE id = $2 ON CONFLICT DO NOTHING RETURNING group_name",
         )
         .bind(id.as_str())
         .bind(ended.text.as_str())
         .bind(due)
         .bind(now)
+        .bind(i64::from(infra_retries))
         .fetch_optional(&mut **tx)
         .await?;
         if let Some(group) = group {

@@ -3,7 +3,7 @@
 pub use super::hold::Cause as HoldCause;
 use chime_common::api::DEFAULT_PAGE;
 use chime_common::labels::Selector;
-use chime_common::protocol::{Alert, StartRefusal, StartReply};
+use chime_common::protocol::{Alert, Interruption, StartRefusal, StartReply};
 use chime_common::{FiringId, FiringState, Job, JobState, Limits};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -28,7 +28,16 @@ pub struct StoreOptions {
     /// which decides the same: the store suite runs both backends both ways
     /// to show it.
     pub fast_paths: bool,
+    /// How many times one instant is run again after faults of the
+    /// infrastructure (a lost or silent worker, a fenced or drained run, a
+    /// start its worker never ran), without spending the job's
+    /// `max_attempts`; past it the firing ends `failed` with an alert, so
+    /// a crash loop ends (`--infra-retries`, default 5).
+    pub infra_retries: u32,
 }
+
+/// The default of [`StoreOptions::infra_retries`].
+pub const DEFAULT_INFRA_RETRIES: u32 = 5;
 
 impl Default for StoreOptions {
     fn default() -> Self {
@@ -37,6 +46,7 @@ impl Default for StoreOptions {
             max_connections: 10,
             limits: Limits::default(),
             fast_paths: true,
+            infra_retries: DEFAULT_INFRA_RETRIES,
         }
     }
 }
@@ -353,6 +363,14 @@ pub struct FinishOutcome {
     /// Firings of the `on_success` jobs.
     pub triggered: Vec<FiringId>,
     pub alerts: Vec<Alert>,
+    /// The run was interrupted by the infrastructure (the worker said so):
+    /// retried without spending the job's attempts while the
+    /// infrastructure budget lasts.
+    pub interrupted: Option<Interruption>,
+    /// An interrupted run found the infrastructure budget spent.
+    pub exhausted: bool,
+    /// The firing's group, when `interrupted` (for the requeue metrics).
+    pub group: String,
 }
 
 impl FinishOutcome {
@@ -367,6 +385,9 @@ impl FinishOutcome {
             released: Vec::new(),
             triggered: Vec::new(),
             alerts: Vec::new(),
+            interrupted: None,
+            exhausted: false,
+            group: String::new(),
         }
     }
 }
@@ -393,8 +414,14 @@ pub struct RequeueOutcome {
     /// Firings a limit held, released into the slot this freed: staged
     /// again to be published.
     pub released: Vec<FiringId>,
-    /// `firing_lost` when no attempt remains.
+    /// `firing_failed` when the infrastructure budget is spent,
+    /// `firing_lost` when the job is gone.
     pub alert: Option<Alert>,
+    /// `repeated_failures`, when the spent budget's failure made the job
+    /// reach its `alert_after_failures`.
+    pub repeated: Option<Alert>,
+    /// The infrastructure budget was spent: the attempt ended `failed`.
+    pub exhausted: bool,
 }
 
 #[cfg(test)]

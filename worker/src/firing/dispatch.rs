@@ -149,7 +149,9 @@ impl Dispatcher {
             }
         };
 
-        // From here the scheduler's executing table owns the firing.
+        // From here the scheduler's executing table owns the firing, and
+        // the heartbeats list it until its report is acknowledged.
+        self.running.accepted(&id);
         ack(&message, AckKind::Ack).await;
         let now = Utc::now();
         let lateness = (now - firing.due_at).to_std().unwrap_or_default();
@@ -191,6 +193,7 @@ impl Dispatcher {
             worker_id: self.worker_id.clone(),
             outcome: report.outcome,
             error: report.error,
+            interrupted: report.interrupted,
             output: report.output,
             started_at: report.started_at,
             finished_at: report.finished_at,

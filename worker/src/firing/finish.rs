@@ -6,6 +6,7 @@
 //! grace stops the retries.
 
 use crate::metrics::Metrics;
+use crate::running::Running;
 use async_nats::jetstream::{self, message::PublishMessage};
 use chime_common::protocol::Finished;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,17 +26,25 @@ pub(crate) struct Reporter {
     tasks: TaskTracker,
     give_up: CancellationToken,
     unsent: Arc<AtomicUsize>,
+    /// Lists each run in the heartbeats until its event is acknowledged.
+    running: Running,
     metrics: Metrics,
 }
 
 impl Reporter {
-    pub(crate) fn new(jetstream: jetstream::Context, subject: String, metrics: Metrics) -> Self {
+    pub(crate) fn new(
+        jetstream: jetstream::Context,
+        subject: String,
+        running: Running,
+        metrics: Metrics,
+    ) -> Self {
         Reporter {
             jetstream,
             subject,
             tasks: TaskTracker::new(),
             give_up: CancellationToken::new(),
             unsent: Arc::new(AtomicUsize::new(0)),
+            running,
             metrics,
         }
     }
@@ -43,8 +52,10 @@ impl Reporter {
     /// Queues `finished` for publishing; returns at once.
     pub(crate) fn report(&self, finished: Finished) {
         let reporter = self.clone();
-        self.tasks
-            .spawn(async move { reporter.publish_until_acked(finished).await });
+        self.tasks.spawn(async move {
+            reporter.publish_until_acked(&finished).await;
+            reporter.running.reported(&finished.firing_id);
+        });
     }
 
     /// The message id of a finished event.
@@ -52,15 +63,15 @@ impl Reporter {
         format!("finished:{}", finished.firing_id)
     }
 
-    async fn publish_until_acked(&self, finished: Finished) {
-        let body = match serde_json::to_vec(&finished) {
+    async fn publish_until_acked(&self, finished: &Finished) {
+        let body = match serde_json::to_vec(finished) {
             Ok(body) => bytes::Bytes::from(body),
             Err(e) => {
                 tracing::error!(firing_id = %finished.firing_id, error = %e, "cannot encode a finished event");
                 return;
             }
         };
-        let id = Self::message_id(&finished);
+        let id = Self::message_id(finished);
         let mut delay = FIRST_RETRY;
         let mut failures = 0u32;
         loop {
@@ -77,7 +88,7 @@ impl Reporter {
             };
             let result = tokio::select! {
                 result = attempt => result,
-                _ = self.give_up.cancelled() => return self.gave_up(&finished),
+                _ = self.give_up.cancelled() => return self.gave_up(finished),
             };
             match result {
                 Ok(_) => {
@@ -98,7 +109,7 @@ impl Reporter {
             }
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
-                _ = self.give_up.cancelled() => return self.gave_up(&finished),
+                _ = self.give_up.cancelled() => return self.gave_up(finished),
             }
             delay = (delay * 2).min(MAX_RETRY);
         }

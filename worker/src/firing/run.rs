@@ -5,7 +5,7 @@ use crate::firing::context::FiringContext;
 use crate::handler::{Handler, HandlerResult};
 use crate::running::RunControl;
 use chime_common::duration::format_time;
-use chime_common::protocol::Outcome;
+use chime_common::protocol::{Interruption, Outcome};
 use chime_common::supervisor::panic_message;
 use chime_common::text;
 use chrono::{DateTime, Utc};
@@ -24,6 +24,8 @@ pub(crate) struct RunReport {
     pub finished_at: DateTime<Utc>,
     /// Monotonic run time.
     pub duration: Duration,
+    /// Set when the worker stopped the run for a fault not the job's.
+    pub interrupted: Option<Interruption>,
 }
 
 /// Why a run was stopped from outside.
@@ -55,6 +57,11 @@ pub(crate) async fn run(
         started_at,
         finished_at: Utc::now(),
         duration: started.elapsed(),
+        interrupted: None,
+    };
+    let stopped = |stop: &crate::running::StopReason, output: Option<String>| RunReport {
+        interrupted: stop.interrupted,
+        ..finish(stop.outcome, Some(stop.reason.clone()), output)
     };
 
     let Some(handler) = handler else {
@@ -79,7 +86,7 @@ pub(crate) async fn run(
         );
     }
     if let Some(stop) = control.stopped() {
-        return finish(stop.outcome, Some(stop.reason.clone()), None);
+        return stopped(stop, None);
     }
 
     // The handler's token follows cancel requests and shutdown (the parent)
@@ -136,7 +143,7 @@ pub(crate) async fn run(
             output,
         ),
         Stop::Cancelled => match control.stopped() {
-            Some(stop) => finish(stop.outcome, Some(stop.reason.clone()), output),
+            Some(stop) => stopped(stop, output),
             None => finish(Outcome::Cancelled, Some("cancelled".into()), output),
         },
     }
@@ -340,7 +347,7 @@ mod tests {
         let fencer = control.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            fencer.stop(Outcome::Failed, "fenced: no heartbeat for 4.0s");
+            fencer.interrupt(Interruption::Fenced, "fenced: no heartbeat for 4.0s");
         });
         let report = run(h, ctx(Duration::from_secs(30)), &control, GRACE).await;
         assert_eq!(report.outcome, Outcome::Failed);
@@ -348,6 +355,7 @@ mod tests {
             report.error.as_deref(),
             Some("fenced: no heartbeat for 4.0s")
         );
+        assert_eq!(report.interrupted, Some(Interruption::Fenced));
     }
 
     #[tokio::test]

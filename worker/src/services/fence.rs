@@ -17,8 +17,9 @@
 //! this true however slow the acknowledgement was, and monotonic time keeps
 //! it true whatever the wall clocks do.
 //!
-//! Fenced runs end `failed` ("fenced: no heartbeat for …"), so the job's
-//! retry policy applies as it does to a lost run; their finished events are
+//! Fenced runs end `failed` ("fenced: no heartbeat for …") and are reported
+//! interrupted by the fence, so the scheduler runs them again without
+//! spending the job's attempts, as it does a lost run; their finished events are
 //! published when NATS is back (the scheduler ignores them if it has already
 //! re-queued the attempt). While fenced, the worker fetches nothing; the
 //! first heartbeat that succeeds lifts the fence.

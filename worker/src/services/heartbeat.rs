@@ -1,9 +1,13 @@
 //! The worker's heartbeat: its [`WorkerInfo`] under its id in KV `chime-workers`.
 //!
-//! The bucket drops a key `worker_ttl` (6 s) after its last write, which is
+//! The bucket drops a key `worker_ttl` (15 s) after its last write, which is
 //! how the scheduler learns that a worker died and re-queues its firings.
-//! Each acknowledged beat renews the worker's [`Fence`] lease.
+//! Each acknowledged beat renews the worker's [`Fence`] lease. Each beat lists
+//! the firings the worker runs (`running`), so the scheduler finds a firing
+//! it recorded as started here that this worker does not run (a start whose
+//! reply the worker gave up on) within two beats.
 
+use crate::running::Running;
 use crate::services::fence::Fence;
 use crate::slots::Slots;
 use async_nats::jetstream::kv;
@@ -28,6 +32,7 @@ pub(crate) struct Heartbeat {
     group: String,
     started_at: DateTime<Utc>,
     slots: Slots,
+    running: Running,
     interval: Duration,
 }
 
@@ -37,6 +42,7 @@ impl Heartbeat {
         id: String,
         group: String,
         slots: Slots,
+        running: Running,
         interval: Duration,
     ) -> Self {
         Heartbeat {
@@ -45,6 +51,7 @@ impl Heartbeat {
             group,
             started_at: Utc::now(),
             slots,
+            running,
             interval,
         }
     }
@@ -58,6 +65,7 @@ impl Heartbeat {
             in_flight: u32::try_from(self.slots.in_flight()).unwrap_or(u32::MAX),
             version: env!("CARGO_PKG_VERSION").to_string(),
             started_at: self.started_at,
+            running: self.running.listed(),
             heartbeat_at: None,
         }
     }
