@@ -244,6 +244,32 @@ pub struct CancelRequest {
 /// more leaves the field out (docs/PROTOCOL.md §7).
 pub const MAX_LISTED_RUNNING: usize = 1_000;
 
+/// The key of a worker's heartbeat in `chime-workers`: `<group>.<worker id>`.
+/// The group in the key lets NATS permissions confine a group's workers to
+/// their own group's keys (`$KV.chime-workers.<group>.*`), so no worker can
+/// forge or delete a heartbeat of another group.
+pub fn heartbeat_key(group: &str, worker_id: &str) -> String {
+    format!("{group}.{worker_id}")
+}
+
+/// A heartbeat key read back: its group and worker id. Worker ids have no
+/// dots, so the id is the last token and the group everything before it. A
+/// key without a dot is the older form, the worker id alone, whose group
+/// only the heartbeat's body names.
+pub fn parse_heartbeat_key(key: &str) -> (Option<&str>, &str) {
+    match key.rsplit_once('.') {
+        Some((group, id)) => (Some(group), id),
+        None => (None, key),
+    }
+}
+
+/// Whether a heartbeat read under `key` may be believed: a body naming
+/// another group than its key is a forgery (or a broken worker) and is not.
+pub fn heartbeat_matches_key(key: &str, info: &WorkerInfo) -> bool {
+    let (group, id) = parse_heartbeat_key(key);
+    id == info.id && group.is_none_or(|group| group == info.group)
+}
+
 /// A worker's heartbeat, the value of its key in the `chime-workers` bucket
 /// (also the `Worker` of `workers.list`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -351,6 +377,16 @@ pub struct Alert {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn heartbeat_keys_name_group_and_worker() {
+        assert_eq!(heartbeat_key("etl.nightly", "w-1"), "etl.nightly.w-1");
+        assert_eq!(
+            parse_heartbeat_key("etl.nightly.w-1"),
+            (Some("etl.nightly"), "w-1")
+        );
+        assert_eq!(parse_heartbeat_key("w-1"), (None, "w-1"));
+    }
 
     #[test]
     fn the_payload_digest_is_lower_case_hex_sha256() {

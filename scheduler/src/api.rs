@@ -25,7 +25,7 @@ use chime_common::concurrency::GroupLimits;
 use chime_common::error::ErrorReply;
 use chime_common::job::{check_group, check_name, if_version, IF_VERSION_FIELD, MAX_ID_LEN};
 use chime_common::preview::Preview;
-use chime_common::protocol::{Alert, CancelRequest, WorkerInfo};
+use chime_common::protocol::{heartbeat_matches_key, Alert, CancelRequest, WorkerInfo};
 use chime_common::{ApiError, ErrorCode, FiringId, JobSpec, Limits, Subjects};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
@@ -752,7 +752,10 @@ impl Api {
         while let Some(key) = keys.next().await {
             let key = key.map_err(|e| unavailable(&e))?;
             if let Ok(Some(entry)) = self.workers.entry(&key).await {
-                if let Ok(mut info) = serde_json::from_slice::<WorkerInfo>(&entry.value) {
+                if let Ok(mut info) = serde_json::from_slice::<WorkerInfo>(&entry.value)
+                    .map_err(drop)
+                    .and_then(|info| heartbeat_matches_key(&key, &info).then_some(info).ok_or(()))
+                {
                     let written = i64::try_from(entry.created.unix_timestamp_nanos() / 1_000_000)
                         .ok()
                         .and_then(DateTime::from_timestamp_millis);

@@ -10,7 +10,7 @@
 
 use crate::store::{Store, StoreError};
 use chime_common::job::check_name;
-use chime_common::protocol::WorkerInfo;
+use chime_common::protocol::{heartbeat_matches_key, WorkerInfo};
 use chime_common::service::{Service, ServiceError};
 use chime_common::topology::{Topology, TopologyError};
 use chime_common::Band;
@@ -131,8 +131,12 @@ impl Consumers {
                 continue;
             };
             match serde_json::from_slice::<WorkerInfo>(&bytes) {
-                // A heartbeat names the group: never trust it into a subject.
-                Ok(info) if check_name(&info.group, 64).is_ok() => {
+                // A heartbeat names the group: never trust it into a subject,
+                // nor take a group its key does not name.
+                Ok(info)
+                    if check_name(&info.group, 64).is_ok()
+                        && heartbeat_matches_key(&key, &info) =>
+                {
                     live.insert(key, info.group);
                 }
                 _ => tracing::debug!(key, "ignoring a heartbeat without a valid group"),

@@ -14,7 +14,7 @@ use crate::retry::retry_delay;
 use crate::store::{ExecutingRow, Store, StoreError};
 use crate::worker_reports::WorkerReports;
 use async_nats::jetstream::kv;
-use chime_common::protocol::{Alert, AlertKind};
+use chime_common::protocol::{heartbeat_key, Alert, AlertKind};
 use chime_common::service::{Service, ServiceError};
 use chime_common::FiringId;
 use chrono::{DateTime, Utc};
@@ -156,6 +156,7 @@ impl ExpiryMonitor {
         }
     }
 
+    /// The keys of the heartbeats in the bucket now.
     async fn live_workers(&self) -> Result<HashSet<String>, ExpiryError> {
         let failed = |e: &dyn std::fmt::Display| ExpiryError::Workers(e.to_string());
         let mut keys = self.workers.keys().await.map_err(|e| failed(&e))?;
@@ -210,10 +211,12 @@ impl ExpiryMonitor {
         if !rows.is_empty() {
             let live = self.live_workers().await?;
             let mut beats = HashMap::new();
-            for worker_id in rows.iter().map(|row| &row.worker_id) {
-                if live.contains(worker_id) && !beats.contains_key(worker_id) {
-                    if let Some(beat) = Beat::read(&self.workers, worker_id).await {
-                        beats.insert(worker_id.clone(), beat);
+            for row in &rows {
+                if is_live(&live, &row.group, &row.worker_id) && !beats.contains_key(&row.worker_id)
+                {
+                    if let Some(beat) = Beat::read(&self.workers, &row.group, &row.worker_id).await
+                    {
+                        beats.insert(row.worker_id.clone(), beat);
                     }
                 }
             }
@@ -223,7 +226,8 @@ impl ExpiryMonitor {
                 chrono::Duration::from_std(self.config.deadline_grace).unwrap_or_default();
             let mut reporting: HashMap<(String, String), bool> = HashMap::new();
             for row in rows {
-                let vanished = !live.contains(&row.worker_id) && row.started_at + grace < now;
+                let vanished =
+                    !is_live(&live, &row.group, &row.worker_id) && row.started_at + grace < now;
                 let (cause, reason) = if row.deadline_at + deadline_grace < now {
                     (
                         RequeueCause::Deadline,
@@ -356,5 +360,30 @@ impl Service for ExpiryMonitor {
 
     async fn run_once(&self, now: DateTime<Utc>) -> Result<ExpiryOutcome, ExpiryError> {
         ExpiryMonitor::run_once(self, now).await
+    }
+}
+
+/// Whether worker `worker_id` of `group` has a heartbeat among `keys`:
+/// under `<group>.<id>`, which only that group's workers may write, or
+/// under the older key, the id alone.
+fn is_live(keys: &HashSet<String>, group: &str, worker_id: &str) -> bool {
+    keys.contains(&heartbeat_key(group, worker_id)) || keys.contains(worker_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_is_live_only_under_its_own_groups_key_or_its_older_key() {
+        let keys: HashSet<String> = ["default.victim", "etl.w2", "w3"]
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
+        // A key another group's user wrote does not keep `victim` of `b` alive.
+        assert!(!is_live(&keys, "b", "victim"));
+        assert!(is_live(&keys, "default", "victim"));
+        assert!(is_live(&keys, "etl", "w2"));
+        assert!(is_live(&keys, "any", "w3"), "the older key, the id alone");
     }
 }

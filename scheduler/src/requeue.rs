@@ -21,7 +21,7 @@
 
 use crate::store::ExecutingRow;
 use async_nats::jetstream::kv;
-use chime_common::protocol::{Interruption, WorkerInfo};
+use chime_common::protocol::{heartbeat_key, heartbeat_matches_key, Interruption, WorkerInfo};
 use chime_common::FiringId;
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -67,19 +67,38 @@ pub struct Beat {
 }
 
 impl Beat {
-    /// Reads the heartbeat of `worker_id`; `None` if there is none or it
-    /// cannot be read (the worker is then judged by its key alone).
-    pub async fn read(workers: &kv::Store, worker_id: &str) -> Option<Beat> {
-        let entry = match workers.entry(worker_id).await {
-            Ok(Some(entry)) if entry.operation == kv::Operation::Put => entry,
-            Ok(_) => return None,
-            Err(e) => {
-                tracing::debug!(worker_id, error = %e, "cannot read a heartbeat");
-                return None;
+    /// Reads the heartbeat of worker `worker_id` of `group` (under its key
+    /// `<group>.<id>`, else the older key, the id alone); `None` if there is
+    /// none, it cannot be read, or its body names another worker or group
+    /// than its key (the worker is then judged by its key alone).
+    pub async fn read(workers: &kv::Store, group: &str, worker_id: &str) -> Option<Beat> {
+        let mut found = None;
+        for key in [heartbeat_key(group, worker_id), worker_id.to_string()] {
+            match workers.entry(key.as_str()).await {
+                Ok(Some(entry)) if entry.operation == kv::Operation::Put => {
+                    found = Some((key, entry));
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(worker_id, error = %e, "cannot read a heartbeat");
+                    return None;
+                }
             }
-        };
-        let running = serde_json::from_slice::<WorkerInfo>(&entry.value)
-            .ok()
+        }
+        let (key, entry) = found?;
+        let info = serde_json::from_slice::<WorkerInfo>(&entry.value).ok();
+        if info
+            .as_ref()
+            .is_some_and(|info| !heartbeat_matches_key(&key, info) || info.group != group)
+        {
+            tracing::warn!(
+                key,
+                "ignoring a heartbeat whose body names another worker or group"
+            );
+            return None;
+        }
+        let running = info
             .and_then(|info| info.running)
             .map(|ids| ids.into_iter().collect());
         Some(Beat {

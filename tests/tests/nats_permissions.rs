@@ -320,6 +320,7 @@ async fn each_role_does_its_work_and_nothing_else() {
         "chime.worker.v1.start",
         "chime.events.finished",
         "$KV.chime-workers.worker-default-2",
+        "$KV.chime-workers.default.worker-default-2",
         "$JS.API.STREAM.DELETE.CHIME_FIRE",
     ] {
         worker.publish(subject, "{}".into()).await.expect("publish");
@@ -332,6 +333,9 @@ async fn each_role_does_its_work_and_nothing_else() {
         "$JS.API.CONSUMER.MSG.NEXT.CHIME_FIRE.fire_g_b_high",
         "chime.worker.v1.start.b.scaled-7f9c",
         "chime.events.finished.b.scaled-7f9c",
+        // Another group's heartbeats, and the older keys without a group.
+        "$KV.chime-workers.b.scaled-7f9c",
+        "$KV.chime-workers.worker-default-1",
     ] {
         scaled.publish(subject, "{}".into()).await.expect("publish");
         assert_violation(&mut scaled_errors, "the group's worker user", subject).await;

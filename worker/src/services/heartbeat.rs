@@ -1,4 +1,5 @@
-//! The worker's heartbeat: its [`WorkerInfo`] under its id in KV `chime-workers`.
+//! The worker's heartbeat: its [`WorkerInfo`] under `<group>.<id>` in KV
+//! `chime-workers` ([`heartbeat_key`]).
 //!
 //! The bucket drops a key `worker_ttl` (15 s) after its last write, which is
 //! how the scheduler learns that a worker died and re-queues its firings.
@@ -11,7 +12,7 @@ use crate::running::Running;
 use crate::services::fence::Fence;
 use crate::slots::Slots;
 use async_nats::jetstream::kv;
-use chime_common::protocol::WorkerInfo;
+use chime_common::protocol::{heartbeat_key, WorkerInfo};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -74,7 +75,9 @@ impl Heartbeat {
     pub(crate) async fn beat_once(&self) -> Result<Instant, async_nats::Error> {
         let value = serde_json::to_vec(&self.info())?;
         let sent = Instant::now();
-        self.store.put(&self.id, value.into()).await?;
+        self.store
+            .put(heartbeat_key(&self.group, &self.id), value.into())
+            .await?;
         Ok(sent)
     }
 
@@ -115,7 +118,12 @@ impl Heartbeat {
 
     /// Deletes the key: the worker left cleanly.
     pub(crate) async fn remove(&self) {
-        match tokio::time::timeout(Duration::from_secs(5), self.store.delete(&self.id)).await {
+        match tokio::time::timeout(
+            Duration::from_secs(5),
+            self.store.delete(heartbeat_key(&self.group, &self.id)),
+        )
+        .await
+        {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
                 tracing::warn!(%error, "cannot delete the heartbeat key; it expires on its own")
