@@ -1,5 +1,6 @@
 //! The expiry monitor: re-queues firings whose worker vanished or whose
-//! deadline passed, and reports published firings no worker started.
+//! deadline passed. Published firings no worker started are the
+//! republisher's (`republish.rs`).
 //!
 //! One replica runs it at a time (see `lease.rs`). A worker is gone when its
 //! heartbeat key in `chime-workers` has expired. Re-queuing is atomic and
@@ -11,7 +12,6 @@ use crate::retry::retry_delay;
 use crate::store::{Store, StoreError};
 use crate::worker_reports::WorkerReports;
 use async_nats::jetstream::kv;
-use chime_common::protocol::{Alert, AlertKind};
 use chime_common::service::{Service, ServiceError};
 use chime_common::FiringId;
 use chrono::{DateTime, Utc};
@@ -32,8 +32,6 @@ pub struct ExpiryConfig {
     /// How long past its deadline an executing firing may go unreported
     /// before it is re-queued (the worker cuts it off at the deadline itself).
     pub deadline_grace: Duration,
-    /// A published firing no worker started after this long raises an alert.
-    pub not_started_after: Duration,
     /// The lease that makes one replica the monitor.
     pub lease_ttl: Duration,
 }
@@ -45,7 +43,6 @@ impl Default for ExpiryConfig {
             batch: 1_000,
             start_grace: Duration::from_secs(2),
             deadline_grace: Duration::from_secs(5),
-            not_started_after: Duration::from_secs(60),
             lease_ttl: Duration::from_secs(5),
         }
     }
@@ -71,8 +68,6 @@ pub struct ExpiryOutcome {
     pub lost: Vec<FiringId>,
     /// Next attempts staged.
     pub retried: Vec<FiringId>,
-    /// Published firings reported as not started.
-    pub not_started: Vec<FiringId>,
     /// Firings the store refused to re-queue (not for an outage); retried next scan.
     pub failed: Vec<FiringId>,
     /// Firings whose worker's heartbeat is gone but whose worker's finished
@@ -106,7 +101,6 @@ pub struct ExpiryMonitor {
     pub workers: kv::Store,
     pub reports: WorkerReports,
     pub metrics: Metrics,
-    reported: std::sync::Mutex<HashSet<FiringId>>,
 }
 
 impl ExpiryMonitor {
@@ -124,7 +118,6 @@ impl ExpiryMonitor {
             workers,
             reports,
             metrics,
-            reported: Default::default(),
         }
     }
 
@@ -242,39 +235,6 @@ impl ExpiryMonitor {
                     }
                 }
             }
-        }
-        let before =
-            now - chrono::Duration::from_std(self.config.not_started_after).unwrap_or_default();
-        let waiting = self.store.unstarted(before, self.config.batch).await?;
-        for firing in waiting {
-            let fresh = self
-                .reported
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(firing.id.clone());
-            if !fresh {
-                continue;
-            }
-            let alert = Alert {
-                kind: AlertKind::NotStarted,
-                job_id: firing.job_id.clone(),
-                group: firing.group.clone(),
-                firing_id: Some(firing.id.clone()),
-                message: format!(
-                    "firing {} was published to group {:?} and no worker started it within {:?}; is any worker of that group running?",
-                    firing.id, firing.group, self.config.not_started_after
-                ),
-                at: now,
-                consecutive_failures: None,
-                paused: false,
-                lateness_ms: None,
-            };
-            self.reports.alert(&alert).await;
-            outcome.not_started.push(firing.id);
-        }
-        let mut reported = self.reported.lock().unwrap_or_else(|p| p.into_inner());
-        if reported.len() > 100_000 {
-            reported.clear();
         }
         Ok(outcome)
     }

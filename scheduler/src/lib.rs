@@ -32,6 +32,7 @@ pub mod probes;
 pub mod publisher;
 pub mod pull;
 pub mod replica;
+pub mod republish;
 pub mod retry;
 pub mod signals;
 pub mod slicer;

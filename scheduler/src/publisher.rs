@@ -19,7 +19,7 @@
 use crate::alarm::Alarm;
 use crate::claim::SliceProgress;
 use crate::metrics::Metrics;
-use crate::store::{StagedFiring, Store};
+use crate::store::{AckedFiring, StagedFiring, Store};
 use crate::unstarted::Unstarted;
 use crate::wheel::{Wheel, WheelEntry};
 use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMessage};
@@ -303,8 +303,20 @@ fn stream_full(error: &jetstream::context::PublishError) -> bool {
 /// A firing JetStream acknowledged, to be marked published.
 struct Acked {
     id: FiringId,
+    /// The stream sequence the ack named: where the republisher looks for
+    /// the message.
+    stream_seq: u64,
     /// When the ack arrived.
     at: chrono::DateTime<Utc>,
+}
+
+impl Acked {
+    fn firing(&self) -> AckedFiring {
+        AckedFiring {
+            id: self.id.clone(),
+            stream_seq: self.stream_seq,
+        }
+    }
 }
 
 impl Collector {
@@ -381,6 +393,7 @@ impl Collector {
                 self.unstarted.acked(entry.firing.id.clone());
                 let _ = self.marks.send(Acked {
                     id: entry.firing.id,
+                    stream_seq: ack.sequence,
                     at: Utc::now(),
                 });
                 Some(rung)
@@ -517,10 +530,11 @@ impl Marker {
                 continue;
             }
             let ids: Vec<FiringId> = batch.iter().map(|a| a.id.clone()).collect();
+            let acked: Vec<AckedFiring> = batch.iter().map(Acked::firing).collect();
             // Acks arrive in order, so the batch's last is its latest: the
             // time JetStream held all of them.
             let at = batch.last().map_or_else(Utc::now, |a| a.at);
-            match self.store.record_published(&ids, at).await {
+            match self.store.record_acked(&acked, at).await {
                 Ok(_) => {
                     self.unstarted.forget(&ids);
                     failures = 0;
@@ -539,7 +553,7 @@ impl Marker {
                     tracing::warn!(error = %e, pending = batch.len(), "cannot mark a batch published; marking one by one");
                     for acked in batch {
                         let one = std::slice::from_ref(&acked.id);
-                        match self.store.record_published(one, acked.at).await {
+                        match self.store.record_acked(&[acked.firing()], acked.at).await {
                             Err(e) if e.is_retryable() => waiting.push_front(acked),
                             Err(e) => {
                                 tracing::warn!(firing_id = %acked.id, error = %e, "cannot mark this firing published; it stays staged");
@@ -623,6 +637,7 @@ mod tests {
             marks
                 .send(Acked {
                     id: id.clone(),
+                    stream_seq: 0,
                     at: now,
                 })
                 .expect("the marker's channel");

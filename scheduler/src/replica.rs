@@ -16,6 +16,7 @@ use crate::limits::{LimitRelease, LimitsConfig};
 use crate::maintenance::{MaintenanceConfig, MaintenanceWindows};
 use crate::metrics::Metrics;
 use crate::publisher::{Publisher, PublisherConfig};
+use crate::republish::{RepublishConfig, Republisher};
 use crate::signals::Signals;
 use crate::slicer::{Slicer, SlicerConfig};
 use crate::store::{Backend, Store, StoreOptions};
@@ -56,6 +57,7 @@ pub struct SchedulerConfig {
     pub submit: SubmitConfig,
     pub worker_reports: WorkerReportsConfig,
     pub expiry: ExpiryConfig,
+    pub republish: RepublishConfig,
     pub housekeeping: HousekeepingConfig,
     /// Copying SQLite's write-ahead log into its file (SQLite only).
     pub checkpoint: CheckpointConfig,
@@ -95,6 +97,7 @@ impl SchedulerConfig {
             submit: SubmitConfig::default(),
             worker_reports: WorkerReportsConfig::default(),
             expiry: ExpiryConfig::default(),
+            republish: RepublishConfig::default(),
             housekeeping: HousekeepingConfig::default(),
             checkpoint: CheckpointConfig::default(),
             maintenance: MaintenanceConfig::default(),
@@ -115,6 +118,7 @@ impl SchedulerConfig {
         self.slicer.validate()?;
         self.publisher.validate()?;
         self.expiry.validate()?;
+        self.republish.validate()?;
         self.housekeeping.validate()?;
         self.checkpoint.validate()?;
         if let Some(web) = &self.web {
@@ -473,6 +477,28 @@ impl Replica {
             .with_lease(Arc::new(expiry_lease))
             .with_signal(signals.expiry.clone()),
         );
+        let republisher = Republisher::new(
+            config.republish.clone(),
+            store.clone(),
+            workers.clone(),
+            reports.clone(),
+            metrics.clone(),
+        );
+        let republish_lease = Lease::new(
+            leases.clone(),
+            "republish",
+            config.replica_id.clone(),
+            config.republish.lease_ttl,
+        );
+        supervisor.spawn_periodic(
+            Periodic::new(
+                "republish",
+                Arc::new(republisher),
+                PeriodicConfig::every(config.republish.interval),
+            )
+            .with_lease(Arc::new(republish_lease))
+            .with_signal(signals.republish.clone()),
+        );
         let housekeeping = Housekeeping::new(
             config.housekeeping.clone(),
             store.clone(),
@@ -629,7 +655,7 @@ impl Replica {
 }
 
 /// Every supervised service, by the name its metrics and `/healthz` use.
-pub const SERVICES: [&str; 14] = [
+pub const SERVICES: [&str; 15] = [
     "lifecycle_starts",
     "lifecycle_finished",
     "api",
@@ -637,6 +663,7 @@ pub const SERVICES: [&str; 14] = [
     "slicer",
     "publisher",
     "expiry",
+    "republish",
     "housekeeping",
     "checkpoint",
     "maintenance",
