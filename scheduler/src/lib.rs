@@ -21,6 +21,7 @@ pub mod claim;
 pub mod clock;
 pub mod consumers;
 pub mod dead_letter;
+pub mod duplicates;
 pub mod expiry;
 pub mod housekeeping;
 pub mod immediate;

@@ -18,6 +18,7 @@
 
 use crate::alarm::Alarm;
 use crate::claim::SliceProgress;
+use crate::duplicates::{Duplicate, DuplicateCheck};
 use crate::metrics::Metrics;
 use crate::store::{AckedFiring, StagedFiring, Store};
 use crate::unstarted::Unstarted;
@@ -212,6 +213,15 @@ impl Publisher {
     ) {
         let (tx, rx) = mpsc::channel::<Sent>(8_192);
         let (marks, marks_rx) = mpsc::unbounded_channel();
+        let (duplicates, duplicates_rx) = mpsc::unbounded_channel();
+        let checker = DuplicateCheck {
+            jetstream: self.jetstream.clone(),
+            nats: self.nats.clone(),
+            subjects: self.subjects.clone(),
+            store: self.store.clone(),
+            metrics: self.metrics.clone(),
+            marks: marks.clone(),
+        };
         let collector = Collector {
             config: self.config.clone(),
             nats: self.nats.clone(),
@@ -220,6 +230,7 @@ impl Publisher {
             progress: self.progress.clone(),
             metrics: self.metrics.clone(),
             marks,
+            duplicates,
             unstarted: self.unstarted.clone(),
             stream_full_alerted: std::sync::Mutex::new(None),
         };
@@ -230,6 +241,7 @@ impl Publisher {
             unstarted: self.unstarted.clone(),
         };
         let collecting = tokio::spawn(collector.run(rx));
+        let checking = tokio::spawn(checker.run(duplicates_rx));
         let marking = tokio::spawn(marker.run(marks_rx));
         let mut draining_until: Option<tokio::time::Instant> = None;
         let mut alarm = Alarm::new();
@@ -262,6 +274,7 @@ impl Publisher {
         }
         drop(tx);
         let _ = collecting.await;
+        let _ = checking.await;
         let _ = marking.await;
         if !self.wheel.is_empty() {
             tracing::warn!(
@@ -284,6 +297,8 @@ struct Collector {
     progress: SliceProgress,
     metrics: Metrics,
     marks: mpsc::UnboundedSender<Acked>,
+    /// Firings acknowledged as duplicates, to be checked against the stream.
+    duplicates: mpsc::UnboundedSender<Duplicate>,
     unstarted: Unstarted,
     /// When the last `stream_full` alert was raised.
     stream_full_alerted: std::sync::Mutex<Option<Instant>>,
@@ -301,13 +316,13 @@ fn stream_full(error: &jetstream::context::PublishError) -> bool {
 }
 
 /// A firing JetStream acknowledged, to be marked published.
-struct Acked {
-    id: FiringId,
-    /// The stream sequence the ack named: where the republisher looks for
-    /// the message.
-    stream_seq: u64,
+pub(crate) struct Acked {
+    pub id: FiringId,
+    /// The stream sequence that holds its message: where the republisher
+    /// looks for it.
+    pub stream_seq: u64,
     /// When the ack arrived.
-    at: chrono::DateTime<Utc>,
+    pub at: chrono::DateTime<Utc>,
 }
 
 impl Acked {
@@ -391,11 +406,19 @@ impl Collector {
                     self.progress.acked(slice);
                 }
                 self.unstarted.acked(entry.firing.id.clone());
-                let _ = self.marks.send(Acked {
-                    id: entry.firing.id,
-                    stream_seq: ack.sequence,
-                    at: Utc::now(),
-                });
+                if ack.duplicate {
+                    // Not proof that the stream holds it: checked first.
+                    let _ = self.duplicates.send(Duplicate {
+                        firing: entry.firing,
+                        stream_seq: ack.sequence,
+                    });
+                } else {
+                    let _ = self.marks.send(Acked {
+                        id: entry.firing.id,
+                        stream_seq: ack.sequence,
+                        at: Utc::now(),
+                    });
+                }
                 Some(rung)
             }
             Err(e) => {

@@ -25,7 +25,7 @@
 
 use crate::metrics::Metrics;
 use crate::publisher::firing_headers;
-use crate::store::{PublishedFiring, Store, StoreError};
+use crate::store::{PublishedFiring, StagedFiring, Store, StoreError};
 use crate::worker_reports::WorkerReports;
 use async_nats::jetstream::{self, kv, message::PublishMessage, stream::RawMessageErrorKind};
 use chime_common::headers;
@@ -94,6 +94,9 @@ pub enum Cause {
     /// Another message holds its sequence: its message id was taken by a
     /// message that is not this firing's (a forgery, or a stale copy).
     MessageReplaced,
+    /// Its publish was acknowledged as a duplicate, but the firing's
+    /// message was not in the stream (`duplicates.rs`).
+    DuplicateAck,
 }
 
 impl Cause {
@@ -102,10 +105,12 @@ impl Cause {
         match self {
             Cause::MessageGone => "message_gone",
             Cause::MessageReplaced => "message_replaced",
+            Cause::DuplicateAck => "duplicate_ack",
         }
     }
 
-    fn describe(self, seq: u64) -> String {
+    /// What happened to the message at `seq`, for logs and errors.
+    pub fn describe(self, seq: u64) -> String {
         match self {
             Cause::MessageGone => format!(
                 "its message (stream sequence {seq}) left the stream without a start"
@@ -113,13 +118,16 @@ impl Cause {
             Cause::MessageReplaced => format!(
                 "the message at its stream sequence {seq} is not this firing's (its message id was taken)"
             ),
+            Cause::DuplicateAck => format!(
+                "its publish was acknowledged as a duplicate of stream sequence {seq}, which does not hold its message"
+            ),
         }
     }
 }
 
 /// Where a published firing's message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Whereabouts {
+pub(crate) enum Whereabouts {
     /// In the stream, waiting for a worker.
     Waiting,
     /// Not where its ack said.
@@ -193,8 +201,8 @@ impl Republisher {
         &self.reports.jetstream
     }
 
-    /// Where the message of `published` is: read back by its sequence from
-    /// the stream leader. Err when the stream cannot answer now.
+    /// Where the message of `published` is. Err when the stream cannot
+    /// answer now.
     async fn whereabouts(
         &self,
         stream: &jetstream::stream::Stream<()>,
@@ -203,28 +211,9 @@ impl Republisher {
         let Some(seq) = published.stream_seq else {
             return Ok(Whereabouts::Unknown);
         };
-        match stream.get_raw_message(seq).await {
-            Ok(message) => {
-                let id = published.firing.id.to_string();
-                let same_firing = message
-                    .headers
-                    .get(headers::FIRING_ID)
-                    .is_some_and(|v| v.as_str() == id);
-                // A forged message may carry the real firing id; it never
-                // carries what was staged (the start compares digests).
-                Ok(
-                    if same_firing && message.payload == published.firing.payload {
-                        Whereabouts::Waiting
-                    } else {
-                        Whereabouts::Gone(Cause::MessageReplaced)
-                    },
-                )
-            }
-            Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => {
-                Ok(Whereabouts::Gone(Cause::MessageGone))
-            }
-            Err(e) => Err(RepublishError::Stream(e.to_string())),
-        }
+        whereabouts(stream, seq, &published.firing)
+            .await
+            .map_err(RepublishError::Stream)
     }
 
     /// Publishes copy `n` of `published` under the message id
@@ -382,6 +371,35 @@ impl Republisher {
             reported.clear();
         }
         Ok(outcome)
+    }
+}
+
+/// Where the message of `firing` that JetStream acknowledged at `seq` is:
+/// read back from the stream leader. Err when the stream cannot answer now.
+pub(crate) async fn whereabouts(
+    stream: &jetstream::stream::Stream<()>,
+    seq: u64,
+    firing: &StagedFiring,
+) -> Result<Whereabouts, String> {
+    match stream.get_raw_message(seq).await {
+        Ok(message) => {
+            let id = firing.id.to_string();
+            let same_firing = message
+                .headers
+                .get(headers::FIRING_ID)
+                .is_some_and(|v| v.as_str() == id);
+            // A forged message may carry the real firing id; it never
+            // carries what was staged (the start compares digests).
+            Ok(if same_firing && message.payload == firing.payload {
+                Whereabouts::Waiting
+            } else {
+                Whereabouts::Gone(Cause::MessageReplaced)
+            })
+        }
+        Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => {
+            Ok(Whereabouts::Gone(Cause::MessageGone))
+        }
+        Err(e) => Err(e.to_string()),
     }
 }
 

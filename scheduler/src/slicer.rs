@@ -28,6 +28,7 @@ use async_nats::jetstream::kv::{self, Operation};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -208,6 +209,9 @@ pub struct Slicer {
     claims: Arc<Mutex<HashMap<String, Known>>>,
     /// Each replica's liveness instant (UTC ms), as last seen in the bucket.
     alive: Arc<Mutex<HashMap<String, i64>>>,
+    /// This replica's own liveness instant (UTC ms) as last written to the
+    /// bucket with success; 0 before the first.
+    own_alive_until: Arc<AtomicI64>,
     /// Slices starting before this (UTC ms) were checked for density once,
     /// as they came within the dense horizon.
     dense_checked: Mutex<i64>,
@@ -242,6 +246,7 @@ impl Slicer {
             metrics,
             claims: Arc::new(Mutex::new(HashMap::new())),
             alive: Arc::new(Mutex::new(HashMap::new())),
+            own_alive_until: Arc::new(AtomicI64::new(0)),
             dense_checked: Mutex::new(i64::MIN),
             claimed_early: Mutex::new(HashSet::new()),
             clock: ClockStatus::default(),
@@ -264,7 +269,17 @@ impl Slicer {
     /// Whether `owner` is known to be gone at `now_ms`: its liveness key was
     /// seen and has lapsed. A replica never seen (an older version, or one
     /// that died before its first beat) is judged by its claims' leases only.
+    ///
+    /// Only while this replica's own liveness is current: a lapsed key
+    /// proves its owner dead only if keys can be renewed at all. While the
+    /// bucket has no leader (an election after a NATS node died) no replica
+    /// can renew, every key lapses, and judging by them made each replica
+    /// take over the other's slices while both were alive and publishing;
+    /// then the claims' leases decide.
     fn gone(&self, owner: &str, now_ms: i64) -> bool {
+        if self.own_alive_until.load(Ordering::Relaxed) < now_ms {
+            return false;
+        }
         let alive = self.alive.lock().unwrap_or_else(|p| p.into_inner());
         alive.get(owner).is_some_and(|until| *until < now_ms)
     }
@@ -650,8 +665,15 @@ impl Slicer {
         }
     }
 
-    /// Keeps this replica's liveness key fresh until `shutdown`.
-    async fn beat(replica: String, kv: kv::Store, liveness: Duration, shutdown: CancellationToken) {
+    /// Keeps this replica's liveness key fresh until `shutdown`, and
+    /// `own_alive_until` at what the bucket last stored.
+    async fn beat(
+        replica: String,
+        kv: kv::Store,
+        liveness: Duration,
+        own_alive_until: Arc<AtomicI64>,
+        shutdown: CancellationToken,
+    ) {
         let key = liveness_key(&replica);
         let mut tick = tokio::time::interval(liveness / 4);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -666,8 +688,9 @@ impl Slicer {
             let Ok(bytes) = serde_json::to_vec(&value) else {
                 continue;
             };
-            if let Err(e) = kv.put(key.as_str(), bytes.into()).await {
-                tracing::warn!(error = %e, "cannot renew this replica's liveness");
+            match kv.put(key.as_str(), bytes.into()).await {
+                Ok(_) => own_alive_until.store(value.alive_until_ms, Ordering::Relaxed),
+                Err(e) => tracing::warn!(error = %e, "cannot renew this replica's liveness"),
             }
         }
     }
@@ -769,6 +792,7 @@ impl Slicer {
             self.replica.clone(),
             self.kv.clone(),
             self.config.liveness,
+            self.own_alive_until.clone(),
             drained.clone(),
         )));
         // Claims and takeovers run side by side: a claim pass waits for its

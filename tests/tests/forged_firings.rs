@@ -3,9 +3,10 @@
 //! a real staged firing, `shell` and an argv of its choosing, runs nothing:
 //! the scheduler refuses the start (`not_as_staged`) and counts it, and the
 //! real firing still runs, once: when its own message comes, or, when the
-//! forgery also took the firing's `Nats-Msg-Id` so that JetStream dropped
-//! the real message as a duplicate, when the republisher finds the message
-//! its ack named gone and publishes the firing again under a fresh id.
+//! forgery also took the firing's `Nats-Msg-Id` so that JetStream answered
+//! the real publish as a duplicate of it, when the publisher finds that the
+//! sequence the ack named does not hold the firing's message and publishes
+//! it again under a fresh id.
 
 use async_nats::HeaderMap;
 use chime_common::headers;
@@ -149,9 +150,11 @@ async fn a_forged_firing_runs_nothing_and_the_real_one_still_runs() {
 }
 
 /// The forgery takes the real firing's message id first: JetStream answers
-/// the real publish as a duplicate of the forgery, whose refusal acked it
-/// away. The republisher finds no message at the sequence the ack named
-/// and publishes the firing again under `<id>~r1`, which runs, once.
+/// the real publish as a duplicate of the forgery's sequence. That ack is
+/// not taken as proof: the publisher reads the sequence back, finds a
+/// message that is not the firing's (or none, once the forgery's refusal
+/// acked it away) and publishes the firing at once under `<id>~v`, which
+/// runs, once. The republisher is kept out of it (`--republish-after 1h`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forgery_that_takes_the_real_message_id_does_not_strand_the_real_firing() {
     chime_tests::init_tracing();
@@ -160,9 +163,9 @@ async fn a_forgery_that_takes_the_real_message_id_does_not_strand_the_real_firin
     let dir = tempfile::tempdir().expect("a temporary directory");
     let (pwned, runs) = (dir.path().join("pwned"), dir.path().join("runs"));
 
-    let republish = ["--republish-after".to_string(), "1s".to_string()];
+    let no_republish = ["--republish-after".to_string(), "1h".to_string()];
     let mut scheduler =
-        chime_tests::start_scheduler_with(&nats.url(), &db.url(), "forged-2", &republish).await;
+        chime_tests::start_scheduler_with(&nats.url(), &db.url(), "forged-2", &no_republish).await;
     let mut worker = chime_tests::start_worker(&nats.url(), "default", 4, "forged-w2").await;
     let staged = stage_canary(&nats, dir.path(), &runs).await;
     forge(&nats, &staged, &pwned, true).await;
@@ -171,7 +174,7 @@ async fn a_forgery_that_takes_the_real_message_id_does_not_strand_the_real_firin
         .await;
 
     scheduler
-        .wait_for_log_line("published a firing again", Duration::from_secs(30))
+        .wait_for_log_line("acknowledged as a duplicate", Duration::from_secs(30))
         .await;
     chime_tests::eventually(Duration::from_secs(20), "the real firing runs", || async {
         firings(&nats, "canary")

@@ -103,6 +103,15 @@ impl Store {
             .collect())
     }
 
+    /// Whether firing `id` still waits for a start (`staged` or `published`).
+    pub async fn is_waiting(&self, id: &FiringId) -> Result<bool, StoreError> {
+        let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM waiting WHERE firing_id = $1")
+            .bind(id.to_string())
+            .fetch_optional(&self.read)
+            .await?;
+        Ok(found.is_some())
+    }
+
     /// Records a copy of published firing `id` acknowledged at `stream_seq`
     /// at `at`: one more republish, and the bound starts over. False when
     /// the firing no longer waits (a worker started it meanwhile).
