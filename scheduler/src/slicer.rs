@@ -277,11 +277,12 @@ impl Slicer {
     /// take over the other's slices while both were alive and publishing;
     /// then the claims' leases decide.
     fn gone(&self, owner: &str, now_ms: i64) -> bool {
-        if self.own_alive_until.load(Ordering::Relaxed) < now_ms {
-            return false;
-        }
         let alive = self.alive.lock().unwrap_or_else(|p| p.into_inner());
-        alive.get(owner).is_some_and(|until| *until < now_ms)
+        owner_gone(
+            self.own_alive_until.load(Ordering::Relaxed),
+            alive.get(owner).copied(),
+            now_ms,
+        )
     }
 
     fn claims(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {
@@ -855,6 +856,14 @@ impl Slicer {
     }
 }
 
+/// Whether a claim's owner whose liveness key was last seen holding
+/// `owner_alive_until` (`None`: never seen) is gone at `now_ms`, judged by
+/// a replica whose own key last stored `own_alive_until` (see
+/// [`Slicer::gone`]).
+fn owner_gone(own_alive_until: i64, owner_alive_until: Option<i64>, now_ms: i64) -> bool {
+    own_alive_until >= now_ms && owner_alive_until.is_some_and(|until| until < now_ms)
+}
+
 /// The claims of `known` that `me` may take over (their owner `gone` or
 /// their lease over), with their revisions, the slice due first first: a
 /// dead replica leaves several, and the later ones can wait.
@@ -901,6 +910,20 @@ mod tests {
                 (slice_key(2 * SECOND, 0), 6),
                 (slice_key(3 * SECOND, 0), 7)
             ]
+        );
+    }
+
+    #[test]
+    fn a_lapsed_key_proves_its_owner_gone_only_while_the_judge_can_renew_its_own() {
+        // This replica renewed until 5 s: the other's key, lapsed at 3 s, is its owner gone.
+        assert!(owner_gone(5 * SECOND, Some(3 * SECOND), 4 * SECOND));
+        assert!(!owner_gone(5 * SECOND, Some(6 * SECOND), 4 * SECOND));
+        assert!(!owner_gone(5 * SECOND, None, 4 * SECOND), "never seen");
+        // Neither could renew (the bucket has no leader): nobody is judged gone.
+        assert!(!owner_gone(3 * SECOND, Some(3 * SECOND), 4 * SECOND));
+        assert!(
+            !owner_gone(0, Some(SECOND), 4 * SECOND),
+            "before its own first beat"
         );
     }
 
