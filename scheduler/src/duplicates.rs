@@ -82,7 +82,7 @@ impl DuplicateCheck {
                 return Some(duplicate.stream_seq);
             }
         };
-        match self.store.is_waiting(&firing.id).await {
+        match self.store.awaits_start(&firing.id).await {
             Ok(false) => return None,
             Ok(true) => {}
             Err(e) => {

@@ -169,11 +169,11 @@ async fn a_firing_a_worker_refused_or_terminated_through_its_own_fault_still_run
     // A good worker: both firings come back to it and run, once each.
     let mut worker = chime_tests::start_worker(&nats.url(), "default", 4, "good").await;
     for job in ["refused", "terminated"] {
-        chime_tests::eventually(
-            Duration::from_secs(30),
-            &format!("{job} runs"),
-            || async { firings(&nats, job).iter().any(|f| f["state"] == "succeeded") },
-        )
+        chime_tests::eventually(Duration::from_secs(30), &format!("{job} runs"), || async {
+            firings(&nats, job)
+                .iter()
+                .any(|f| f["state"] == "succeeded")
+        })
         .await;
     }
     let ran = runs_per_job(&runs);

@@ -103,12 +103,18 @@ impl Store {
             .collect())
     }
 
-    /// Whether firing `id` still waits for a start (`staged` or `published`).
-    pub async fn is_waiting(&self, id: &FiringId) -> Result<bool, StoreError> {
-        let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM waiting WHERE firing_id = $1")
-            .bind(id.to_string())
-            .fetch_optional(&self.read)
-            .await?;
+    /// Whether firing `id` still waits for a start from its message
+    /// (`staged` or `published`, and not held by a limit: a held firing is
+    /// published again when released).
+    pub async fn awaits_start(&self, id: &FiringId) -> Result<bool, StoreError> {
+        let found: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM waiting w WHERE w.firing_id = $1 \
+                 AND NOT EXISTS (SELECT 1 FROM held h \
+                     WHERE h.firing_id = w.firing_id AND h.released_at IS NULL)",
+        )
+        .bind(id.to_string())
+        .fetch_optional(&self.read)
+        .await?;
         Ok(found.is_some())
     }
 
