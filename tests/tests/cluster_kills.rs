@@ -66,6 +66,25 @@ async fn kill_for_a_while(cluster: &mut NatsCluster, js: &jetstream::Context, no
     cluster.wait_healthy(js, HEAL).await;
 }
 
+/// How often the schedulers logged `needle` so far, summed.
+fn logged(cast: &Cast, needle: &str) -> usize {
+    cast.schedulers
+        .iter()
+        .map(|s| s.log().matches(needle).count())
+        .sum()
+}
+
+/// What the schedulers did about publishes JetStream did not back: copies
+/// published after a duplicate ack whose sequence did not hold the firing's
+/// message, and copies the republisher published.
+fn rescues(cast: &Cast) -> String {
+    format!(
+        "{} published again after a duplicate ack, {} by the republisher",
+        logged(cast, "acknowledged as a duplicate but"),
+        logged(cast, "published a firing again")
+    )
+}
+
 /// Panics if a scheduler or worker process exited.
 fn all_alive(cast: &mut Cast) {
     for (i, scheduler) in cast.schedulers.iter_mut().enumerate() {
@@ -127,9 +146,10 @@ async fn killing_a_follower_the_stream_leader_and_the_meta_leader_loses_and_repe
         let verdict = verify(&client, &jobs, &due, &runs, &seen, SETTLE).await;
         all_alive(&mut cast);
         println!(
-            "kill -9 of {} ({role}) for {DOWN:?} ({:.1} s): {verdict}",
+            "kill -9 of {} ({role}) for {DOWN:?} ({:.1} s): {verdict}; {}",
             cluster.name(node),
-            began.elapsed().as_secs_f64()
+            began.elapsed().as_secs_f64(),
+            rescues(&cast)
         );
     }
     cast.terminate_all(Duration::from_secs(20)).await;
@@ -177,8 +197,9 @@ async fn killing_the_stream_leader_in_the_middle_of_a_publish_burst_loses_and_re
     let verdict = verify(&client, &jobs, &due, &runs, &seen, SETTLE).await;
     all_alive(&mut cast);
     println!(
-        "kill -9 of {} leading CHIME_FIRE after {on_the_wire} of {burst} burst publishes: {verdict}",
-        cluster.name(leader)
+        "kill -9 of {} leading CHIME_FIRE after {on_the_wire} of {burst} burst publishes: {verdict}; {}",
+        cluster.name(leader),
+        rescues(&cast)
     );
     cast.terminate_all(Duration::from_secs(20)).await;
 }

@@ -4,14 +4,16 @@
 //! firing `published` with nothing in the stream. The republisher finds the
 //! message gone and publishes the firing again under a fresh message id; a
 //! good worker then runs it, once. A firing whose copies all go the same
-//! way ends `failed`, with the reason and a `firing_failed` alert.
+//! way ends `failed`, with the reason and a `firing_failed` alert. A
+//! firing whose message still waits is not copied; its `not_started` alert
+//! says that no worker of its group is alive.
 
 use async_nats::jetstream::{self, consumer, AckKind};
 use chime_common::headers;
 use chime_common::protocol::{Alert, AlertKind, StartRequest};
 use chime_common::{Band, FiringId, Subjects};
 use chime_tests::{Binary, NatsServer, SqliteDatabase};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::Path;
@@ -122,7 +124,12 @@ async fn a_firing_a_worker_refused_or_terminated_through_its_own_fault_still_run
     let db = SqliteDatabase::create();
     let dir = tempfile::tempdir().expect("a temporary directory");
     let runs = dir.path().join("runs");
-    let republish = ["--republish-after".to_string(), "1s".to_string()];
+    let republish = [
+        "--republish-after".to_string(),
+        "1s".to_string(),
+        "--not-started-after".to_string(),
+        "2s".to_string(),
+    ];
     let mut scheduler =
         chime_tests::start_scheduler_with(&nats.url(), &db.url(), "own-fault", &republish).await;
     let at = chime_tests::aligned_start(Duration::from_secs(5));
@@ -133,6 +140,11 @@ async fn a_firing_a_worker_refused_or_terminated_through_its_own_fault_still_run
     // `not_as_staged` and acks the message, as docs/PROTOCOL.md says for a
     // refusal; it terminates `terminated` without asking.
     let client = nats.connect().await;
+    let mut alerts = client
+        .subscribe(Subjects::default().alerts())
+        .await
+        .expect("subscribed");
+    client.flush().await.expect("flushed");
     let js = jetstream::new(client.clone());
     let consumer = fire_consumer(&js).await;
     let subject = Subjects::default().worker_start_as("default", "rogue");
@@ -182,6 +194,11 @@ async fn a_firing_a_worker_refused_or_terminated_through_its_own_fault_still_run
     scheduler
         .wait_for_log_line("published a firing again", Duration::from_secs(1))
         .await;
+    // A message gone is not a group without workers: no not_started alert.
+    while let Some(Some(message)) = alerts.next().now_or_never() {
+        let alert: Alert = serde_json::from_slice(&message.payload).expect("an alert");
+        assert_ne!(alert.kind, AlertKind::NotStarted, "{}", alert.message);
+    }
     worker.terminate(Duration::from_secs(10)).await;
     scheduler.terminate(Duration::from_secs(15)).await;
 }
@@ -273,5 +290,59 @@ async fn a_firing_whose_every_copy_is_terminated_ends_failed_with_an_alert() {
         "{listed:?}"
     );
     assert!(runs_per_job(&runs).is_empty(), "nothing ran");
+    scheduler.terminate(Duration::from_secs(15)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_firing_of_a_group_without_workers_is_reported_naming_the_cause() {
+    chime_tests::init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let runs = dir.path().join("runs");
+    let settings = [
+        "--republish-after".to_string(),
+        "1s".to_string(),
+        "--not-started-after".to_string(),
+        "2s".to_string(),
+    ];
+    let mut scheduler =
+        chime_tests::start_scheduler_with(&nats.url(), &db.url(), "unstaffed", &settings).await;
+    let client = nats.connect().await;
+    let mut alerts = client
+        .subscribe(Subjects::default().alerts())
+        .await
+        .expect("subscribed");
+    client.flush().await.expect("flushed");
+    let at = chime_tests::aligned_start(Duration::from_secs(4));
+    put_jobs(&nats, dir.path(), &runs, &["unstaffed"], at);
+
+    let alert = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let message = alerts.next().await.expect("the alerts subscription");
+            let alert: Alert = serde_json::from_slice(&message.payload).expect("an alert");
+            if alert.kind == AlertKind::NotStarted {
+                return alert;
+            }
+        }
+    })
+    .await
+    .expect("a not_started alert");
+    assert_eq!(alert.job_id, "unstaffed");
+    assert!(
+        alert.message.contains("its message waits in the stream")
+            && alert
+                .message
+                .contains("no worker of group \"default\" is alive"),
+        "{}",
+        alert.message
+    );
+    // Its message waits: nothing was published again.
+    assert!(
+        !scheduler.log().contains("published a firing again"),
+        "a waiting message was copied"
+    );
+    let listed = firings(&nats, "unstaffed");
+    assert_eq!(listed[0]["state"], "published", "{listed:?}");
     scheduler.terminate(Duration::from_secs(15)).await;
 }
