@@ -28,7 +28,6 @@ use async_nats::jetstream::kv::{self, Operation};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -209,9 +208,6 @@ pub struct Slicer {
     claims: Arc<Mutex<HashMap<String, Known>>>,
     /// Each replica's liveness instant (UTC ms), as last seen in the bucket.
     alive: Arc<Mutex<HashMap<String, i64>>>,
-    /// This replica's own liveness instant (UTC ms) as last written to the
-    /// bucket with success; 0 before the first.
-    own_alive_until: Arc<AtomicI64>,
     /// Slices starting before this (UTC ms) were checked for density once,
     /// as they came within the dense horizon.
     dense_checked: Mutex<i64>,
@@ -246,7 +242,6 @@ impl Slicer {
             metrics,
             claims: Arc::new(Mutex::new(HashMap::new())),
             alive: Arc::new(Mutex::new(HashMap::new())),
-            own_alive_until: Arc::new(AtomicI64::new(0)),
             dense_checked: Mutex::new(i64::MIN),
             claimed_early: Mutex::new(HashSet::new()),
             clock: ClockStatus::default(),
@@ -270,18 +265,22 @@ impl Slicer {
     /// seen and has lapsed. A replica never seen (an older version, or one
     /// that died before its first beat) is judged by its claims' leases only.
     ///
-    /// Only while this replica's own liveness is current: a lapsed key
-    /// proves its owner dead only if keys can be renewed at all. While the
-    /// bucket has no leader (an election after a NATS node died) no replica
-    /// can renew, every key lapses, and judging by them made each replica
-    /// take over the other's slices while both were alive and publishing;
-    /// then the claims' leases decide.
+    /// Only while this replica's own key, as seen through the same watch,
+    /// has at least half its liveness to run: a lapsed key proves its owner
+    /// dead only if keys are being renewed and the watch shows renewals.
+    /// When a NATS node dies, the watch whose consumer lived there stalls
+    /// until a missed heartbeat restarts it (about ten seconds), and while
+    /// the bucket has no leader no key can be renewed: either way every
+    /// key seen lapses, this replica's own with them, and judging by them
+    /// made each replica take over the other's slices while both were alive
+    /// and publishing. Then the claims' leases decide.
     fn gone(&self, owner: &str, now_ms: i64) -> bool {
         let alive = self.alive.lock().unwrap_or_else(|p| p.into_inner());
         owner_gone(
-            self.own_alive_until.load(Ordering::Relaxed),
+            alive.get(&self.replica).copied(),
             alive.get(owner).copied(),
             now_ms,
+            i64::try_from(self.config.liveness.as_millis() / 2).unwrap_or(i64::MAX),
         )
     }
 
@@ -666,15 +665,8 @@ impl Slicer {
         }
     }
 
-    /// Keeps this replica's liveness key fresh until `shutdown`, and
-    /// `own_alive_until` at what the bucket last stored.
-    async fn beat(
-        replica: String,
-        kv: kv::Store,
-        liveness: Duration,
-        own_alive_until: Arc<AtomicI64>,
-        shutdown: CancellationToken,
-    ) {
+    /// Keeps this replica's liveness key fresh until `shutdown`.
+    async fn beat(replica: String, kv: kv::Store, liveness: Duration, shutdown: CancellationToken) {
         let key = liveness_key(&replica);
         let mut tick = tokio::time::interval(liveness / 4);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -689,9 +681,8 @@ impl Slicer {
             let Ok(bytes) = serde_json::to_vec(&value) else {
                 continue;
             };
-            match kv.put(key.as_str(), bytes.into()).await {
-                Ok(_) => own_alive_until.store(value.alive_until_ms, Ordering::Relaxed),
-                Err(e) => tracing::warn!(error = %e, "cannot renew this replica's liveness"),
+            if let Err(e) = kv.put(key.as_str(), bytes.into()).await {
+                tracing::warn!(error = %e, "cannot renew this replica's liveness");
             }
         }
     }
@@ -793,7 +784,6 @@ impl Slicer {
             self.replica.clone(),
             self.kv.clone(),
             self.config.liveness,
-            self.own_alive_until.clone(),
             drained.clone(),
         )));
         // Claims and takeovers run side by side: a claim pass waits for its
@@ -857,11 +847,17 @@ impl Slicer {
 }
 
 /// Whether a claim's owner whose liveness key was last seen holding
-/// `owner_alive_until` (`None`: never seen) is gone at `now_ms`, judged by
-/// a replica whose own key last stored `own_alive_until` (see
-/// [`Slicer::gone`]).
-fn owner_gone(own_alive_until: i64, owner_alive_until: Option<i64>, now_ms: i64) -> bool {
-    own_alive_until >= now_ms && owner_alive_until.is_some_and(|until| until < now_ms)
+/// `owner_alive_until` is gone at `now_ms`, judged by a replica that last
+/// saw its own key hold `own_alive_until` (`None`: never seen), which must
+/// have at least `margin_ms` to run (see [`Slicer::gone`]).
+fn owner_gone(
+    own_alive_until: Option<i64>,
+    owner_alive_until: Option<i64>,
+    now_ms: i64,
+    margin_ms: i64,
+) -> bool {
+    own_alive_until.is_some_and(|own| own >= now_ms.saturating_add(margin_ms))
+        && owner_alive_until.is_some_and(|until| until < now_ms)
 }
 
 /// The claims of `known` that `me` may take over (their owner `gone` or
@@ -914,16 +910,32 @@ mod tests {
     }
 
     #[test]
-    fn a_lapsed_key_proves_its_owner_gone_only_while_the_judge_can_renew_its_own() {
-        // This replica renewed until 5 s: the other's key, lapsed at 3 s, is its owner gone.
-        assert!(owner_gone(5 * SECOND, Some(3 * SECOND), 4 * SECOND));
-        assert!(!owner_gone(5 * SECOND, Some(6 * SECOND), 4 * SECOND));
-        assert!(!owner_gone(5 * SECOND, None, 4 * SECOND), "never seen");
-        // Neither could renew (the bucket has no leader): nobody is judged gone.
-        assert!(!owner_gone(3 * SECOND, Some(3 * SECOND), 4 * SECOND));
+    fn a_lapsed_key_proves_its_owner_gone_only_while_the_judge_sees_its_own_renewed() {
+        let margin = 500;
+        // Its own key seen fresh (until 4.8 s at 4 s): the other's, lapsed at 3 s, is gone.
+        assert!(owner_gone(
+            Some(4_800),
+            Some(3 * SECOND),
+            4 * SECOND,
+            margin
+        ));
+        assert!(!owner_gone(
+            Some(4_800),
+            Some(6 * SECOND),
+            4 * SECOND,
+            margin
+        ));
         assert!(
-            !owner_gone(0, Some(SECOND), 4 * SECOND),
-            "before its own first beat"
+            !owner_gone(Some(4_800), None, 4 * SECOND, margin),
+            "never seen"
+        );
+        // The watch stalled (or no key can be renewed): every key seen
+        // lapses, its own a moment after the other's. Nobody is gone.
+        assert!(!owner_gone(Some(4_200), Some(3_950), 4 * SECOND, margin));
+        assert!(!owner_gone(Some(3_900), Some(3_800), 4 * SECOND, margin));
+        assert!(
+            !owner_gone(None, Some(SECOND), 4 * SECOND, margin),
+            "its own never seen"
         );
     }
 

@@ -74,12 +74,14 @@ fn logged(cast: &Cast, needle: &str) -> usize {
         .sum()
 }
 
-/// What the schedulers did about publishes JetStream did not back: copies
-/// published after a duplicate ack whose sequence did not hold the firing's
-/// message, and copies the republisher published.
+/// Slices the schedulers took over from each other, and what they did
+/// about publishes JetStream did not back: copies published after a
+/// duplicate ack whose sequence did not hold the firing's message, and
+/// copies the republisher published.
 fn rescues(cast: &Cast) -> String {
     format!(
-        "{} published again after a duplicate ack, {} by the republisher",
+        "{} slices taken over, {} firings published again after a duplicate ack, {} by the republisher",
+        logged(cast, "took over a stale slice"),
         logged(cast, "acknowledged as a duplicate but"),
         logged(cast, "published a firing again")
     )
