@@ -1,12 +1,11 @@
 //! The publish transition: `staged` → `published`, recorded once JetStream
-//! has the firing. Also the read of published firings no worker started.
+//! has the firing, with the stream sequence of its message.
 
 use super::dialect::Col;
-use super::rows::{self, FIRING_COLUMNS};
 use super::stage::BATCH_ROWS;
 use super::states::{sources_sql, Transition};
 use super::{json_text, ms, Store, StoreError};
-use chime_common::{Firing, FiringId};
+use chime_common::FiringId;
 use chrono::{DateTime, Utc};
 
 /// A firing JetStream acknowledged, and the `CHIME_FIRE` sequence its ack
@@ -92,29 +91,5 @@ impl Store {
                 .await?;
         }
         Ok(changed)
-    }
-
-    /// Published firings no worker started, published before
-    /// `published_before`, oldest first (those a limit holds excluded: they wait
-    /// on purpose). Corrupt rows are logged and left out.
-    pub async fn unstarted(
-        &self,
-        published_before: DateTime<Utc>,
-        limit: u32,
-    ) -> Result<Vec<Firing>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {FIRING_COLUMNS} FROM firings WHERE id IN ( \
-                 SELECT w.firing_id FROM waiting w \
-                 WHERE w.published_at IS NOT NULL AND w.published_at < $1 \
-                     AND NOT EXISTS (SELECT 1 FROM held h \
-                         WHERE h.firing_id = w.firing_id AND h.released_at IS NULL) \
-                 ORDER BY w.published_at, w.firing_id LIMIT $2) \
-             ORDER BY published_at, id"
-        ))
-        .bind(ms(published_before))
-        .bind(i64::from(limit))
-        .fetch_all(&self.read)
-        .await?;
-        Ok(rows::readable(&rows, rows::firing, "published firing"))
     }
 }
