@@ -176,6 +176,9 @@ pub struct Republisher {
     pub metrics: Metrics,
     /// Firings already reported `not_started` (each once).
     reported: std::sync::Mutex<HashSet<FiringId>>,
+    /// Where the next pass goes on: the last firing a full pass judged.
+    /// A pass that judged fewer than a batch starts over from the oldest.
+    cursor: std::sync::Mutex<Option<(DateTime<Utc>, FiringId)>>,
 }
 
 impl Republisher {
@@ -194,6 +197,7 @@ impl Republisher {
             reports,
             metrics,
             reported: Default::default(),
+            cursor: Default::default(),
         }
     }
 
@@ -276,10 +280,27 @@ impl Republisher {
             since(self.config.after),
             since(self.config.not_started_after),
         );
+        let cursor = self
+            .cursor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let candidates = self
             .store
-            .published_unstarted(republish_before.max(alert_before), self.config.batch)
+            .published_unstarted_after(
+                republish_before.max(alert_before),
+                cursor.as_ref(),
+                self.config.batch,
+            )
             .await?;
+        *self.cursor.lock().unwrap_or_else(|p| p.into_inner()) =
+            if candidates.len() >= self.config.batch as usize {
+                candidates
+                    .last()
+                    .map(|p| (p.published_at, p.firing.id.clone()))
+            } else {
+                None
+            };
         if candidates.is_empty() {
             return Ok(outcome);
         }

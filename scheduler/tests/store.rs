@@ -2757,6 +2757,14 @@ async fn unstarted_lists_published_firings_not_started(db: &TestDb) {
     // Each mark keeps the stream sequence its ack named.
     assert_eq!(all[1].firing.id, ids[1]);
     assert_eq!(all[1].stream_seq, Some(42));
+    // A later read goes on after the last one judged.
+    let cursor = (all[0].published_at, all[0].firing.id.clone());
+    let rest = store
+        .published_unstarted_after(t(10), Some(&cursor), 10)
+        .await
+        .expect("unstarted");
+    let rest: Vec<FiringId> = rest.into_iter().map(|p| p.firing.id).collect();
+    assert_eq!(rest, ids[1..].to_vec());
     // A copy published again: one more republish, its own sequence, and
     // the bound starts over from its publish.
     assert!(store

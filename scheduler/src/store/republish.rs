@@ -41,15 +41,36 @@ impl Store {
         published_before: DateTime<Utc>,
         limit: u32,
     ) -> Result<Vec<PublishedFiring>, StoreError> {
+        self.published_unstarted_after(published_before, None, limit)
+            .await
+    }
+
+    /// [`Store::published_unstarted`] from after `cursor` (the published
+    /// instant and id of the last one a previous call returned) on, so that
+    /// a backlog that waits on purpose (a group without workers) does not
+    /// hide the firings behind it.
+    pub async fn published_unstarted_after(
+        &self,
+        published_before: DateTime<Utc>,
+        cursor: Option<&(DateTime<Utc>, FiringId)>,
+        limit: u32,
+    ) -> Result<Vec<PublishedFiring>, StoreError> {
+        let (after_ms, after_id) = match cursor {
+            Some((at, id)) => (ms(*at), id.to_string()),
+            None => (i64::MIN, String::new()),
+        };
         let waiting = sqlx::query(
             "SELECT w.firing_id, w.stream_seq, w.republishes, w.published_at FROM waiting w \
              WHERE w.published_at IS NOT NULL AND w.published_at < $1 \
+                 AND (w.published_at > $3 OR (w.published_at = $3 AND w.firing_id > $4)) \
                  AND NOT EXISTS (SELECT 1 FROM held h \
                      WHERE h.firing_id = w.firing_id AND h.released_at IS NULL) \
              ORDER BY w.published_at, w.firing_id LIMIT $2",
         )
         .bind(ms(published_before))
         .bind(i64::from(limit))
+        .bind(after_ms)
+        .bind(after_id)
         .fetch_all(&self.read)
         .await?;
         if waiting.is_empty() {
