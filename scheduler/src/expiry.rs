@@ -1,6 +1,7 @@
 //! The expiry monitor: re-queues firings whose worker vanished, whose
-//! deadline passed, or that their live worker does not run (`requeue.rs`),
-//! and reports published firings no worker started.
+//! deadline passed, or that their live worker does not run (`requeue.rs`).
+//! Published firings no worker started are the republisher's
+//! (`republish.rs`).
 //!
 //! One replica runs it at a time (see `lease.rs`). A worker is gone when its
 //! heartbeat key in `chime-workers` has expired. Re-queuing is atomic and
@@ -35,8 +36,6 @@ pub struct ExpiryConfig {
     /// How long past its deadline an executing firing may go unreported
     /// before it is re-queued (the worker cuts it off at the deadline itself).
     pub deadline_grace: Duration,
-    /// A published firing no worker started after this long raises an alert.
-    pub not_started_after: Duration,
     /// The lease that makes one replica the monitor.
     pub lease_ttl: Duration,
 }
@@ -48,7 +47,6 @@ impl Default for ExpiryConfig {
             batch: 1_000,
             start_grace: Duration::from_secs(2),
             deadline_grace: Duration::from_secs(5),
-            not_started_after: Duration::from_secs(60),
             lease_ttl: Duration::from_secs(5),
         }
     }
@@ -74,8 +72,6 @@ pub struct ExpiryOutcome {
     pub lost: Vec<FiringId>,
     /// Next attempts staged.
     pub retried: Vec<FiringId>,
-    /// Published firings reported as not started.
-    pub not_started: Vec<FiringId>,
     /// Firings the store refused to re-queue (not for an outage); retried next scan.
     pub failed: Vec<FiringId>,
     /// Firings whose worker's heartbeat is gone (or does not list them)
@@ -132,7 +128,6 @@ pub struct ExpiryMonitor {
     pub workers: kv::Store,
     pub reports: WorkerReports,
     pub metrics: Metrics,
-    reported: std::sync::Mutex<HashSet<FiringId>>,
     not_running: NotRunning,
 }
 
@@ -151,7 +146,6 @@ impl ExpiryMonitor {
             workers,
             reports,
             metrics,
-            reported: Default::default(),
             not_running: NotRunning::default(),
         }
     }
@@ -316,39 +310,6 @@ impl ExpiryMonitor {
                     }
                 }
             }
-        }
-        let before =
-            now - chrono::Duration::from_std(self.config.not_started_after).unwrap_or_default();
-        let waiting = self.store.unstarted(before, self.config.batch).await?;
-        for firing in waiting {
-            let fresh = self
-                .reported
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(firing.id.clone());
-            if !fresh {
-                continue;
-            }
-            let alert = Alert {
-                kind: AlertKind::NotStarted,
-                job_id: firing.job_id.clone(),
-                group: firing.group.clone(),
-                firing_id: Some(firing.id.clone()),
-                message: format!(
-                    "firing {} was published to group {:?} and no worker started it within {:?}; is any worker of that group running?",
-                    firing.id, firing.group, self.config.not_started_after
-                ),
-                at: now,
-                consecutive_failures: None,
-                paused: false,
-                lateness_ms: None,
-            };
-            self.reports.alert(&alert).await;
-            outcome.not_started.push(firing.id);
-        }
-        let mut reported = self.reported.lock().unwrap_or_else(|p| p.into_inner());
-        if reported.len() > 100_000 {
-            reported.clear();
         }
         Ok(outcome)
     }

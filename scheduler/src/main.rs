@@ -91,7 +91,8 @@ struct Args {
     /// History always keeps the newest this many firings per job.
     #[arg(long, env = "CHIME_HISTORY_KEEP", default_value_t = 100)]
     history_keep: u32,
-    /// A published firing that no worker started for this long raises an alert.
+    /// A published firing that no worker started for this long, whose
+    /// message still waits in the stream, raises a `not_started` alert.
     #[arg(long, env = "CHIME_NOT_STARTED_AFTER", default_value = "60s", value_parser = duration)]
     not_started_after: Duration,
     /// How many times one instant is run again after faults of the
@@ -100,6 +101,13 @@ struct Args {
     /// it the firing ends failed with an alert.
     #[arg(long, env = "CHIME_INFRA_RETRIES", default_value_t = chime_scheduler::store::DEFAULT_INFRA_RETRIES)]
     infra_retries: u32,
+    /// A published firing that no worker started for this long has its
+    /// message looked up in the stream, and is published again if it is gone.
+    #[arg(long, env = "CHIME_REPUBLISH_AFTER", default_value = "15s", value_parser = duration)]
+    republish_after: Duration,
+    /// Copies of a firing published again before it ends `failed`.
+    #[arg(long, env = "CHIME_MAX_REPUBLISHES", default_value_t = 3)]
+    max_republishes: u32,
     /// How often the expiry monitor scans executing firings.
     #[arg(long, env = "CHIME_EXPIRY_INTERVAL", default_value = "1s", value_parser = duration)]
     expiry_interval: Duration,
@@ -237,7 +245,9 @@ impl Args {
             .map(|u| u.trim().to_string())
             .filter(|u| !u.is_empty())
             .collect();
-        config.expiry.not_started_after = self.not_started_after;
+        config.republish.not_started_after = self.not_started_after;
+        config.republish.after = self.republish_after;
+        config.republish.max_republishes = self.max_republishes;
         config.expiry.interval = self.expiry_interval;
         config.shutdown_drain = self.shutdown_drain;
         config.clock.max_offset = self.max_clock_offset;

@@ -57,6 +57,10 @@ pub struct Metrics {
     /// Instants recorded `skipped` that raised a `missed` alert, by group and
     /// cause (`misfire`, `calendar`).
     pub firings_missed: IntCounterVec,
+    /// Published firings published again because their message was gone
+    /// from the stream before any worker started them, by group and cause
+    /// (`message_gone`, `message_replaced`).
+    pub firings_republished: IntCounterVec,
     /// Instants found later than their job's misfire threshold.
     pub misfires: IntCounter,
     /// Instants recorded `skipped` (misfire policy) while staging.
@@ -228,6 +232,12 @@ impl Metrics {
                 &r,
                 "chime_firings_missed_total",
                 "Instants skipped (misfire, or a calendar with alert_on_excluded) that raised a missed alert.",
+                &["group", "cause"],
+            ),
+            firings_republished: counter_vec(
+                &r,
+                "chime_firings_republished_total",
+                "Published firings published again because their message left the stream before any worker started them.",
                 &["group", "cause"],
             ),
             publish_duplicates: counter(

@@ -18,8 +18,9 @@
 
 use crate::alarm::Alarm;
 use crate::claim::SliceProgress;
+use crate::duplicates::{Duplicate, DuplicateCheck};
 use crate::metrics::Metrics;
-use crate::store::{StagedFiring, Store};
+use crate::store::{AckedFiring, StagedFiring, Store};
 use crate::unstarted::Unstarted;
 use crate::wheel::{Wheel, WheelEntry};
 use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMessage};
@@ -212,6 +213,15 @@ impl Publisher {
     ) {
         let (tx, rx) = mpsc::channel::<Sent>(8_192);
         let (marks, marks_rx) = mpsc::unbounded_channel();
+        let (duplicates, duplicates_rx) = mpsc::unbounded_channel();
+        let checker = DuplicateCheck {
+            jetstream: self.jetstream.clone(),
+            nats: self.nats.clone(),
+            subjects: self.subjects.clone(),
+            store: self.store.clone(),
+            metrics: self.metrics.clone(),
+            marks: marks.clone(),
+        };
         let collector = Collector {
             config: self.config.clone(),
             nats: self.nats.clone(),
@@ -220,6 +230,7 @@ impl Publisher {
             progress: self.progress.clone(),
             metrics: self.metrics.clone(),
             marks,
+            duplicates,
             unstarted: self.unstarted.clone(),
             stream_full_alerted: std::sync::Mutex::new(None),
         };
@@ -230,6 +241,7 @@ impl Publisher {
             unstarted: self.unstarted.clone(),
         };
         let collecting = tokio::spawn(collector.run(rx));
+        let checking = tokio::spawn(checker.run(duplicates_rx));
         let marking = tokio::spawn(marker.run(marks_rx));
         let mut draining_until: Option<tokio::time::Instant> = None;
         let mut alarm = Alarm::new();
@@ -262,6 +274,7 @@ impl Publisher {
         }
         drop(tx);
         let _ = collecting.await;
+        let _ = checking.await;
         let _ = marking.await;
         if !self.wheel.is_empty() {
             tracing::warn!(
@@ -284,6 +297,8 @@ struct Collector {
     progress: SliceProgress,
     metrics: Metrics,
     marks: mpsc::UnboundedSender<Acked>,
+    /// Firings acknowledged as duplicates, to be checked against the stream.
+    duplicates: mpsc::UnboundedSender<Duplicate>,
     unstarted: Unstarted,
     /// When the last `stream_full` alert was raised.
     stream_full_alerted: std::sync::Mutex<Option<Instant>>,
@@ -301,10 +316,22 @@ fn stream_full(error: &jetstream::context::PublishError) -> bool {
 }
 
 /// A firing JetStream acknowledged, to be marked published.
-struct Acked {
-    id: FiringId,
+pub(crate) struct Acked {
+    pub id: FiringId,
+    /// The stream sequence that holds its message: where the republisher
+    /// looks for it.
+    pub stream_seq: u64,
     /// When the ack arrived.
-    at: chrono::DateTime<Utc>,
+    pub at: chrono::DateTime<Utc>,
+}
+
+impl Acked {
+    fn firing(&self) -> AckedFiring {
+        AckedFiring {
+            id: self.id.clone(),
+            stream_seq: self.stream_seq,
+        }
+    }
 }
 
 impl Collector {
@@ -379,10 +406,19 @@ impl Collector {
                     self.progress.acked(slice);
                 }
                 self.unstarted.acked(entry.firing.id.clone());
-                let _ = self.marks.send(Acked {
-                    id: entry.firing.id,
-                    at: Utc::now(),
-                });
+                if ack.duplicate {
+                    // Not proof that the stream holds it: checked first.
+                    let _ = self.duplicates.send(Duplicate {
+                        firing: entry.firing,
+                        stream_seq: ack.sequence,
+                    });
+                } else {
+                    let _ = self.marks.send(Acked {
+                        id: entry.firing.id,
+                        stream_seq: ack.sequence,
+                        at: Utc::now(),
+                    });
+                }
                 Some(rung)
             }
             Err(e) => {
@@ -517,10 +553,11 @@ impl Marker {
                 continue;
             }
             let ids: Vec<FiringId> = batch.iter().map(|a| a.id.clone()).collect();
+            let acked: Vec<AckedFiring> = batch.iter().map(Acked::firing).collect();
             // Acks arrive in order, so the batch's last is its latest: the
             // time JetStream held all of them.
             let at = batch.last().map_or_else(Utc::now, |a| a.at);
-            match self.store.record_published(&ids, at).await {
+            match self.store.record_acked(&acked, at).await {
                 Ok(_) => {
                     self.unstarted.forget(&ids);
                     failures = 0;
@@ -539,7 +576,7 @@ impl Marker {
                     tracing::warn!(error = %e, pending = batch.len(), "cannot mark a batch published; marking one by one");
                     for acked in batch {
                         let one = std::slice::from_ref(&acked.id);
-                        match self.store.record_published(one, acked.at).await {
+                        match self.store.record_acked(&[acked.firing()], acked.at).await {
                             Err(e) if e.is_retryable() => waiting.push_front(acked),
                             Err(e) => {
                                 tracing::warn!(firing_id = %acked.id, error = %e, "cannot mark this firing published; it stays staged");
@@ -623,6 +660,7 @@ mod tests {
             marks
                 .send(Acked {
                     id: id.clone(),
+                    stream_seq: 0,
                     at: now,
                 })
                 .expect("the marker's channel");

@@ -17,6 +17,7 @@ use crate::maintenance::{MaintenanceConfig, MaintenanceWindows};
 use crate::metrics::Metrics;
 use crate::publisher::{Publisher, PublisherConfig};
 use crate::replies::Replies;
+use crate::republish::{RepublishConfig, Republisher};
 use crate::signals::Signals;
 use crate::slicer::{Slicer, SlicerConfig};
 use crate::store::{Backend, Store, StoreOptions};
@@ -59,6 +60,7 @@ pub struct SchedulerConfig {
     pub submit: SubmitConfig,
     pub worker_reports: WorkerReportsConfig,
     pub expiry: ExpiryConfig,
+    pub republish: RepublishConfig,
     pub housekeeping: HousekeepingConfig,
     /// Copying SQLite's write-ahead log into its file (SQLite only).
     pub checkpoint: CheckpointConfig,
@@ -99,6 +101,7 @@ impl SchedulerConfig {
             submit: SubmitConfig::default(),
             worker_reports: WorkerReportsConfig::default(),
             expiry: ExpiryConfig::default(),
+            republish: RepublishConfig::default(),
             housekeeping: HousekeepingConfig::default(),
             checkpoint: CheckpointConfig::default(),
             maintenance: MaintenanceConfig::default(),
@@ -120,6 +123,7 @@ impl SchedulerConfig {
         self.slicer.validate()?;
         self.publisher.validate()?;
         self.expiry.validate()?;
+        self.republish.validate()?;
         self.housekeeping.validate()?;
         self.checkpoint.validate()?;
         if let Some(web) = &self.web {
@@ -515,6 +519,28 @@ impl Replica {
             .with_lease(Arc::new(expiry_lease))
             .with_signal(signals.expiry.clone()),
         );
+        let republisher = Republisher::new(
+            config.republish.clone(),
+            store.clone(),
+            workers.clone(),
+            reports.clone(),
+            metrics.clone(),
+        );
+        let republish_lease = Lease::new(
+            leases.clone(),
+            "republish",
+            config.replica_id.clone(),
+            config.republish.lease_ttl,
+        );
+        supervisor.spawn_periodic(
+            Periodic::new(
+                "republish",
+                Arc::new(republisher),
+                PeriodicConfig::every(config.republish.interval),
+            )
+            .with_lease(Arc::new(republish_lease))
+            .with_signal(signals.republish.clone()),
+        );
         let housekeeping = Housekeeping::new(
             config.housekeeping.clone(),
             store.clone(),
@@ -671,7 +697,7 @@ impl Replica {
 }
 
 /// Every supervised service, by the name its metrics and `/healthz` use.
-pub const SERVICES: [&str; 14] = [
+pub const SERVICES: [&str; 15] = [
     "lifecycle_starts",
     "lifecycle_finished",
     "api",
@@ -679,6 +705,7 @@ pub const SERVICES: [&str; 14] = [
     "slicer",
     "publisher",
     "expiry",
+    "republish",
     "housekeeping",
     "checkpoint",
     "maintenance",

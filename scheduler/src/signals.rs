@@ -10,6 +10,7 @@ use crate::housekeeping::HousekeepingOutcome;
 use crate::immediate::ImmediateOutcome;
 use crate::limits::LimitsOutcome;
 use crate::maintenance::MaintenanceOutcome;
+use crate::republish::RepublishOutcome;
 use chime_common::service::Pass;
 use chime_common::signal::TestSignal;
 
@@ -18,6 +19,8 @@ use chime_common::signal::TestSignal;
 pub struct Signals {
     /// Each expiry scan (only on the lease holder).
     pub expiry: TestSignal<Pass<ExpiryOutcome>>,
+    /// Each republisher pass (only on the lease holder).
+    pub republish: TestSignal<Pass<RepublishOutcome>>,
     /// Each housekeeping pass (only on the lease holder).
     pub housekeeping: TestSignal<Pass<HousekeepingOutcome>>,
     /// Each SQLite checkpoint: the log's pages the database file holds.

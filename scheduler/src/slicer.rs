@@ -264,9 +264,24 @@ impl Slicer {
     /// Whether `owner` is known to be gone at `now_ms`: its liveness key was
     /// seen and has lapsed. A replica never seen (an older version, or one
     /// that died before its first beat) is judged by its claims' leases only.
+    ///
+    /// Only while this replica's own key, as seen through the same watch,
+    /// has at least half its liveness to run: a lapsed key proves its owner
+    /// dead only if keys are being renewed and the watch shows renewals.
+    /// When a NATS node dies, the watch whose consumer lived there stalls
+    /// until a missed heartbeat restarts it (about ten seconds), and while
+    /// the bucket has no leader no key can be renewed: either way every
+    /// key seen lapses, this replica's own with them, and judging by them
+    /// made each replica take over the other's slices while both were alive
+    /// and publishing. Then the claims' leases decide.
     fn gone(&self, owner: &str, now_ms: i64) -> bool {
         let alive = self.alive.lock().unwrap_or_else(|p| p.into_inner());
-        alive.get(owner).is_some_and(|until| *until < now_ms)
+        owner_gone(
+            alive.get(&self.replica).copied(),
+            alive.get(owner).copied(),
+            now_ms,
+            i64::try_from(self.config.liveness.as_millis() / 2).unwrap_or(i64::MAX),
+        )
     }
 
     fn claims(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {
@@ -831,6 +846,20 @@ impl Slicer {
     }
 }
 
+/// Whether a claim's owner whose liveness key was last seen holding
+/// `owner_alive_until` is gone at `now_ms`, judged by a replica that last
+/// saw its own key hold `own_alive_until` (`None`: never seen), which must
+/// have at least `margin_ms` to run (see [`Slicer::gone`]).
+fn owner_gone(
+    own_alive_until: Option<i64>,
+    owner_alive_until: Option<i64>,
+    now_ms: i64,
+    margin_ms: i64,
+) -> bool {
+    own_alive_until.is_some_and(|own| own >= now_ms.saturating_add(margin_ms))
+        && owner_alive_until.is_some_and(|until| until < now_ms)
+}
+
 /// The claims of `known` that `me` may take over (their owner `gone` or
 /// their lease over), with their revisions, the slice due first first: a
 /// dead replica leaves several, and the later ones can wait.
@@ -877,6 +906,36 @@ mod tests {
                 (slice_key(2 * SECOND, 0), 6),
                 (slice_key(3 * SECOND, 0), 7)
             ]
+        );
+    }
+
+    #[test]
+    fn a_lapsed_key_proves_its_owner_gone_only_while_the_judge_sees_its_own_renewed() {
+        let margin = 500;
+        // Its own key seen fresh (until 4.8 s at 4 s): the other's, lapsed at 3 s, is gone.
+        assert!(owner_gone(
+            Some(4_800),
+            Some(3 * SECOND),
+            4 * SECOND,
+            margin
+        ));
+        assert!(!owner_gone(
+            Some(4_800),
+            Some(6 * SECOND),
+            4 * SECOND,
+            margin
+        ));
+        assert!(
+            !owner_gone(Some(4_800), None, 4 * SECOND, margin),
+            "never seen"
+        );
+        // The watch stalled (or no key can be renewed): every key seen
+        // lapses, its own a moment after the other's. Nobody is gone.
+        assert!(!owner_gone(Some(4_200), Some(3_950), 4 * SECOND, margin));
+        assert!(!owner_gone(Some(3_900), Some(3_800), 4 * SECOND, margin));
+        assert!(
+            !owner_gone(None, Some(SECOND), 4 * SECOND, margin),
+            "its own never seen"
         );
     }
 

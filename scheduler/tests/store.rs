@@ -14,8 +14,8 @@ use chime_common::protocol::{
 };
 use chime_common::{FiringId, FiringState, JobSpec, JobState, Limits, RetryPolicy};
 use chime_scheduler::store::{
-    Backend, ExecutingRow, FiringFilter, JobFilter, Pause, StageOutcome, StagePace, StageRequest,
-    StagedFiring, StartOutcome, Store, StoreError, StoreOptions,
+    AckedFiring, Backend, ExecutingRow, FiringFilter, JobFilter, Pause, StageOutcome, StagePace,
+    StageRequest, StagedFiring, StartOutcome, Store, StoreError, StoreOptions,
 };
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
@@ -733,8 +733,14 @@ async fn an_upgrade_keeps_every_waiting_firing_findable(db: &TestDb) {
     assert_eq!(ids(&owned), ["a@1893456001000#1"]);
     let overdue = store.overdue_staged(t(10), 10).await.expect("overdue");
     assert_eq!(ids(&overdue), ["a@1893456001000#1", "a@1893456002000#2"]);
-    let not_started = store.unstarted(t(10), 10).await.expect("unstarted");
-    let not_started: Vec<String> = not_started.iter().map(|f| f.id.to_string()).collect();
+    let not_started = store
+        .published_unstarted(t(10), 10)
+        .await
+        .expect("unstarted");
+    let not_started: Vec<String> = not_started
+        .iter()
+        .map(|p| p.firing.id.to_string())
+        .collect();
     assert_eq!(not_started, ["a@1893456003000#1"]);
     let adopted = store
         .stage_slice(&stage("s-new", t(5), t(0)))
@@ -777,8 +783,14 @@ async fn an_upgrade_keeps_every_waiting_and_running_firing(db: &TestDb) {
     let owned = store.slice_firings("s-old").await.expect("slice");
     let owned: Vec<String> = owned.iter().map(|f| f.id.to_string()).collect();
     assert_eq!(owned, ["a@1893456001000#1"]);
-    let not_started = store.unstarted(t(10), 10).await.expect("unstarted");
-    let not_started: Vec<String> = not_started.iter().map(|f| f.id.to_string()).collect();
+    let not_started = store
+        .published_unstarted(t(10), 10)
+        .await
+        .expect("unstarted");
+    let not_started: Vec<String> = not_started
+        .iter()
+        .map(|p| p.firing.id.to_string())
+        .collect();
     assert_eq!(not_started, ["a@1893456002000#1"]);
     let running = store.executing(10).await.expect("executing");
     let running: Vec<(String, String, DateTime<Utc>)> = running
@@ -2127,7 +2139,7 @@ async fn queue_holds_one_and_releases_it_on_finish(db: &TestDb) {
     assert_eq!(firing(&store, &second).await.state, FiringState::Published);
     // Waiting on purpose is not "not started".
     assert!(store
-        .unstarted(t(100), 10)
+        .published_unstarted(t(100), 10)
         .await
         .expect("unstarted")
         .is_empty());
@@ -2810,15 +2822,73 @@ async fn unstarted_lists_published_firings_not_started(db: &TestDb) {
         .record_published(&ids[..1], t(1))
         .await
         .expect("publish");
-    store
-        .record_published(&ids[1..], t(3))
+    let acked: Vec<AckedFiring> = ids[1..]
+        .iter()
+        .zip(42..)
+        .map(|(id, stream_seq)| AckedFiring {
+            id: id.clone(),
+            stream_seq,
+        })
+        .collect();
+    store.record_acked(&acked, t(3)).await.expect("publish");
+    let old = store
+        .published_unstarted(t(2), 10)
         .await
-        .expect("publish");
-    let old = store.unstarted(t(2), 10).await.expect("unstarted");
+        .expect("unstarted");
     assert_eq!(old.len(), 1);
-    assert_eq!(old[0].id, ids[0]);
-    assert_eq!(old[0].state, FiringState::Published);
-    assert_eq!(store.unstarted(t(10), 2).await.expect("unstarted").len(), 2);
+    assert_eq!(old[0].firing.id, ids[0]);
+    assert_eq!(old[0].stream_seq, None, "no sequence was recorded");
+    assert_eq!(old[0].republishes, 0);
+    let all = store
+        .published_unstarted(t(10), 2)
+        .await
+        .expect("unstarted");
+    assert_eq!(all.len(), 2);
+    // Each mark keeps the stream sequence its ack named.
+    assert_eq!(all[1].firing.id, ids[1]);
+    assert_eq!(all[1].stream_seq, Some(42));
+    // A later read goes on after the last one judged.
+    let cursor = (all[0].published_at, all[0].firing.id.clone());
+    let rest = store
+        .published_unstarted_after(t(10), Some(&cursor), 10)
+        .await
+        .expect("unstarted");
+    let rest: Vec<FiringId> = rest.into_iter().map(|p| p.firing.id).collect();
+    assert_eq!(rest, ids[1..].to_vec());
+    // A copy published again: one more republish, its own sequence, and
+    // the bound starts over from its publish.
+    assert!(store
+        .record_republished(&ids[1], 77, t(20))
+        .await
+        .expect("republished"));
+    let again = store
+        .published_unstarted(t(30), 10)
+        .await
+        .expect("unstarted");
+    let copy = again
+        .iter()
+        .find(|p| p.firing.id == ids[1])
+        .expect("still waiting");
+    assert_eq!((copy.stream_seq, copy.republishes), (Some(77), 1));
+    assert!(store
+        .published_unstarted(t(10), 10)
+        .await
+        .expect("unstarted")
+        .iter()
+        .all(|p| p.firing.id != ids[1]));
+    // Failing it ends it, once.
+    let alert = store
+        .fail_unstarted_published(&ids[1], "never started", t(31))
+        .await
+        .expect("failed")
+        .expect("an alert");
+    assert_eq!(alert.kind, chime_common::protocol::AlertKind::FiringFailed);
+    assert_eq!(firing(&store, &ids[1]).await.state, FiringState::Failed);
+    assert!(store
+        .fail_unstarted_published(&ids[1], "never started", t(32))
+        .await
+        .expect("no longer waiting")
+        .is_none());
 }
 
 async fn slice_firings_and_overdue_staged(db: &TestDb) {

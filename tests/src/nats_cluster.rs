@@ -274,6 +274,31 @@ impl NatsCluster {
         self.index_of(&leader)
     }
 
+    /// The node that leads the JetStream meta group (stream and consumer
+    /// placement), as the running nodes' `/jsz` report it; None while the
+    /// group has no leader or no node answers.
+    pub async fn meta_leader(&mut self) -> Option<usize> {
+        for i in 0..self.size() {
+            if !self.is_running(i) {
+                continue;
+            }
+            let url = format!("{}/jsz", self.monitor_url(i));
+            let Ok(reply) = reqwest::get(&url).await else {
+                continue;
+            };
+            let Ok(body) = reply.bytes().await else {
+                continue;
+            };
+            let Ok(jsz) = serde_json::from_slice::<serde_json::Value>(&body) else {
+                continue;
+            };
+            if let Some(leader) = jsz["meta_cluster"]["leader"].as_str() {
+                return self.index_of(leader);
+            }
+        }
+        None
+    }
+
     /// Waits until stream `stream` is led by a node other than `old`, and
     /// returns it. Panics after `timeout`.
     pub async fn wait_new_leader(

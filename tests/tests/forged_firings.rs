@@ -1,8 +1,12 @@
-//! A worker runs only what the scheduler decided (issue 19, item 4): a
-//! message published straight onto `chime.fire.default.normal` by someone
-//! else, with the id of a real staged firing, `shell` and an argv of its
-//! choosing, runs nothing: the scheduler refuses the start (`not_as_staged`)
-//! and counts it, and the real firing still runs when its own message comes.
+//! A worker runs only what the scheduler decided: a message published
+//! straight onto `chime.fire.default.normal` by someone else, with the id of
+//! a real staged firing, `shell` and an argv of its choosing, runs nothing:
+//! the scheduler refuses the start (`not_as_staged`) and counts it, and the
+//! real firing still runs, once: when its own message comes, or, when the
+//! forgery also took the firing's `Nats-Msg-Id` so that JetStream answered
+//! the real publish as a duplicate of it, when the publisher finds that the
+//! sequence the ack named does not hold the firing's message and publishes
+//! it again under a fresh id.
 
 use async_nats::HeaderMap;
 use chime_common::headers;
@@ -36,30 +40,28 @@ fn firings(nats: &NatsServer, job: &str) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_forged_firing_runs_nothing_and_the_real_one_still_runs() {
-    chime_tests::init_tracing();
-    let nats = NatsServer::start().await;
-    let db = SqliteDatabase::create();
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let pwned = dir.path().join("pwned");
+/// What the forgery of one staged firing needs to know of it.
+struct Staged {
+    id: String,
+    scheduled_at: String,
+    at: i64,
+}
 
-    let mut scheduler = chime_tests::start_scheduler(&nats.url(), &db.url(), "forged-1").await;
-    let mut worker = chime_tests::start_worker(&nats.url(), "default", 4, "forged-w1").await;
-
-    // A real shell job due in a few seconds: staged ahead of its instant.
+/// Puts a shell job `canary` due a few seconds ahead whose run appends a
+/// line to `runs`, and returns its firing once it is staged.
+async fn stage_canary(nats: &NatsServer, dir: &std::path::Path, runs: &std::path::Path) -> Staged {
     let at = chime_tests::aligned_start(Duration::from_secs(8));
     let spec = json!({
         "id": "canary",
         "schedule": {"at": chime_tests::rfc3339(at)},
         "handler": "shell",
-        "payload": {"argv": ["true"]},
+        "payload": {"argv": ["sh", "-c", format!("echo ran >> {}", runs.display())]},
     });
-    let file = dir.path().join("canary.json");
+    let file = dir.join("canary.json");
     std::fs::write(&file, spec.to_string()).expect("job file");
-    chimectl(&nats, &["put", &file.display().to_string()]);
+    chimectl(nats, &["put", &file.display().to_string()]);
     let staged_now = || {
-        firings(&nats, "canary")
+        firings(nats, "canary")
             .into_iter()
             .find(|f| f["state"] == "staged")
     };
@@ -68,20 +70,32 @@ async fn a_forged_firing_runs_nothing_and_the_real_one_still_runs() {
     })
     .await;
     let staged = staged_now().expect("staged ahead of its instant");
-    let id = staged["id"].as_str().expect("a firing id").to_string();
-    let scheduled_at = staged["scheduled_at"].as_str().expect("scheduled_at");
+    Staged {
+        id: staged["id"].as_str().expect("a firing id").to_string(),
+        scheduled_at: staged["scheduled_at"]
+            .as_str()
+            .expect("scheduled_at")
+            .to_string(),
+        at,
+    }
+}
 
-    // The forgery: the real id, shell, an argv that leaves a file.
+/// Publishes a forgery of `staged` whose argv leaves `pwned`, with the
+/// real firing's `Nats-Msg-Id` when `take_message_id`.
+async fn forge(nats: &NatsServer, staged: &Staged, pwned: &std::path::Path, take_message_id: bool) {
     let mut forged = HeaderMap::new();
-    forged.insert(headers::FIRING_ID, id.as_str());
+    if take_message_id {
+        forged.insert(headers::NATS_MSG_ID, staged.id.as_str());
+    }
+    forged.insert(headers::FIRING_ID, staged.id.as_str());
     forged.insert(headers::JOB_ID, "canary");
     forged.insert(headers::HANDLER, "shell");
-    forged.insert(headers::SCHEDULED_AT, scheduled_at);
+    forged.insert(headers::SCHEDULED_AT, staged.scheduled_at.as_str());
     forged.insert(headers::ATTEMPT, "1");
     forged.insert(headers::PRIORITY, "5");
     forged.insert(
         headers::DEADLINE,
-        chime_tests::rfc3339(at + 300_000).as_str(),
+        chime_tests::rfc3339(staged.at + 300_000).as_str(),
     );
     let body = json!({"argv": ["sh", "-c", format!("echo pwned > {}", pwned.display())]});
     let client = nats.connect().await;
@@ -91,6 +105,25 @@ async fn a_forged_firing_runs_nothing_and_the_real_one_still_runs() {
         .expect("published")
         .await
         .expect("stored");
+}
+
+/// The lines `runs` holds: one per run of the canary.
+fn runs_of(runs: &std::path::Path) -> usize {
+    std::fs::read_to_string(runs).map_or(0, |text| text.lines().count())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_firing_runs_nothing_and_the_real_one_still_runs() {
+    chime_tests::init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (pwned, runs) = (dir.path().join("pwned"), dir.path().join("runs"));
+
+    let mut scheduler = chime_tests::start_scheduler(&nats.url(), &db.url(), "forged-1").await;
+    let mut worker = chime_tests::start_worker(&nats.url(), "default", 4, "forged-w1").await;
+    let staged = stage_canary(&nats, dir.path(), &runs).await;
+    forge(&nats, &staged, &pwned, false).await;
 
     worker
         .wait_for_log_line("not_as_staged", Duration::from_secs(10))
@@ -111,6 +144,46 @@ async fn a_forged_firing_runs_nothing_and_the_real_one_still_runs() {
     })
     .await;
     assert!(!pwned.exists(), "the forged argv ran");
+    assert_eq!(runs_of(&runs), 1, "the real firing ran once");
+    worker.terminate(Duration::from_secs(10)).await;
+    scheduler.terminate(Duration::from_secs(15)).await;
+}
+
+/// The forgery takes the real firing's message id first: JetStream answers
+/// the real publish as a duplicate of the forgery's sequence. That ack is
+/// not taken as proof: the publisher reads the sequence back, finds a
+/// message that is not the firing's (or none, once the forgery's refusal
+/// acked it away) and publishes the firing at once under `<id>~v`, which
+/// runs, once. The republisher is kept out of it (`--republish-after 1h`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgery_that_takes_the_real_message_id_does_not_strand_the_real_firing() {
+    chime_tests::init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (pwned, runs) = (dir.path().join("pwned"), dir.path().join("runs"));
+
+    let no_republish = ["--republish-after".to_string(), "1h".to_string()];
+    let mut scheduler =
+        chime_tests::start_scheduler_with(&nats.url(), &db.url(), "forged-2", &no_republish).await;
+    let mut worker = chime_tests::start_worker(&nats.url(), "default", 4, "forged-w2").await;
+    let staged = stage_canary(&nats, dir.path(), &runs).await;
+    forge(&nats, &staged, &pwned, true).await;
+    worker
+        .wait_for_log_line("not_as_staged", Duration::from_secs(10))
+        .await;
+
+    scheduler
+        .wait_for_log_line("acknowledged as a duplicate", Duration::from_secs(30))
+        .await;
+    chime_tests::eventually(Duration::from_secs(20), "the real firing runs", || async {
+        firings(&nats, "canary")
+            .iter()
+            .any(|f| f["state"] == "succeeded")
+    })
+    .await;
+    assert!(!pwned.exists(), "the forged argv ran");
+    assert_eq!(runs_of(&runs), 1, "the real firing ran once");
     worker.terminate(Duration::from_secs(10)).await;
     scheduler.terminate(Duration::from_secs(15)).await;
 }

@@ -86,6 +86,7 @@ mod locks;
 mod pause;
 mod plan;
 mod publish;
+mod republish;
 mod requeue;
 mod retry;
 mod rows;
@@ -109,6 +110,8 @@ pub use error::StoreError;
 pub use groups::MAX_GROUPS;
 pub use history::{Activity, Pruned, RetentionCursor};
 pub use pause::{JobSelection, Pause, MAX_PAUSED_AT_ONCE};
+pub use publish::AckedFiring;
+pub use republish::PublishedFiring;
 pub use retry::RetryDelay;
 pub use sessions::Session;
 pub use types::{

@@ -1,21 +1,59 @@
 //! The publish transition: `staged` → `published`, recorded once JetStream
-//! has the firing. Also the read of published firings no worker started.
+//! has the firing, with the stream sequence of its message.
 
 use super::dialect::Col;
-use super::rows::{self, FIRING_COLUMNS};
 use super::stage::BATCH_ROWS;
 use super::states::{sources_sql, Transition};
-use super::{id_batch, ms, Store, StoreError};
-use chime_common::{Firing, FiringId};
+use super::{json_text, ms, Store, StoreError};
+use chime_common::FiringId;
 use chrono::{DateTime, Utc};
 
+/// A firing JetStream acknowledged, and the `CHIME_FIRE` sequence its ack
+/// named (0: not known). The republisher reads the message back by that
+/// sequence to tell a firing whose message waits from one whose message is
+/// gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AckedFiring {
+    pub id: FiringId,
+    pub stream_seq: u64,
+}
+
+/// One row of a mark batch, as the statement reads it.
+#[derive(serde::Serialize)]
+struct MarkRow {
+    id: String,
+    seq: i64,
+}
+
+/// The columns of a mark batch: the firing id, and its message's stream
+/// sequence (0: not known, stored as NULL).
+pub(crate) const MARK_COLUMNS: &[(&str, Col)] = &[("id", Col::Text), ("seq", Col::Int)];
+
 impl Store {
-    /// Records firings as published. Only rows still `staged` change (one
-    /// started, cancelled or already published stays as it is); returns how
-    /// many did.
+    /// Records firings as published, their message's stream sequence not
+    /// known. See [`Store::record_acked`].
     pub async fn record_published(
         &self,
         ids: &[FiringId],
+        at: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        let acked: Vec<AckedFiring> = ids
+            .iter()
+            .map(|id| AckedFiring {
+                id: id.clone(),
+                stream_seq: 0,
+            })
+            .collect();
+        self.record_acked(&acked, at).await
+    }
+
+    /// Records firings as published, each with the stream sequence of its
+    /// message, in one statement per batch. Only rows still `staged` change
+    /// (one started, cancelled or already published stays as it is);
+    /// returns how many did.
+    pub async fn record_acked(
+        &self,
+        acked: &[AckedFiring],
         at: DateTime<Utc>,
     ) -> Result<u64, StoreError> {
         // Only rows no one else holds: a concurrent start batch locks firings
@@ -34,42 +72,24 @@ impl Store {
              WHERE f.id IN (SELECT r.id FROM {}) AND f.state IN {from} \
                  AND NOT EXISTS (SELECT 1 FROM held h WHERE h.firing_id = f.id) \
              ORDER BY f.id{}) RETURNING id",
-            self.backend.json_rows(2, &[("id", Col::Text)]),
+            self.backend.json_rows(2, MARK_COLUMNS),
             self.backend.for_update_skip_locked("f"),
             from = sources_sql(Transition::Publish),
         );
         let mut changed = 0;
-        for chunk in ids.chunks(BATCH_ROWS) {
-            let texts: Vec<String> = chunk.iter().map(FiringId::to_string).collect();
-            let batch = id_batch(&texts)?;
+        for chunk in acked.chunks(BATCH_ROWS) {
+            let rows: Vec<MarkRow> = chunk
+                .iter()
+                .map(|a| MarkRow {
+                    id: a.id.to_string(),
+                    seq: i64::try_from(a.stream_seq).unwrap_or(0),
+                })
+                .collect();
+            let batch = json_text(&rows)?;
             changed += self
                 .retrying(|| self.mark_published_rows(&mark_firings, &batch, ms(at)))
                 .await?;
         }
         Ok(changed)
-    }
-
-    /// Published firings no worker started, published before
-    /// `published_before`, oldest first (those a limit holds excluded: they wait
-    /// on purpose). Corrupt rows are logged and left out.
-    pub async fn unstarted(
-        &self,
-        published_before: DateTime<Utc>,
-        limit: u32,
-    ) -> Result<Vec<Firing>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {FIRING_COLUMNS} FROM firings WHERE id IN ( \
-                 SELECT w.firing_id FROM waiting w \
-                 WHERE w.published_at IS NOT NULL AND w.published_at < $1 \
-                     AND NOT EXISTS (SELECT 1 FROM held h \
-                         WHERE h.firing_id = w.firing_id AND h.released_at IS NULL) \
-                 ORDER BY w.published_at, w.firing_id LIMIT $2) \
-             ORDER BY published_at, id"
-        ))
-        .bind(ms(published_before))
-        .bind(i64::from(limit))
-        .fetch_all(&self.read)
-        .await?;
-        Ok(rows::readable(&rows, rows::firing, "published firing"))
     }
 }

@@ -869,7 +869,7 @@ fn start_ms(req: &StageRequest) -> i64 {
 
 /// Decodes staged rows, setting corrupt ones aside (and logging them): one
 /// bad row must not stop the others from being published.
-fn decode_staged(rows: &[AnyRow]) -> (Vec<StagedFiring>, Vec<(String, String)>) {
+pub(super) fn decode_staged(rows: &[AnyRow]) -> (Vec<StagedFiring>, Vec<(String, String)>) {
     let mut firings = Vec::with_capacity(rows.len());
     let mut corrupt = Vec::new();
     for row in rows {

@@ -6,7 +6,7 @@
 //! | stage      | (new)                   | `staged`, or `skipped` (misfire, calendar) | `Store::stage_slice` (`stage.rs`), `Store::trigger` (`jobs.rs`), `Store::backfill` (`backfill.rs`) |
 //! | publish    | `staged`                | `published`                        | `Store::record_published` (`publish.rs`) |
 //! | start      | `staged`, `published`   | `executing`                        | `Store::start` (`start.rs`)              |
-//! | refuse     | `staged`, `published`   | `failed` (unstartable timeout)     | `Store::fail_unstarted` (`skip.rs`)      |
+//! | refuse     | `staged`, `published`   | `failed` (unstartable timeout; every copy gone unstarted) | `Store::fail_unstarted` (`skip.rs`), `Store::fail_unstarted_published` (`republish.rs`) |
 //! | skip       | `staged`, `published`   | `skipped` (overlap `forbid`, a full queue) | `Store::skip_for_overlap` (`skip.rs`) |
 //! | hold       | `staged`, `published`   | unchanged, held in `held`          | `Store::hold` (`hold.rs`)                |
 //! | release    | `staged`, `published`   | `staged` (unadopted, due now)      | `Store::release_held` (`hold.rs`)        |

@@ -128,9 +128,11 @@ pub(super) async fn record_published(
 ) -> Result<u64, StoreError> {
     let sql = format!(
         "WITH marked AS ({mark_firings}), \
-         published AS (UPDATE waiting SET published_at = $1 FROM marked \
-             WHERE waiting.firing_id = marked.id) \
-         SELECT COUNT(*) FROM marked"
+         published AS (UPDATE waiting SET published_at = $1, stream_seq = NULLIF(r.seq, 0) \
+             FROM marked, {} \
+             WHERE waiting.firing_id = marked.id AND r.id = marked.id) \
+         SELECT COUNT(*) FROM marked",
+        json_rows(2, crate::store::publish::MARK_COLUMNS)
     );
     let query = sqlx::query_as(&sql).bind(at).bind_rows(batch);
     let counted: Vec<(i64,)> = match &store.fast_path_connections {

@@ -225,13 +225,17 @@ pub(super) async fn record_published(
         .await?;
     // Exactly the firings marked: one the mark skipped (held by a limit,
     // say) keeps its waiting row as it is.
+    // Its stream sequence from the whole batch (0: not known, NULL).
     sqlx::query(&format!(
-        "UPDATE waiting SET published_at = $1 \
+        "UPDATE waiting SET published_at = $1, \
+             stream_seq = (SELECT NULLIF(r.seq, 0) FROM {} WHERE r.id = waiting.firing_id) \
          WHERE published_at IS NULL AND firing_id IN (SELECT r.id FROM {})",
+        json_rows(4, crate::store::publish::MARK_COLUMNS),
         json_rows(2, &[("id", Col::Text)])
     ))
     .bind(at)
     .bind_rows(&id_batch(&marked)?)
+    .bind_rows(batch)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;

@@ -1,0 +1,505 @@
+//! The republisher: no published firing waits for good on a message that
+//! is gone.
+//!
+//! A firing is `published` once JetStream acknowledged its message, and a
+//! worker starts it from that message. The message can leave `CHIME_FIRE`
+//! without a start: a worker acked or terminated it after a refusal of its
+//! own making, a forged message took the firing's `Nats-Msg-Id` first (the
+//! real publish was then acknowledged as a duplicate of it), or the stream
+//! lost it. Nothing else would ever publish the firing again.
+//!
+//! Each pass reads the published firings no worker started within `after`
+//! and looks their message up by the stream sequence its publish ack named
+//! (stored with the firing by the publish mark). A message still there, and
+//! still this firing's, waits for a worker: nothing to do but, past
+//! `not_started_after`, a `not_started` alert that says whether any worker
+//! of the group is alive. A message gone, or replaced by another with the
+//! same id, is published again under the message id `<firing id>~r<n>`,
+//! which no earlier copy used, so the duplicate window cannot drop it. The
+//! store still decides every start: a copy of a firing that did start is
+//! refused like any second delivery, and a copy never runs twice. After
+//! `max_republishes` copies the firing ends `failed` with the reason, and a
+//! `firing_failed` alert says so.
+//!
+//! One replica runs it at a time (a lease, as the expiry monitor).
+
+use crate::metrics::Metrics;
+use crate::publisher::firing_headers;
+use crate::store::{PublishedFiring, StagedFiring, Store, StoreError};
+use crate::worker_reports::WorkerReports;
+use async_nats::jetstream::{self, kv, message::PublishMessage, stream::RawMessageErrorKind};
+use chime_common::headers;
+use chime_common::protocol::{doorbell_body, heartbeat_matches_key, Alert, AlertKind, WorkerInfo};
+use chime_common::service::{Service, ServiceError};
+use chime_common::{Band, FiringId};
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+/// Republisher settings.
+#[derive(Debug, Clone)]
+pub struct RepublishConfig {
+    /// How often to look for published firings no worker started.
+    pub interval: Duration,
+    /// A published firing no worker started this long after its (latest)
+    /// message was published has its message looked up, and is published
+    /// again if the message is gone.
+    pub after: Duration,
+    /// Copies published per firing before it ends `failed`.
+    pub max_republishes: u32,
+    /// A published firing whose message still waits this long raises a
+    /// `not_started` alert.
+    pub not_started_after: Duration,
+    /// Firings judged per pass.
+    pub batch: u32,
+    /// The lease that makes one replica the republisher.
+    pub lease_ttl: Duration,
+}
+
+impl Default for RepublishConfig {
+    fn default() -> Self {
+        RepublishConfig {
+            interval: Duration::from_secs(2),
+            after: Duration::from_secs(15),
+            max_republishes: 3,
+            not_started_after: Duration::from_secs(60),
+            batch: 500,
+            lease_ttl: Duration::from_secs(5),
+        }
+    }
+}
+
+impl RepublishConfig {
+    /// Checks the settings; the message names the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.interval.is_zero() || self.batch == 0 {
+            return Err("the republish interval and batch must be above zero".into());
+        }
+        if self.after < Duration::from_secs(1) {
+            return Err("--republish-after must be at least 1s".into());
+        }
+        if self.lease_ttl <= self.interval {
+            return Err("the republish lease must outlast one republish interval".into());
+        }
+        Ok(())
+    }
+}
+
+/// Why a published firing's message is not there to be started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// No message at its sequence: acked or terminated without a start, or lost.
+    MessageGone,
+    /// Another message holds its sequence: its message id was taken by a
+    /// message that is not this firing's (a forgery, or a stale copy).
+    MessageReplaced,
+    /// Its publish was acknowledged as a duplicate, but the firing's
+    /// message was not in the stream (`duplicates.rs`).
+    DuplicateAck,
+}
+
+impl Cause {
+    /// The `cause` label of `chime_firings_republished_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::MessageGone => "message_gone",
+            Cause::MessageReplaced => "message_replaced",
+            Cause::DuplicateAck => "duplicate_ack",
+        }
+    }
+
+    /// What happened to the message at `seq`, for logs and errors.
+    pub fn describe(self, seq: u64) -> String {
+        match self {
+            Cause::MessageGone => format!(
+                "its message (stream sequence {seq}) left the stream without a start"
+            ),
+            Cause::MessageReplaced => format!(
+                "the message at its stream sequence {seq} is not this firing's (its message id was taken)"
+            ),
+            Cause::DuplicateAck => format!(
+                "its publish was acknowledged as a duplicate of stream sequence {seq}, which does not hold its message"
+            ),
+        }
+    }
+}
+
+/// Where a published firing's message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Whereabouts {
+    /// In the stream, waiting for a worker.
+    Waiting,
+    /// Not where its ack said.
+    Gone(Cause),
+    /// Not known: no sequence was recorded.
+    Unknown,
+}
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct RepublishOutcome {
+    /// Firings published again, with why.
+    pub republished: Vec<(FiringId, Cause)>,
+    /// Firings that ended `failed`: their copies went unstarted too.
+    pub failed: Vec<FiringId>,
+    /// Firings whose message waits, reported `not_started`.
+    pub not_started: Vec<FiringId>,
+}
+
+/// A pass could not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum RepublishError {
+    #[error("cannot read or write the store: {0}")]
+    Store(#[from] StoreError),
+    /// The stream cannot be read now (NATS unreachable, no leader).
+    #[error("cannot read the firing stream: {0}")]
+    Stream(String),
+}
+
+impl ServiceError for RepublishError {
+    fn is_retryable(&self) -> bool {
+        match self {
+            RepublishError::Store(e) => e.is_retryable(),
+            RepublishError::Stream(_) => true,
+        }
+    }
+}
+
+/// The republisher.
+pub struct Republisher {
+    pub config: RepublishConfig,
+    pub store: Store,
+    /// The heartbeats of live workers (`chime-workers`).
+    pub workers: kv::Store,
+    pub reports: WorkerReports,
+    pub metrics: Metrics,
+    /// Firings already reported `not_started` (each once).
+    reported: std::sync::Mutex<HashSet<FiringId>>,
+    /// Where the next pass goes on: the last firing a full pass judged.
+    /// A pass that judged fewer than a batch starts over from the oldest.
+    cursor: std::sync::Mutex<Option<(DateTime<Utc>, FiringId)>>,
+}
+
+impl Republisher {
+    /// A republisher over `store`, judging groups by the `workers` bucket.
+    pub fn new(
+        config: RepublishConfig,
+        store: Store,
+        workers: kv::Store,
+        reports: WorkerReports,
+        metrics: Metrics,
+    ) -> Self {
+        Republisher {
+            config,
+            store,
+            workers,
+            reports,
+            metrics,
+            reported: Default::default(),
+            cursor: Default::default(),
+        }
+    }
+
+    fn jetstream(&self) -> &jetstream::Context {
+        &self.reports.jetstream
+    }
+
+    /// Where the message of `published` is. Err when the stream cannot
+    /// answer now.
+    async fn whereabouts(
+        &self,
+        stream: &jetstream::stream::Stream<()>,
+        published: &PublishedFiring,
+    ) -> Result<Whereabouts, RepublishError> {
+        let Some(seq) = published.stream_seq else {
+            return Ok(Whereabouts::Unknown);
+        };
+        whereabouts(stream, seq, &published.firing)
+            .await
+            .map_err(RepublishError::Stream)
+    }
+
+    /// Publishes copy `n` of `published` under the message id
+    /// `<firing id>~r<n>` and waits for its ack; returns the ack's sequence.
+    async fn republish(&self, published: &PublishedFiring, n: u32) -> Result<u64, String> {
+        let firing = &published.firing;
+        let band = Band::of_priority(firing.priority);
+        let subjects = &self.reports.subjects;
+        let mut h = firing_headers(firing, Utc::now());
+        h.insert(headers::NATS_MSG_ID, copy_message_id(&firing.id, n));
+        let message = PublishMessage::build()
+            .payload(firing.payload.clone())
+            .headers(h);
+        let ack = self
+            .jetstream()
+            .send_publish(subjects.fire(&firing.group, band), message)
+            .await
+            .map_err(|e| e.to_string())?
+            .await
+            .map_err(|e| e.to_string())?;
+        if ack.duplicate {
+            // Someone took this copy's id too: the sequence is theirs, and
+            // the next pass finds it is not this firing's message.
+            tracing::warn!(firing_id = %firing.id, copy = n, "a republished copy was acknowledged as a duplicate");
+        }
+        // Idle workers wait for the doorbell.
+        if let Err(e) = self
+            .reports
+            .nats
+            .publish(subjects.ready(&firing.group), doorbell_body([band]).into())
+            .await
+        {
+            tracing::debug!(group = %firing.group, error = %e, "doorbell not sent");
+        }
+        Ok(ack.sequence)
+    }
+
+    /// The live workers of each group, from their heartbeats.
+    async fn live_groups(&self) -> Result<HashMap<String, usize>, RepublishError> {
+        let failed = |e: &dyn std::fmt::Display| RepublishError::Stream(e.to_string());
+        let mut keys = self.workers.keys().await.map_err(|e| failed(&e))?;
+        let mut groups = HashMap::new();
+        while let Some(key) = keys.next().await {
+            let key = key.map_err(|e| failed(&e))?;
+            let Ok(Some(value)) = self.workers.get(&key).await else {
+                continue;
+            };
+            if let Ok(info) = serde_json::from_slice::<WorkerInfo>(&value)
+                .map_err(drop)
+                .and_then(|info| heartbeat_matches_key(&key, &info).then_some(info).ok_or(()))
+            {
+                *groups.entry(info.group).or_insert(0) += 1;
+            }
+        }
+        Ok(groups)
+    }
+
+    /// One pass. Returns what it did, for logs, metrics and tests.
+    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<RepublishOutcome, RepublishError> {
+        let mut outcome = RepublishOutcome::default();
+        let since = |d: Duration| now - chrono::Duration::from_std(d).unwrap_or_default();
+        let (republish_before, alert_before) = (
+            since(self.config.after),
+            since(self.config.not_started_after),
+        );
+        let cursor = self
+            .cursor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let candidates = self
+            .store
+            .published_unstarted_after(
+                republish_before.max(alert_before),
+                cursor.as_ref(),
+                self.config.batch,
+            )
+            .await?;
+        *self.cursor.lock().unwrap_or_else(|p| p.into_inner()) =
+            if candidates.len() >= self.config.batch as usize {
+                candidates
+                    .last()
+                    .map(|p| (p.published_at, p.firing.id.clone()))
+            } else {
+                None
+            };
+        if candidates.is_empty() {
+            return Ok(outcome);
+        }
+        let stream = self
+            .jetstream()
+            .get_stream_no_info(self.reports.subjects.fire_stream())
+            .await
+            .map_err(|e| RepublishError::Stream(e.to_string()))?;
+        let mut live: Option<HashMap<String, usize>> = None;
+        for published in candidates {
+            let firing = &published.firing;
+            match self.whereabouts(&stream, &published).await? {
+                Whereabouts::Gone(cause) if published.published_at < republish_before => {
+                    let seq = published.stream_seq.unwrap_or_default();
+                    if published.republishes >= self.config.max_republishes {
+                        let error = format!(
+                            "published {} times and never started: {}",
+                            published.republishes + 1,
+                            cause.describe(seq)
+                        );
+                        if let Some(alert) = self
+                            .store
+                            .fail_unstarted_published(&firing.id, &error, now)
+                            .await?
+                        {
+                            tracing::error!(firing_id = %firing.id, %error, "a published firing never started; failed");
+                            self.reports.alert(&alert).await;
+                            outcome.failed.push(firing.id.clone());
+                        }
+                        continue;
+                    }
+                    let n = published.republishes + 1;
+                    match self.republish(&published, n).await {
+                        Ok(new_seq) => {
+                            self.store
+                                .record_republished(&firing.id, new_seq, Utc::now())
+                                .await?;
+                            self.metrics
+                                .firings_republished
+                                .with_label_values(&[firing.group.as_str(), cause.as_str()])
+                                .inc();
+                            tracing::warn!(
+                                firing_id = %firing.id,
+                                cause = cause.as_str(),
+                                copy = n,
+                                stream_seq = new_seq,
+                                "published a firing again: {}",
+                                cause.describe(seq)
+                            );
+                            outcome.republished.push((firing.id.clone(), cause));
+                        }
+                        Err(e) => {
+                            // The next pass tries again: nothing was recorded.
+                            tracing::warn!(firing_id = %firing.id, error = %e, "cannot publish a firing again; will retry");
+                            self.metrics.publish_errors.inc();
+                        }
+                    }
+                }
+                Whereabouts::Gone(_) => {}
+                Whereabouts::Waiting | Whereabouts::Unknown
+                    if published.published_at < alert_before =>
+                {
+                    let fresh = self
+                        .reported
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(firing.id.clone());
+                    if !fresh {
+                        continue;
+                    }
+                    if live.is_none() {
+                        live = Some(self.live_groups().await?);
+                    }
+                    let workers = live
+                        .as_ref()
+                        .and_then(|l| l.get(&firing.group))
+                        .copied()
+                        .unwrap_or(0);
+                    let alert =
+                        not_started_alert(&published, workers, self.config.not_started_after, now);
+                    self.reports.alert(&alert).await;
+                    outcome.not_started.push(firing.id.clone());
+                }
+                Whereabouts::Waiting | Whereabouts::Unknown => {}
+            }
+        }
+        let mut reported = self.reported.lock().unwrap_or_else(|p| p.into_inner());
+        if reported.len() > 100_000 {
+            reported.clear();
+        }
+        Ok(outcome)
+    }
+}
+
+/// Where the message of `firing` that JetStream acknowledged at `seq` is:
+/// read back from the stream leader. Err when the stream cannot answer now.
+pub(crate) async fn whereabouts(
+    stream: &jetstream::stream::Stream<()>,
+    seq: u64,
+    firing: &StagedFiring,
+) -> Result<Whereabouts, String> {
+    match stream.get_raw_message(seq).await {
+        Ok(message) => {
+            let id = firing.id.to_string();
+            let same_firing = message
+                .headers
+                .get(headers::FIRING_ID)
+                .is_some_and(|v| v.as_str() == id);
+            // A forged message may carry the real firing id; it never
+            // carries what was staged (the start compares digests).
+            Ok(if same_firing && message.payload == firing.payload {
+                Whereabouts::Waiting
+            } else {
+                Whereabouts::Gone(Cause::MessageReplaced)
+            })
+        }
+        Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => {
+            Ok(Whereabouts::Gone(Cause::MessageGone))
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The message id of copy `n` (from 1) of a firing published again: never
+/// the id of its first message (`<firing id>`) nor of a queued firing's
+/// deliberate new publish (`<firing id>~<n>`).
+pub fn copy_message_id(id: &FiringId, n: u32) -> String {
+    format!("{id}~r{n}")
+}
+
+/// The `not_started` alert of a firing whose message waits in the stream,
+/// naming why it is likely not started: no live worker of its group, or
+/// live ones that did not take it.
+fn not_started_alert(
+    published: &PublishedFiring,
+    live_workers: usize,
+    after: Duration,
+    now: DateTime<Utc>,
+) -> Alert {
+    let firing = &published.firing;
+    let waits = match published.stream_seq {
+        Some(seq) => format!("its message waits in the stream (sequence {seq})"),
+        None => "its message's stream sequence is not known".to_string(),
+    };
+    let cause = if live_workers == 0 {
+        format!("no worker of group {:?} is alive", firing.group)
+    } else {
+        format!(
+            "{live_workers} live worker(s) of group {:?} have not taken it (all busy, paused by a limit, or not fetching that band)",
+            firing.group
+        )
+    };
+    Alert {
+        kind: AlertKind::NotStarted,
+        job_id: firing.job_id.clone(),
+        group: firing.group.clone(),
+        firing_id: Some(firing.id.clone()),
+        message: format!(
+            "firing {} was published to group {:?} and no worker started it within {:?}; {waits}: {cause}",
+            firing.id, firing.group, after
+        ),
+        at: now,
+        consecutive_failures: None,
+        paused: false,
+        lateness_ms: None,
+    }
+}
+
+impl Service for Republisher {
+    type Outcome = RepublishOutcome;
+    type Error = RepublishError;
+
+    async fn run_once(&self, now: DateTime<Utc>) -> Result<RepublishOutcome, RepublishError> {
+        Republisher::run_once(self, now).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_s_message_id_is_none_of_the_firing_s_other_ids() {
+        let id = FiringId::new("nightly", 1_774_661_400_250, 2);
+        assert_eq!(copy_message_id(&id, 1), "nightly@1774661400250#2~r1");
+        assert_ne!(copy_message_id(&id, 1), copy_message_id(&id, 2));
+        assert_ne!(copy_message_id(&id, 3), format!("{id}~3"));
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        assert_eq!(RepublishConfig::default().validate(), Ok(()));
+        let quick = RepublishConfig {
+            after: Duration::from_millis(10),
+            ..RepublishConfig::default()
+        };
+        assert!(quick.validate().unwrap_err().contains("--republish-after"));
+    }
+}
