@@ -496,15 +496,7 @@ impl Api {
             outcome,
             message: message.as_deref(),
         };
-        if let Err(e) = self.store.record_audit(&record, now).await {
-            // The change is made; losing its audit line must not undo or
-            // fail it, but it must be seen.
-            self.metrics
-                .store_errors
-                .with_label_values(&["audit"])
-                .inc();
-            tracing::error!(verb, target, error = %e, "cannot record an audit entry");
-        }
+        record_audit(&self.store, &self.metrics, &record, now).await;
         result
     }
 
@@ -842,6 +834,26 @@ impl Api {
                 drop(permit);
             });
         }
+    }
+}
+
+/// Records an audit entry. The change it records is made: losing its
+/// audit line must not undo or fail it, but it must be seen (counted in
+/// `chime_store_errors_total{op="audit"}` and logged).
+pub async fn record_audit(
+    store: &Store,
+    metrics: &Metrics,
+    record: &AuditRecord<'_>,
+    now: DateTime<Utc>,
+) {
+    if let Err(e) = store.record_audit(record, now).await {
+        metrics.store_errors.with_label_values(&["audit"]).inc();
+        tracing::error!(
+            verb = record.verb,
+            target = record.target,
+            error = %e,
+            "cannot record an audit entry"
+        );
     }
 }
 

@@ -171,13 +171,7 @@ impl Submit {
             outcome,
             message: message.as_deref(),
         };
-        if let Err(e) = self.store.record_audit(&record, now).await {
-            self.metrics
-                .store_errors
-                .with_label_values(&["audit"])
-                .inc();
-            tracing::error!(id, error = %e, "cannot record a submission in the audit trail");
-        }
+        crate::api::record_audit(&self.store, &self.metrics, &record, now).await;
     }
 
     /// Handles one message: apply, reject or retry, then ack accordingly.

@@ -180,9 +180,7 @@ async fn record_failed_login(web: &Web, name: &str, source: Option<std::net::IpA
         outcome: "unauthenticated",
         message: Some(&message),
     };
-    if let Err(e) = web.api.store.record_audit(&record, Utc::now()).await {
-        tracing::error!(error = %e, "cannot record a failed login in the audit trail");
-    }
+    crate::api::record_audit(&web.api.store, &web.api.metrics, &record, Utc::now()).await;
 }
 
 /// Who sent `headers`: an error when nobody acceptable did.

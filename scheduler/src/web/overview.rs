@@ -128,20 +128,21 @@ async fn compute(web: &Web) -> Result<Overview, ApiError> {
     })
 }
 
+/// Whether the caller may read the overview: whoever may list firings.
+async fn may_read(web: &Web, method: &Method, headers: &HeaderMap) -> Result<(), Response> {
+    let verb = Verb::FiringsList;
+    authorize(web, method, headers, verb, verb.access())
+        .await
+        .map(drop)
+        .map_err(|refusal| refusal_response(refusal, headers))
+}
+
 /// The overview now (viewer).
 #[utoipa::path(get, path = "/api/v1/overview", tag = "console",
     responses((status = 200, body = Overview), (status = 401)))]
 async fn overview(State(web): State<Web>, method: Method, headers: HeaderMap) -> Response {
-    if let Err(refusal) = authorize(
-        &web,
-        &method,
-        &headers,
-        Verb::FiringsList,
-        Verb::FiringsList.access(),
-    )
-    .await
-    {
-        return refusal_response(refusal, &headers);
+    if let Err(refused) = may_read(&web, &method, &headers).await {
+        return refused;
     }
     match web.overview.get(&web).await {
         Ok(overview) => Json(overview).into_response(),
@@ -154,16 +155,8 @@ async fn overview(State(web): State<Web>, method: Method, headers: HeaderMap) ->
     responses((status = 200, description = "text/event-stream of `overview` events"),
         (status = 401)))]
 async fn events(State(web): State<Web>, method: Method, headers: HeaderMap) -> Response {
-    if let Err(refusal) = authorize(
-        &web,
-        &method,
-        &headers,
-        Verb::FiringsList,
-        Verb::FiringsList.access(),
-    )
-    .await
-    {
-        return refusal_response(refusal, &headers);
+    if let Err(refused) = may_read(&web, &method, &headers).await {
+        return refused;
     }
     let started = Instant::now();
     let stream = futures::stream::unfold((web, true), move |(web, first)| async move {
