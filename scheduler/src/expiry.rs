@@ -33,6 +33,11 @@ pub struct ExpiryConfig {
     /// A firing started this recently is not judged by its worker's heartbeat
     /// yet (the worker may not have beaten since it started).
     pub start_grace: Duration,
+    /// A heartbeat deleted this recently does not yet prove its worker
+    /// gone: a worker that is alive writes it again within its interval, so
+    /// one delete (by anyone who may write the group's keys) never re-queues
+    /// a running firing on its own. A key that expired waited a whole TTL.
+    pub deleted_grace: Duration,
     /// How long past its deadline an executing firing may go unreported
     /// before it is re-queued (the worker cuts it off at the deadline itself).
     pub deadline_grace: Duration,
@@ -46,6 +51,7 @@ impl Default for ExpiryConfig {
             interval: Duration::from_secs(1),
             batch: 1_000,
             start_grace: Duration::from_secs(2),
+            deleted_grace: Duration::from_secs(6),
             deadline_grace: Duration::from_secs(5),
             lease_ttl: Duration::from_secs(5),
         }
@@ -161,6 +167,23 @@ impl ExpiryMonitor {
         Ok(live)
     }
 
+    /// Whether the heartbeat of worker `worker_id` of `group` was deleted
+    /// (not expired) less than `deleted_grace` before `now`.
+    async fn deleted_recently(&self, group: &str, worker_id: &str, now: DateTime<Utc>) -> bool {
+        let grace = chrono::Duration::from_std(self.config.deleted_grace).unwrap_or_default();
+        for key in [heartbeat_key(group, worker_id), worker_id.to_string()] {
+            if let Ok(Some(entry)) = self.workers.entry(key.as_str()).await {
+                if entry.operation != kv::Operation::Put {
+                    let at = i64::try_from(entry.created.unix_timestamp_nanos() / 1_000_000)
+                        .ok()
+                        .and_then(DateTime::from_timestamp_millis);
+                    return at.is_some_and(|at| at + grace > now);
+                }
+            }
+        }
+        false
+    }
+
     /// Whether finished events of the worker wait in the events stream,
     /// not yet applied (the stream keeps an event until a replica applied
     /// it). On an error, false: the firing is judged as before.
@@ -219,9 +242,28 @@ impl ExpiryMonitor {
             let deadline_grace =
                 chrono::Duration::from_std(self.config.deadline_grace).unwrap_or_default();
             let mut reporting: HashMap<(String, String), bool> = HashMap::new();
+            let mut deleted: HashMap<(String, String), bool> = HashMap::new();
             for row in rows {
-                let vanished =
+                let mut vanished =
                     !is_live(&live, &row.group, &row.worker_id) && row.started_at + grace < now;
+                if vanished {
+                    let key = (row.group.clone(), row.worker_id.clone());
+                    let recent = match deleted.get(&key) {
+                        Some(recent) => *recent,
+                        None => {
+                            let recent = self.deleted_recently(&key.0, &key.1, now).await;
+                            deleted.insert(key, recent);
+                            recent
+                        }
+                    };
+                    if recent {
+                        vanished = false;
+                        if row.deadline_at + deadline_grace >= now {
+                            outcome.deferred.push(row.firing_id.clone());
+                            continue;
+                        }
+                    }
+                }
                 let (cause, reason) = if row.deadline_at + deadline_grace < now {
                     (
                         RequeueCause::Deadline,

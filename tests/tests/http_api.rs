@@ -210,6 +210,14 @@ backend_tests! {
         assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
         let listed = server.nats_call("firings.list", &json!({"job_id": "nightly"})).await;
         assert_eq!(listed["firings"], json!([]), "the refused trigger staged nothing");
+        let audit = server.call(Method::GET, "/api/v1/audit", "viewer", None).await;
+        assert!(
+            audit.body["entries"].as_array().unwrap().iter().any(|e| e["actor"] == "operator"
+                && e["verb"] == "jobs.trigger"
+                && e["outcome"] == "permission_denied"),
+            "the refusal is audited: {}",
+            audit.body
+        );
         let triggered = server
             .call(Method::POST, "/api/v1/jobs/nightly/trigger", "operator", None)
             .await;

@@ -55,13 +55,23 @@ async fn alerts(nats: &NatsServer) -> Vec<Alert> {
 /// `stuck` handler runs attempt 1 until it is stopped and later attempts
 /// at once. A firing it gives up starting stays away a minute.
 async fn worker(client: async_nats::Client, id: &str, runs: Arc<AtomicUsize>) -> WorkerHandle {
+    beating_every(client, id, runs, Duration::from_secs(1)).await
+}
+
+/// [`worker`], heartbeating every `interval`.
+async fn beating_every(
+    client: async_nats::Client,
+    id: &str,
+    runs: Arc<AtomicUsize>,
+    interval: Duration,
+) -> WorkerHandle {
     let stuck_runs = runs.clone();
     Worker::builder()
         .nats(client)
         .group(GROUP)
         .worker_id(id)
         .threads(2)
-        .heartbeat_interval(Duration::from_secs(1))
+        .heartbeat_interval(interval)
         .poll_interval(Duration::from_millis(250))
         .nak_delay(Duration::from_secs(60))
         .drain_grace(Duration::from_secs(1))
@@ -446,5 +456,94 @@ async fn a_crash_loop_ends_failed_and_alerted_once_the_infrastructure_budget_is_
         "{raised:#?}"
     );
     beat.abort();
+    replica.shutdown().await;
+}
+
+/// One delete of a running worker's heartbeat (by anyone who may write the
+/// group's keys) does not re-queue its firing: the monitor waits, the
+/// worker writes its heartbeat again, and the run goes on as attempt 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_deleted_once_does_not_requeue_a_running_firing() {
+    use chime_common::service::Pass;
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let replica = Replica::start(SchedulerConfig::new(nats.url(), db.url()))
+        .await
+        .expect("replica starts");
+    consumers(&nats).await;
+    let client = Client::new(nats.connect().await);
+    let runs = Arc::new(AtomicUsize::new(0));
+    // Beats 4 s apart, so the monitor sees the key missing between them.
+    let a = beating_every(
+        nats.connect().await,
+        "worker-a",
+        runs.clone(),
+        Duration::from_secs(4),
+    )
+    .await;
+    client
+        .put_job(&one_shot("held", "stuck"))
+        .await
+        .expect("put");
+    until_state(
+        &client,
+        "held",
+        1,
+        FiringState::Executing,
+        Duration::from_secs(20),
+    )
+    .await;
+    let firing = firings_of(&client, "held").await[0].id.clone();
+
+    let mut expiry = replica.signals.expiry.subscribe();
+    let workers = jetstream::new(nats.connect().await)
+        .get_key_value("chime-workers")
+        .await
+        .expect("bucket");
+    let key = chime_common::protocol::heartbeat_key(GROUP, "worker-a");
+    // The forger deletes the heartbeat for 3 s, less than the monitor's
+    // deleted grace, faster than the worker writes it.
+    let forger = {
+        let (workers, key) = (workers.clone(), key.clone());
+        tokio::spawn(async move {
+            for _ in 0..15 {
+                workers
+                    .delete(&key)
+                    .await
+                    .expect("the forger deletes the heartbeat");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    expiry
+        .wait_for(
+            Duration::from_secs(10),
+            "a scan that sees the deleted heartbeat and waits",
+            |pass| matches!(pass, Pass::Done(outcome) if outcome.deferred.contains(&firing)),
+        )
+        .await;
+    forger.await.expect("the forger ran");
+    until_ok(
+        Duration::from_secs(15),
+        "the worker wrote its heartbeat again",
+        || async {
+            match workers.entry(&key).await {
+                Ok(Some(entry)) if entry.operation == kv::Operation::Put => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    expiry
+        .wait_for(Duration::from_secs(10), "a scan after it", |pass| {
+            matches!(pass, Pass::Done(_))
+        })
+        .await;
+    let firings = firings_of(&client, "held").await;
+    assert_eq!(firings.len(), 1, "{firings:#?}");
+    assert_eq!(firings[0].state, FiringState::Executing, "{firings:#?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    a.shutdown().await;
     replica.shutdown().await;
 }

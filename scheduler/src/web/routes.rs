@@ -127,13 +127,31 @@ pub async fn authorize(
         } else {
             verb.to_string()
         };
-        return Err(Refusal::Forbidden(format!(
+        let message = format!(
             "{} may not call {what}: role {} is too low",
             identity.name, identity.role
-        )));
+        );
+        audit_refusal(web, &identity.name, verb, &message).await;
+        return Err(Refusal::Forbidden(message));
     }
     auth::check_forgery(method, headers, &identity)?;
     Ok(identity)
+}
+
+/// Records a request refused for its caller's role: an authenticated user
+/// trying what the role does not allow is worth knowing about.
+async fn audit_refusal(web: &Web, actor: &str, verb: Verb, message: &str) {
+    let record = crate::store::AuditRecord {
+        actor,
+        via: "http",
+        verb: verb.as_str(),
+        target: "",
+        before_version: None,
+        after_version: None,
+        outcome: "permission_denied",
+        message: Some(message),
+    };
+    crate::api::record_audit(&web.api.store, &web.api.metrics, &record, Utc::now()).await;
 }
 
 /// Authorizes, then answers `verb` with `request` as [`Api::serve`] does
