@@ -8,6 +8,7 @@
 //! re-checks every group's settings every `recheck` (a consumer someone
 //! deleted or changed is put back).
 
+use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
 use chime_common::job::check_name;
 use chime_common::protocol::{heartbeat_matches_key, WorkerInfo};
@@ -91,6 +92,8 @@ pub struct Consumers {
     /// Each live worker's group: a worker id keeps its group for life, so
     /// only new heartbeat keys are read.
     worker_group: Mutex<HashMap<String, String>>,
+    /// Where each known group's counters are started at zero.
+    metrics: Option<Metrics>,
 }
 
 impl Consumers {
@@ -108,7 +111,16 @@ impl Consumers {
             store,
             checked: Mutex::new(HashMap::new()),
             worker_group: Mutex::new(HashMap::new()),
+            metrics: None,
         }
+    }
+
+    /// Starts each group's counters at zero when its consumers are first
+    /// ensured, so a dashboard's rate shows 0 for a known group instead of
+    /// nothing until its first event.
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     async fn worker_groups(&self) -> Result<BTreeSet<String>, ConsumersError> {
@@ -170,6 +182,9 @@ impl Consumers {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(group.clone(), now);
+            if let Some(metrics) = &self.metrics {
+                metrics.start_group_at_zero(&group);
+            }
             outcome.ensured.push(group);
         }
         if !outcome.ensured.is_empty() {

@@ -154,7 +154,28 @@ fn histogram(registry: &Registry, name: &str, help: &str, buckets: &[f64]) -> Hi
     h
 }
 
+/// The `cause` labels of the per-group counters, started at zero together.
+const REQUEUE_CAUSES: [&str; 5] = ["vanished", "deadline", "not_running", "fenced", "shutdown"];
+const REPUBLISH_CAUSES: [&str; 3] = ["message_gone", "message_replaced", "duplicate_ack"];
+const MISSED_CAUSES: [&str; 2] = ["misfire", "calendar"];
+
 impl Metrics {
+    /// Creates `group`'s series of the per-group counters at zero.
+    pub fn start_group_at_zero(&self, group: &str) {
+        for cause in REQUEUE_CAUSES {
+            self.requeued.with_label_values(&[group, cause]);
+        }
+        for cause in REPUBLISH_CAUSES {
+            self.firings_republished.with_label_values(&[group, cause]);
+        }
+        for cause in MISSED_CAUSES {
+            self.firings_missed.with_label_values(&[group, cause]);
+        }
+        self.infra_retries_exhausted.with_label_values(&[group]);
+        self.firings_late.with_label_values(&[group]);
+        self.firings_published.with_label_values(&[group]);
+    }
+
     /// A fresh registry with every metric registered.
     pub fn new() -> Self {
         let r = Registry::new();

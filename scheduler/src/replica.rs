@@ -384,12 +384,15 @@ impl Replica {
             metrics: metrics.clone(),
             unstarted,
         };
-        let consumers = Arc::new(Consumers::new(
-            config.consumers.clone(),
-            topology.clone(),
-            workers.clone(),
-            store.clone(),
-        ));
+        let consumers = Arc::new(
+            Consumers::new(
+                config.consumers.clone(),
+                topology.clone(),
+                workers.clone(),
+                store.clone(),
+            )
+            .with_metrics(metrics.clone()),
+        );
         consumers
             .run_once(chrono::Utc::now())
             .await

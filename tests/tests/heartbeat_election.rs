@@ -137,7 +137,7 @@ async fn a_worker_rides_out_the_election_of_its_heartbeat_buckets_leader() {
     let observer = jetstream::new(cluster.connect_node(survivor).await);
     let workers = observer.get_key_value(BUCKET).await.expect("bucket");
     let before = workers
-        .entry("steady")
+        .entry(chime_common::protocol::heartbeat_key("default", "steady"))
         .await
         .expect("read")
         .expect("the worker beats")
@@ -155,7 +155,7 @@ async fn a_worker_rides_out_the_election_of_its_heartbeat_buckets_leader() {
             let workers = workers.clone();
             async move {
                 let now = workers
-                    .entry("steady")
+                    .entry(chime_common::protocol::heartbeat_key("default", "steady"))
                     .await
                     .map_err(|e| e.to_string())?
                     .ok_or("no heartbeat key")?

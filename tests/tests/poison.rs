@@ -546,8 +546,10 @@ async fn a_submission_that_meets_a_busy_store_is_retried_not_rejected() {
         .await
         .expect("lock the job's row");
 
-    let second =
-        json!({"id": "busy", "handler": "second", "schedule": {"at": "2099-01-01T00:00:00Z"}});
+    // A replacement names the version it replaces (submissions create,
+    // or replace only so).
+    let second = json!({"id": "busy", "handler": "second",
+        "schedule": {"at": "2099-01-01T00:00:00Z"}, "if_version": 1});
     js.publish(
         "chime.submit",
         serde_json::to_vec(&second).expect("json").into(),

@@ -176,11 +176,11 @@ async fn chime_worker_runs_firings_serves_metrics_and_stops_on_sigterm() {
     );
 
     let kv = env.topology.workers().await.unwrap();
-    assert!(kv.get("bin-worker").await.unwrap().is_some());
+    assert!(kv.get("bin.bin-worker").await.unwrap().is_some());
     let status = worker.terminate(Duration::from_secs(15)).await;
     assert!(status.success(), "{status}\n{}", worker.log());
     assert!(
-        kv.get("bin-worker").await.unwrap().is_none(),
+        kv.get("bin.bin-worker").await.unwrap().is_none(),
         "heartbeat key deleted on SIGTERM"
     );
 }
@@ -333,7 +333,7 @@ async fn chime_worker_creates_nothing_and_waits_for_a_scheduler_to() {
         Duration::from_secs(15),
         "the worker's first heartbeat",
         || async {
-            match kv.get("late-worker").await {
+            match kv.get("late.late-worker").await {
                 Ok(Some(value)) => serde_json::from_slice::<WorkerInfo>(&value)
                     .is_ok_and(|info| info.group == "late"),
                 _ => false,

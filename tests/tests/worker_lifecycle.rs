@@ -15,10 +15,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The heartbeat of worker `id`, whatever its group (keys are `<group>.<id>`).
 async fn heartbeat_of(env: &Env, id: &str) -> Option<WorkerInfo> {
     let kv = env.topology.workers().await.expect("workers bucket");
-    let value = kv.get(id).await.expect("kv get")?;
-    Some(serde_json::from_slice(&value).expect("WorkerInfo JSON"))
+    let mut keys = kv.keys().await.expect("kv keys");
+    while let Some(key) = futures::StreamExt::next(&mut keys).await {
+        let key = key.expect("a key");
+        if chime_common::protocol::parse_heartbeat_key(&key).1 == id {
+            let value = kv.get(&key).await.expect("kv get")?;
+            return Some(serde_json::from_slice(&value).expect("WorkerInfo JSON"));
+        }
+    }
+    None
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,4 +3,4 @@
 -- a start its worker never ran) and were run again without spending the
 -- job's max_attempts. The job's attempts spent are attempt - infra_retries;
 -- the scheduler's --infra-retries bounds this count on its own.
-ALTER TABLE firings ADD COLUMN infra_retries INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE firings ADD COLUMN infra_retries BIGINT NOT NULL DEFAULT 0;
