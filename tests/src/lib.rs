@@ -80,6 +80,7 @@
 //! - the poll interval inside the harness's own waiting loops (this module,
 //!   processes, servers, clusters).
 
+mod alerts;
 mod binaries;
 mod child;
 mod database;
@@ -105,6 +106,7 @@ mod triggered;
 mod wait;
 pub mod worker_env;
 
+pub use alerts::alerts_of;
 pub use binaries::{Binary, BIN_DIR_ENV};
 pub use database::{DatabaseKind, TestDatabase};
 pub use fire_stream::{count_by_instant, read_fire_stream, Published};
@@ -119,7 +121,9 @@ pub use pg_cluster::{PgCluster, PgClusterOptions, ServerTls};
 pub use ports::free_port;
 pub use postgres::{admin_url as pg_admin_url, PgDatabase, DEFAULT_PG_URL, PG_URL_ENV};
 pub use process::ChimeProcess;
-pub use programs::{chimectl_json, start_scheduler, start_scheduler_with, start_worker};
+pub use programs::{
+    chimectl_json, chimectl_ok, history_json, start_scheduler, start_scheduler_with, start_worker,
+};
 pub use proxy::Proxy;
 pub use sqlite::SqliteDatabase;
 pub use standalone_reports::StandaloneReports;

@@ -89,3 +89,30 @@ pub async fn chimectl_json(
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     (output.status.code(), json, stderr)
 }
+
+/// `chimectl --json ARGS` against `nats`, run to the end and parsed; a
+/// failure fails the test with chimectl's error.
+pub fn chimectl_ok(nats: &crate::NatsServer, args: &[&str]) -> serde_json::Value {
+    let out = crate::Binary::Ctl
+        .command()
+        .args(["--nats-url", &nats.url(), "--json"])
+        .args(args)
+        .output()
+        .expect("chimectl runs");
+    assert!(
+        out.status.success(),
+        "chimectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("chimectl prints JSON")
+}
+
+/// The firings of `job` as `chimectl history` lists them.
+pub fn history_json(nats: &crate::NatsServer, job: &str) -> Vec<serde_json::Value> {
+    let reply = chimectl_ok(nats, &["history", job]);
+    reply["firings"]
+        .as_array()
+        .or_else(|| reply.as_array())
+        .cloned()
+        .unwrap_or_default()
+}

@@ -10,35 +10,9 @@
 
 use async_nats::HeaderMap;
 use chime_common::headers;
-use chime_tests::{Binary, NatsServer, SqliteDatabase};
-use serde_json::{json, Value};
+use chime_tests::{chimectl_ok, history_json, NatsServer, SqliteDatabase};
+use serde_json::json;
 use std::time::Duration;
-
-/// `chimectl --json ARGS` against `nats`, parsed.
-fn chimectl(nats: &NatsServer, args: &[&str]) -> Value {
-    let out = Binary::Ctl
-        .command()
-        .args(["--nats-url", &nats.url(), "--json"])
-        .args(args)
-        .output()
-        .expect("chimectl runs");
-    assert!(
-        out.status.success(),
-        "chimectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("chimectl prints JSON")
-}
-
-/// The firings of `job` as `history` lists them.
-fn firings(nats: &NatsServer, job: &str) -> Vec<Value> {
-    let reply = chimectl(nats, &["history", job]);
-    reply["firings"]
-        .as_array()
-        .or_else(|| reply.as_array())
-        .cloned()
-        .unwrap_or_default()
-}
 
 /// What the forgery of one staged firing needs to know of it.
 struct Staged {
@@ -59,9 +33,9 @@ async fn stage_canary(nats: &NatsServer, dir: &std::path::Path, runs: &std::path
     });
     let file = dir.join("canary.json");
     std::fs::write(&file, spec.to_string()).expect("job file");
-    chimectl(nats, &["put", &file.display().to_string()]);
+    chimectl_ok(nats, &["put", &file.display().to_string()]);
     let staged_now = || {
-        firings(nats, "canary")
+        history_json(nats, "canary")
             .into_iter()
             .find(|f| f["state"] == "staged")
     };
@@ -138,7 +112,7 @@ async fn a_forged_firing_runs_nothing_and_the_real_one_still_runs() {
 
     // The real firing runs at its instant, as staged.
     chime_tests::eventually(Duration::from_secs(20), "the real firing runs", || async {
-        firings(&nats, "canary")
+        history_json(&nats, "canary")
             .iter()
             .any(|f| f["state"] == "succeeded")
     })
@@ -177,7 +151,7 @@ async fn a_forgery_that_takes_the_real_message_id_does_not_strand_the_real_firin
         .wait_for_log_line("acknowledged as a duplicate", Duration::from_secs(30))
         .await;
     chime_tests::eventually(Duration::from_secs(20), "the real firing runs", || async {
-        firings(&nats, "canary")
+        history_json(&nats, "canary")
             .iter()
             .any(|f| f["state"] == "succeeded")
     })

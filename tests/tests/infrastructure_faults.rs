@@ -25,32 +25,6 @@ use std::time::Duration;
 
 const GROUP: &str = "faults";
 
-/// Every alert on the CHIME_ALERTS stream so far.
-async fn alerts(nats: &NatsServer) -> Vec<Alert> {
-    let js = jetstream::new(nats.connect().await);
-    let mut stream = js.get_stream("CHIME_ALERTS").await.expect("alerts stream");
-    let stored = stream.info().await.expect("stream info").state.messages;
-    if stored == 0 {
-        return Vec::new();
-    }
-    let consumer = stream
-        .create_consumer(jetstream::consumer::pull::Config::default())
-        .await
-        .expect("consumer");
-    let mut alerts = Vec::new();
-    let mut batch = consumer
-        .fetch()
-        .max_messages(usize::try_from(stored).unwrap_or(usize::MAX))
-        .expires(Duration::from_secs(1))
-        .messages()
-        .await
-        .expect("fetch");
-    while let Some(Ok(message)) = futures::StreamExt::next(&mut batch).await {
-        alerts.push(serde_json::from_slice::<Alert>(&message.payload).expect("alert JSON"));
-    }
-    alerts
-}
-
 /// A worker of `GROUP` whose `count` handler counts its runs, and whose
 /// `stuck` handler runs attempt 1 until it is stopped and later attempts
 /// at once. A firing it gives up starting stays away a minute.
@@ -221,7 +195,7 @@ async fn a_start_recorded_after_its_worker_gave_up_runs_once_within_seconds() {
         1,
         "the instant ran exactly once"
     );
-    let raised: Vec<Alert> = alerts(&nats)
+    let raised: Vec<Alert> = alerts_of(&nats)
         .await
         .into_iter()
         .filter(|a| a.kind == AlertKind::NotRunning)
@@ -439,7 +413,7 @@ async fn a_crash_loop_ends_failed_and_alerted_once_the_infrastructure_budget_is_
         None,
         "no attempt after the budget"
     );
-    let raised = alerts(&nats).await;
+    let raised = alerts_of(&nats).await;
     let failed: Vec<&Alert> = raised
         .iter()
         .filter(|a| a.kind == AlertKind::FiringFailed)

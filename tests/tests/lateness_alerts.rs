@@ -14,29 +14,6 @@ use serde_json::json;
 use std::collections::HashSet;
 use std::time::Duration;
 
-/// Every alert on the CHIME_ALERTS stream so far.
-async fn alerts(nats: &NatsServer) -> Vec<Alert> {
-    let js = async_nats::jetstream::new(nats.connect().await);
-    let mut stream = js.get_stream("CHIME_ALERTS").await.expect("alerts stream");
-    let stored = stream.info().await.expect("stream info").state.messages;
-    let consumer = stream
-        .create_consumer(async_nats::jetstream::consumer::pull::Config::default())
-        .await
-        .expect("consumer");
-    let mut alerts = Vec::new();
-    let mut batch = consumer
-        .fetch()
-        .max_messages(usize::try_from(stored).unwrap_or(usize::MAX).max(1))
-        .expires(Duration::from_secs(1))
-        .messages()
-        .await
-        .expect("fetch");
-    while let Some(Ok(message)) = futures::StreamExt::next(&mut batch).await {
-        alerts.push(serde_json::from_slice::<Alert>(&message.payload).expect("alert JSON"));
-    }
-    alerts
-}
-
 /// The firings of the job `tardy`.
 async fn history(client: &Client) -> Vec<Firing> {
     client
@@ -100,7 +77,7 @@ async fn late_firings_raise_one_late_alert_each_when_a_worker_comes() {
     })
     .await;
 
-    let late: Vec<Alert> = alerts(&nats)
+    let late: Vec<Alert> = alerts_of(&nats)
         .await
         .into_iter()
         .filter(|a| a.kind == AlertKind::Late)

@@ -12,38 +12,12 @@ use async_nats::jetstream::{self, consumer, AckKind};
 use chime_common::headers;
 use chime_common::protocol::{Alert, AlertKind, StartRequest};
 use chime_common::{Band, FiringId, Subjects};
-use chime_tests::{Binary, NatsServer, SqliteDatabase};
+use chime_tests::{chimectl_ok, history_json, NatsServer, SqliteDatabase};
 use futures::{FutureExt, StreamExt};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
-
-/// `chimectl --json ARGS` against `nats`, parsed.
-fn chimectl(nats: &NatsServer, args: &[&str]) -> Value {
-    let out = Binary::Ctl
-        .command()
-        .args(["--nats-url", &nats.url(), "--json"])
-        .args(args)
-        .output()
-        .expect("chimectl runs");
-    assert!(
-        out.status.success(),
-        "chimectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("chimectl prints JSON")
-}
-
-/// The firings of `job` as `history` lists them.
-fn firings(nats: &NatsServer, job: &str) -> Vec<Value> {
-    let reply = chimectl(nats, &["history", job]);
-    reply["firings"]
-        .as_array()
-        .or_else(|| reply.as_array())
-        .cloned()
-        .unwrap_or_default()
-}
 
 /// Puts shell jobs `ids`, each due once at `at`, each appending its id to `runs`.
 fn put_jobs(nats: &NatsServer, dir: &Path, runs: &Path, ids: &[&str], at: i64) {
@@ -56,7 +30,7 @@ fn put_jobs(nats: &NatsServer, dir: &Path, runs: &Path, ids: &[&str], at: i64) {
         });
         let file = dir.join(format!("{id}.json"));
         std::fs::write(&file, spec.to_string()).expect("job file");
-        chimectl(nats, &["put", &file.display().to_string()]);
+        chimectl_ok(nats, &["put", &file.display().to_string()]);
     }
 }
 
@@ -182,7 +156,7 @@ async fn a_firing_a_worker_refused_or_terminated_through_its_own_fault_still_run
     let mut worker = chime_tests::start_worker(&nats.url(), "default", 4, "good").await;
     for job in ["refused", "terminated"] {
         chime_tests::eventually(Duration::from_secs(30), &format!("{job} runs"), || async {
-            firings(&nats, job)
+            history_json(&nats, job)
                 .iter()
                 .any(|f| f["state"] == "succeeded")
         })
@@ -250,7 +224,7 @@ async fn a_firing_whose_every_copy_is_terminated_ends_failed_with_an_alert() {
     let messages = tokio::time::timeout(Duration::from_secs(60), failed)
         .await
         .expect("the firing and its two copies are delivered");
-    let firing = firings(&nats, "doomed")
+    let firing = history_json(&nats, "doomed")
         .first()
         .and_then(|f| f["id"].as_str().map(str::to_string))
         .expect("a firing");
@@ -280,7 +254,7 @@ async fn a_firing_whose_every_copy_is_terminated_ends_failed_with_an_alert() {
         Some(firing.as_str())
     );
     assert!(alert.message.contains("never started"), "{}", alert.message);
-    let listed = firings(&nats, "doomed");
+    let listed = history_json(&nats, "doomed");
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["state"], "failed", "{listed:?}");
     assert!(
@@ -342,7 +316,7 @@ async fn a_waiting_firing_of_a_group_without_workers_is_reported_naming_the_caus
         !scheduler.log().contains("published a firing again"),
         "a waiting message was copied"
     );
-    let listed = firings(&nats, "unstaffed");
+    let listed = history_json(&nats, "unstaffed");
     assert_eq!(listed[0]["state"], "published", "{listed:?}");
     scheduler.terminate(Duration::from_secs(15)).await;
 }
