@@ -3,29 +3,32 @@
 //! The binary and the tests both start replicas through [`Replica::start`], so
 //! tests exercise the same wiring as production.
 
-use crate::api::{Api, ApiConfig};
-use crate::checkpoint::{CheckpointConfig, Checkpointer};
-use crate::claim::SliceProgress;
-use crate::clock::{ClockConfig, ClockMonitor, ClockStatus};
-use crate::consumers::{Consumers, ConsumersConfig};
-use crate::expiry::{ExpiryConfig, ExpiryMonitor};
-use crate::housekeeping::{Housekeeping, HousekeepingConfig};
-use crate::immediate::{Immediate, ImmediateConfig, Wake};
+use crate::firing::claim::SliceProgress;
+use crate::firing::immediate::{Immediate, ImmediateConfig, Wake};
+use crate::firing::publisher::{Publisher, PublisherConfig};
+use crate::firing::slicer::{Slicer, SlicerConfig};
+use crate::firing::unstarted::Unstarted;
+use crate::firing::wheel::Wheel;
+use crate::intake::api::{Api, ApiConfig};
+use crate::intake::replies::Replies;
+use crate::intake::submit::{Submit, SubmitConfig};
+use crate::intake::web::WebConfig;
 use crate::lease::Lease;
-use crate::limits::{LimitRelease, LimitsConfig};
-use crate::maintenance::{MaintenanceConfig, MaintenanceWindows};
-use crate::metrics::Metrics;
-use crate::publisher::{Publisher, PublisherConfig};
-use crate::replies::Replies;
-use crate::republish::{RepublishConfig, Republisher};
+use crate::nats::Nats;
+use crate::ops::alerts::Alerts;
+use crate::ops::checkpoint::{CheckpointConfig, Checkpointer};
+use crate::ops::clock::{ClockConfig, ClockMonitor, ClockStatus};
+use crate::ops::consumers::{Consumers, ConsumersConfig};
+use crate::ops::maintenance::{MaintenanceConfig, MaintenanceWindows};
+use crate::ops::metrics::Metrics;
+use crate::recovery::expiry::{ExpiryConfig, ExpiryMonitor};
+use crate::recovery::housekeeping::{Housekeeping, HousekeepingConfig};
+use crate::recovery::limit_release::{LimitRelease, LimitReleaseConfig};
+use crate::recovery::republish::{RepublishConfig, Republisher};
 use crate::signals::Signals;
-use crate::slicer::{Slicer, SlicerConfig};
 use crate::store::{Backend, Store, StoreOptions};
-use crate::submit::{Submit, SubmitConfig};
-use crate::unstarted::Unstarted;
-use crate::web::WebConfig;
-use crate::wheel::Wheel;
-use crate::worker_reports::{WorkerReports, WorkerReportsConfig};
+use crate::workers::finishes::{Finishes, FinishesConfig};
+use crate::workers::starts::{Starts, StartsConfig};
 use anyhow::Context as _;
 use chime_common::connection::{confirm_subscriptions, NatsConnection, ReplyCredentials};
 use chime_common::service::{Periodic, PeriodicConfig};
@@ -58,7 +61,8 @@ pub struct SchedulerConfig {
     pub publisher: PublisherConfig,
     pub api: ApiConfig,
     pub submit: SubmitConfig,
-    pub worker_reports: WorkerReportsConfig,
+    pub starts: StartsConfig,
+    pub finishes: FinishesConfig,
     pub expiry: ExpiryConfig,
     pub republish: RepublishConfig,
     pub housekeeping: HousekeepingConfig,
@@ -67,7 +71,7 @@ pub struct SchedulerConfig {
     /// Ending maintenance windows (pauses with `until`).
     pub maintenance: MaintenanceConfig,
     /// Releasing firings held by concurrency limits.
-    pub limits: LimitsConfig,
+    pub limit_release: LimitReleaseConfig,
     /// Publishing firings staged outside a slice at once.
     pub immediate: ImmediateConfig,
     /// How failed services are restarted and when they make `/healthz` fail.
@@ -99,13 +103,14 @@ impl SchedulerConfig {
             publisher: PublisherConfig::default(),
             api: ApiConfig::default(),
             submit: SubmitConfig::default(),
-            worker_reports: WorkerReportsConfig::default(),
+            starts: StartsConfig::default(),
+            finishes: FinishesConfig::default(),
             expiry: ExpiryConfig::default(),
             republish: RepublishConfig::default(),
             housekeeping: HousekeepingConfig::default(),
             checkpoint: CheckpointConfig::default(),
             maintenance: MaintenanceConfig::default(),
-            limits: LimitsConfig::default(),
+            limit_release: LimitReleaseConfig::default(),
             immediate: ImmediateConfig::default(),
             supervisor: SupervisorConfig::default(),
             clock: ClockConfig::default(),
@@ -130,7 +135,7 @@ impl SchedulerConfig {
             web.validate()?;
         }
         self.maintenance.validate()?;
-        self.limits.validate()?;
+        self.limit_release.validate()?;
         self.immediate.validate()?;
         self.supervisor.validate()?;
         self.clock.validate()?;
@@ -271,14 +276,29 @@ impl Replica {
         );
         let immediate = Wake::default();
         let unstarted = Unstarted::default();
-        let reports = WorkerReports {
-            config: config.worker_reports.clone(),
-            finished: signals.finished.clone(),
-            immediate: immediate.clone(),
+        let links = Nats {
+            client: nats.clone(),
+            jetstream: jetstream.clone(),
+            subjects: subjects.clone(),
+        };
+        let alerts = Alerts::new(jetstream.clone(), subjects.clone(), metrics.clone());
+        let starts = Starts {
+            config: config.starts.clone(),
             unstarted: unstarted.clone(),
             replies: replies.clone(),
+            alerts: alerts.clone(),
             store: store.clone(),
             nats: nats.clone(),
+            jetstream: jetstream.clone(),
+            subjects: subjects.clone(),
+            metrics: metrics.clone(),
+        };
+        let finishes = Finishes {
+            config: config.finishes.clone(),
+            finished: signals.finished.clone(),
+            immediate: immediate.clone(),
+            alerts: alerts.clone(),
+            store: store.clone(),
             jetstream: jetstream.clone(),
             subjects: subjects.clone(),
             metrics: metrics.clone(),
@@ -286,7 +306,7 @@ impl Replica {
         let clock = Arc::new(ClockMonitor::new(
             config.clock.clone(),
             store.clone(),
-            reports.clone(),
+            alerts.clone(),
             metrics.clone(),
             config.replica_id.clone(),
         ));
@@ -299,9 +319,9 @@ impl Replica {
 
         let metrics_addr = match config.metrics_addr {
             Some(addr) => {
-                let (bound, task) = crate::probes::serve(
+                let (bound, task) = crate::ops::probes::serve(
                     addr,
-                    crate::probes::Probe {
+                    crate::ops::probes::Probe {
                         metrics: metrics.clone(),
                         store: store.clone(),
                         nats: nats.clone(),
@@ -335,9 +355,10 @@ impl Replica {
             Some(web) => {
                 let addr = web.addr;
                 let open = web.open;
-                let (bound, task) = crate::web::serve(web.clone(), api.clone(), drained.clone())
-                    .await
-                    .with_context(|| format!("cannot serve the HTTP API on {addr}"))?;
+                let (bound, task) =
+                    crate::intake::web::serve(web.clone(), api.clone(), drained.clone())
+                        .await
+                        .with_context(|| format!("cannot serve the HTTP API on {addr}"))?;
                 tracker.spawn(async move {
                     let _ = task.await;
                 });
@@ -371,7 +392,7 @@ impl Replica {
                 metrics.clone(),
             )
             .with_clock(clock.status())
-            .with_alerts(reports.clone()),
+            .with_alerts(alerts.clone()),
         );
         let publisher = Publisher {
             config: config.publisher.clone(),
@@ -401,7 +422,7 @@ impl Replica {
         // Subscribed, and the server has them, before "ready": a request
         // sent the moment start returns finds a responder. Later runs
         // subscribe again.
-        let start_requests = first_run(reports.subscribe_starts().await?);
+        let start_requests = first_run(starts.subscribe().await?);
         let api_requests = first_run(api.subscribe().await?);
         let submit_consumer = first_run(submit_consumer);
         let finished_consumer = first_run(finished_consumer);
@@ -412,34 +433,36 @@ impl Replica {
         for service in SERVICES {
             metrics.service_restarts.with_label_values(&[service]);
         }
-        // Worker reports keep being served until the wheel has drained: workers still start what we publish.
+        // Starts and finishes are served until the wheel has drained:
+        // workers still start what this replica publishes.
         {
-            let (reports, drained) = (reports.clone(), drained.clone());
-            supervisor.spawn("lifecycle_starts", move || {
-                let (reports, drained) = (reports.clone(), drained.clone());
+            let (starts, drained) = (starts.clone(), drained.clone());
+            supervisor.spawn("starts", move || {
+                let (starts, drained) = (starts.clone(), drained.clone());
                 let initial = take(&start_requests);
                 async move {
                     let requests = match initial {
                         Some(requests) => requests,
-                        None => reports.subscribe_starts().await?,
+                        None => starts.subscribe().await?,
                     };
-                    reports.serve_starts(requests, drained).await;
+                    starts.serve(requests, drained).await;
                     anyhow::Ok(())
                 }
             });
         }
         {
-            let (reports, drained, topology) = (reports.clone(), drained.clone(), topology.clone());
-            supervisor.spawn("lifecycle_finished", move || {
-                let (reports, drained, topology) =
-                    (reports.clone(), drained.clone(), topology.clone());
+            let (finishes, drained, topology) =
+                (finishes.clone(), drained.clone(), topology.clone());
+            supervisor.spawn("finishes", move || {
+                let (finishes, drained, topology) =
+                    (finishes.clone(), drained.clone(), topology.clone());
                 let initial = take(&finished_consumer);
                 async move {
                     let consumer = match initial {
                         Some(consumer) => consumer,
                         None => finished_consumer_of(&topology).await?,
                     };
-                    reports.consume_finished(consumer, drained).await?;
+                    finishes.consume(consumer, drained).await?;
                     anyhow::Ok(())
                 }
             });
@@ -504,7 +527,9 @@ impl Replica {
             config.expiry.clone(),
             store.clone(),
             workers.clone(),
-            reports.clone(),
+            links.clone(),
+            alerts.clone(),
+            immediate.clone(),
             metrics.clone(),
         );
         let expiry_lease = Lease::new(
@@ -526,7 +551,8 @@ impl Replica {
             config.republish.clone(),
             store.clone(),
             workers.clone(),
-            reports.clone(),
+            links.clone(),
+            alerts.clone(),
             metrics.clone(),
         );
         let republish_lease = Lease::new(
@@ -607,21 +633,21 @@ impl Replica {
             leases,
             "limits",
             config.replica_id.clone(),
-            config.limits.lease_ttl,
+            config.limit_release.lease_ttl,
         );
         let store_errors = metrics.store_errors.clone();
         supervisor.spawn_periodic(
             Periodic::new(
                 "limits",
                 Arc::new(LimitRelease {
-                    config: config.limits.clone(),
+                    config: config.limit_release.clone(),
                     store: store.clone(),
                     immediate: immediate.clone(),
                 }),
-                PeriodicConfig::every(config.limits.interval),
+                PeriodicConfig::every(config.limit_release.interval),
             )
             .with_lease(Arc::new(limits_lease))
-            .with_signal(signals.limits.clone())
+            .with_signal(signals.limit_release.clone())
             .on_failure(move |_| store_errors.with_label_values(&["limits"]).inc()),
         );
         let store_errors = metrics.store_errors.clone();
@@ -701,8 +727,8 @@ impl Replica {
 
 /// Every supervised service, by the name its metrics and `/healthz` use.
 pub const SERVICES: [&str; 15] = [
-    "lifecycle_starts",
-    "lifecycle_finished",
+    "starts",
+    "finishes",
     "api",
     "submit",
     "slicer",

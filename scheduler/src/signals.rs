@@ -4,13 +4,13 @@
 //! Every periodic service reports each pass ([`Pass`]); the message-driven
 //! services report what they applied.
 
-use crate::consumers::ConsumersOutcome;
-use crate::expiry::ExpiryOutcome;
-use crate::housekeeping::HousekeepingOutcome;
-use crate::immediate::ImmediateOutcome;
-use crate::limits::LimitsOutcome;
-use crate::maintenance::MaintenanceOutcome;
-use crate::republish::RepublishOutcome;
+use crate::firing::immediate::ImmediateOutcome;
+use crate::ops::consumers::ConsumersOutcome;
+use crate::ops::maintenance::MaintenanceOutcome;
+use crate::recovery::expiry::ExpiryOutcome;
+use crate::recovery::housekeeping::HousekeepingOutcome;
+use crate::recovery::limit_release::LimitReleaseOutcome;
+use crate::recovery::republish::RepublishOutcome;
 use chime_common::service::Pass;
 use chime_common::signal::TestSignal;
 
@@ -30,7 +30,7 @@ pub struct Signals {
     /// Each pass putting unadopted due firings in the wheel.
     pub immediate: TestSignal<Pass<ImmediateOutcome>>,
     /// Each pass releasing held firings (only on the lease holder).
-    pub limits: TestSignal<Pass<LimitsOutcome>>,
+    pub limit_release: TestSignal<Pass<LimitReleaseOutcome>>,
     /// Each clock offset measurement.
     pub clock: TestSignal<Pass<chrono::Duration>>,
     /// Each consumer reconciliation pass.

@@ -25,7 +25,7 @@ use chime_common::protocol::{
 };
 use chime_common::schedule::{Schedule, ScheduleSpec};
 use chime_common::{ErrorCode, JobSpec, Limits};
-use chime_scheduler::api::{ApiConfig, ApiRequest, PauseTarget};
+use chime_scheduler::intake::api::{ApiConfig, ApiRequest, PauseTarget};
 use chime_scheduler::store::{AuditFilter, FiringFilter, JobFilter};
 use chime_worker::firing::message::FiringMessage;
 use chrono::{DateTime, Utc};

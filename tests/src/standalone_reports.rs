@@ -1,4 +1,4 @@
-//! The worker reports service with no replica around it, for tests that
+//! The start and finish services with no replica around them, for tests that
 //! drive one pass at a time or watch how it batches: NATS with Chime's
 //! streams, a store, and the replicas' consumer of finished events, so what
 //! a test publishes waits until the service pulls it.
@@ -8,14 +8,17 @@ use async_nats::jetstream::{self, consumer::PullConsumer};
 use chime_common::protocol::{Finished, Outcome};
 use chime_common::topology::{Topology, TopologyConfig};
 use chime_common::{FiringId, Subjects};
-use chime_scheduler::metrics::Metrics;
+use chime_scheduler::intake::replies::Replies;
+use chime_scheduler::nats::Nats;
+use chime_scheduler::ops::alerts::Alerts;
+use chime_scheduler::ops::metrics::Metrics;
 use chime_scheduler::replica::finished_consumer_of;
-use chime_scheduler::replies::Replies;
 use chime_scheduler::store::{Store, StoreOptions};
-use chime_scheduler::worker_reports::{WorkerReports, WorkerReportsConfig};
+use chime_scheduler::workers::finishes::{Finishes, FinishesConfig};
+use chime_scheduler::workers::starts::{Starts, StartsConfig};
 use chrono::Utc;
 
-/// What a [`WorkerReports`] runs on, made ready.
+/// What [`Starts`] and [`Finishes`] run on, made ready.
 pub struct StandaloneReports {
     pub client: async_nats::Client,
     pub jetstream: jetstream::Context,
@@ -49,20 +52,52 @@ impl StandaloneReports {
         }
     }
 
-    /// A worker reports service with `config` and metrics of its own.
-    pub fn reports(&self, config: WorkerReportsConfig) -> WorkerReports {
+    /// The NATS handles of a service.
+    pub fn nats(&self) -> Nats {
+        Nats {
+            client: self.client.clone(),
+            jetstream: self.jetstream.clone(),
+            subjects: self.subjects.clone(),
+        }
+    }
+
+    /// Alerts counted in `metrics`.
+    pub fn alerts(&self, metrics: &Metrics) -> Alerts {
+        Alerts::new(
+            self.jetstream.clone(),
+            self.subjects.clone(),
+            metrics.clone(),
+        )
+    }
+
+    /// A start service with `config` and metrics of its own.
+    pub fn starts(&self, config: StartsConfig) -> Starts {
         let metrics = Metrics::new();
-        WorkerReports {
+        Starts {
             config,
             store: self.store.clone(),
             nats: self.client.clone(),
             jetstream: self.jetstream.clone(),
             subjects: self.subjects.clone(),
             replies: Replies::new(self.client.clone(), metrics.replies_refused.clone()),
+            alerts: self.alerts(&metrics),
+            metrics,
+            unstarted: Default::default(),
+        }
+    }
+
+    /// A finish service with `config` and metrics of its own.
+    pub fn finishes(&self, config: FinishesConfig) -> Finishes {
+        let metrics = Metrics::new();
+        Finishes {
+            config,
+            store: self.store.clone(),
+            jetstream: self.jetstream.clone(),
+            subjects: self.subjects.clone(),
+            alerts: self.alerts(&metrics),
             metrics,
             finished: Default::default(),
             immediate: Default::default(),
-            unstarted: Default::default(),
         }
     }
 

@@ -197,7 +197,7 @@ async fn a_user_drives_the_console_in_a_real_browser() {
     let db = SqliteDatabase::create();
     let dir = tempfile::tempdir().unwrap();
     let users = dir.path().join("users");
-    let hash = chime_scheduler::web::users::hash_password(PASSWORD).unwrap();
+    let hash = chime_scheduler::intake::web::users::hash_password(PASSWORD).unwrap();
     std::fs::write(&users, format!("ada:admin:{hash}\n")).unwrap();
     let port = free_port();
     let _scheduler = start_scheduler(&nats, &db, &users, port).await;

@@ -5,9 +5,9 @@
 //! the OpenAPI document lists every route and validates.
 
 use chime_common::api::Verb;
-use chime_scheduler::web::host::AllowedHosts;
-use chime_scheduler::web::users::{hash_password, Users};
-use chime_scheduler::web::WebConfig;
+use chime_scheduler::intake::web::host::AllowedHosts;
+use chime_scheduler::intake::web::users::{hash_password, Users};
+use chime_scheduler::intake::web::WebConfig;
 use chime_scheduler::{Replica, SchedulerConfig};
 use chime_tests::{backend_tests, free_port, init_tracing, NatsServer, TestDatabase};
 use reqwest::header::{HeaderMap, HeaderValue};

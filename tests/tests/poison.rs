@@ -13,10 +13,11 @@ use chime_common::connection::confirm_subscriptions;
 use chime_common::error::ErrorReply;
 use chime_common::protocol::{Alert, AlertKind, Finished, Outcome, StartReply, StartRequest};
 use chime_common::{ErrorCode, FiringId, FiringState, Subjects};
-use chime_scheduler::dead_letter::{DELIVERIES_HEADER, SUBJECT_HEADER};
-use chime_scheduler::expiry::{ExpiryConfig, ExpiryMonitor};
+use chime_scheduler::ops::dead_letter::{DELIVERIES_HEADER, SUBJECT_HEADER};
+use chime_scheduler::recovery::expiry::{ExpiryConfig, ExpiryMonitor};
 use chime_scheduler::store::{FiringFilter, Store, StoreError};
-use chime_scheduler::worker_reports::WorkerReportsConfig;
+use chime_scheduler::workers::finishes::FinishesConfig;
+use chime_scheduler::workers::starts::StartsConfig;
 use chime_scheduler::{Replica, SchedulerConfig};
 use chime_tests::{
     backend_tests, eventually, init_tracing, never_firing_job, started, triggered, DatabaseKind,
@@ -136,13 +137,14 @@ async fn expiry_monitor(
 ) -> (Store, ExpiryMonitor, jetstream::Context) {
     let standalone = StandaloneReports::connect(nats, &db.url()).await;
     let store = standalone.store.clone();
-    let reports = standalone.reports(WorkerReportsConfig::default());
-    let metrics = reports.metrics.clone();
+    let metrics = chime_scheduler::ops::metrics::Metrics::new();
     let monitor = ExpiryMonitor::new(
         ExpiryConfig::default(),
         store.clone(),
         standalone.topology.workers().await.expect("workers bucket"),
-        reports,
+        standalone.nats(),
+        standalone.alerts(&metrics),
+        Default::default(),
         metrics,
     );
     (store, monitor, standalone.jetstream)
@@ -219,14 +221,14 @@ backend_tests! {
             .expect("subscriptions confirmed");
 
         let max_deliveries = 3;
-        let reports = standalone.reports(WorkerReportsConfig {
+        let reports = standalone.finishes(FinishesConfig {
             max_deliveries,
             retry_after: Duration::from_millis(300),
             ..Default::default()
         });
         let consumer = standalone.finished_consumer().await;
 
-        // First delivery: all six events in one batch, as `consume_finished` would pull them.
+        // First delivery: all six events in one batch, as `Finishes::consume` would pull them.
         let mut batch = Vec::new();
         while batch.len() < bodies.len() {
             let mut pulled = consumer
@@ -256,7 +258,7 @@ backend_tests! {
 
         // Later deliveries of the refused event, through the service's own loop.
         let shutdown = CancellationToken::new();
-        let consuming = tokio::spawn(reports.clone().consume_finished(consumer, shutdown.clone()));
+        let consuming = tokio::spawn(reports.clone().consume(consumer, shutdown.clone()));
         eventually(Duration::from_secs(30), "the refused event dead-lettered", || async {
             dead_letters(&js).await.len() == 2
         })
@@ -311,9 +313,9 @@ backend_tests! {
         let firings = triggered(&store, &["good-1", "good-2", "poison", "good-3"]).await;
         let poisoned = firings[2].clone();
         poison(&db, &poisoned).await;
-        let reports = standalone.reports(WorkerReportsConfig::default());
+        let reports = standalone.starts(StartsConfig::default());
 
-        // The reports answers exactly this batch, as `serve_starts` would.
+        // The reports answers exactly this batch, as `Starts::serve` would.
         let mut inbox = client.subscribe(subjects.worker_start()).await.expect("subscribe");
         confirm_subscriptions(&async_nats::jetstream::new(client.clone()))
             .await
@@ -629,14 +631,14 @@ async fn a_finished_event_that_meets_a_busy_store_is_never_dead_lettered() {
 
     standalone.publish_succeeded(&firing, "w1").await;
     let max_deliveries = 2;
-    let reports = standalone.reports(WorkerReportsConfig {
+    let reports = standalone.finishes(FinishesConfig {
         max_deliveries,
         retry_after: Duration::from_millis(100),
         ..Default::default()
     });
     let consumer = standalone.finished_consumer().await;
     let shutdown = CancellationToken::new();
-    let consuming = tokio::spawn(reports.clone().consume_finished(consumer, shutdown.clone()));
+    let consuming = tokio::spawn(reports.clone().consume(consumer, shutdown.clone()));
     let failures = || {
         series(
             &reports.metrics.render(),

@@ -6,11 +6,11 @@
 use chime_common::client::Client;
 use chime_common::service::Pass;
 use chime_common::{JobSpec, Limits};
-use chime_scheduler::housekeeping::{Housekeeping, HousekeepingConfig};
+use chime_scheduler::firing::wheel::Wheel;
 use chime_scheduler::lease::Lease;
-use chime_scheduler::metrics::Metrics;
+use chime_scheduler::ops::metrics::Metrics;
+use chime_scheduler::recovery::housekeeping::{Housekeeping, HousekeepingConfig};
 use chime_scheduler::store::{StageRequest, Store, StoreOptions};
-use chime_scheduler::wheel::Wheel;
 use chime_scheduler::{Replica, SchedulerConfig};
 use chime_tests::{
     backend_tests, free_port, init_tracing, Binary, ChimeProcess, NatsServer, SqliteDatabase,

@@ -5,7 +5,8 @@
 use chime_common::client::{Client, ListFiringsRequest};
 use chime_common::protocol::StartRequest;
 use chime_common::{Firing, FiringState};
-use chime_scheduler::worker_reports::WorkerReportsConfig;
+use chime_scheduler::workers::finishes::FinishesConfig;
+use chime_scheduler::workers::starts::StartsConfig;
 use chime_scheduler::{Replica, SchedulerConfig};
 use chime_tests::*;
 use chime_tests::{init_tracing, NatsServer, PgDatabase};
@@ -801,7 +802,7 @@ backend_tests! {
         init_tracing();
         let nats = NatsServer::start().await;
         let standalone = StandaloneReports::connect(&nats, &db.url()).await;
-        let reports = standalone.reports(WorkerReportsConfig::default());
+        let reports = standalone.starts(StartsConfig::default());
         let firings = triggered(&standalone.store, &["a"]).await;
         let request = |worker: &str| StartRequest {
             firing_id: firings[0].clone(),
@@ -834,14 +835,14 @@ backend_tests! {
         let nats = NatsServer::start().await;
         let standalone = StandaloneReports::connect(&nats, &db.url()).await;
         let firings = started(&standalone.store, &["warm-up", "a", "b", "c"], "w1", Utc::now()).await;
-        let reports = standalone.reports(WorkerReportsConfig {
-            finish_linger: Duration::from_secs(2),
+        let reports = standalone.finishes(FinishesConfig {
+            linger: Duration::from_secs(2),
             ..Default::default()
         });
         let mut applied = reports.finished.subscribe();
         let shutdown = CancellationToken::new();
         let consuming = tokio::spawn(
-            reports.clone().consume_finished(standalone.finished_consumer().await, shutdown.clone()),
+            reports.clone().consume(standalone.finished_consumer().await, shutdown.clone()),
         );
         // The first event is applied alone: once it is, the pull is open
         // and each later event reaches the service as it is published.

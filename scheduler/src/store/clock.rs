@@ -1,5 +1,5 @@
 //! The database's clock and what the replicas' own clocks are measured
-//! against (see `crate::clock`).
+//! against (see `crate::ops::clock`).
 
 use super::{Store, StoreError};
 

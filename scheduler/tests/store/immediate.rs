@@ -4,9 +4,9 @@
 //! or the publisher marked them.
 
 use super::*;
-use chime_scheduler::immediate::{Immediate, ImmediateConfig};
-use chime_scheduler::metrics::Metrics;
-use chime_scheduler::wheel::Wheel;
+use chime_scheduler::firing::immediate::{Immediate, ImmediateConfig};
+use chime_scheduler::firing::wheel::Wheel;
+use chime_scheduler::ops::metrics::Metrics;
 
 both_backends!(
     a_trigger_is_queued_at_once_and_only_once,

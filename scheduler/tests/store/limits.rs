@@ -5,7 +5,7 @@
 
 use super::*;
 use chime_common::concurrency::GroupLimits;
-use chime_scheduler::limits::{LimitRelease, LimitsConfig};
+use chime_scheduler::recovery::limit_release::{LimitRelease, LimitReleaseConfig};
 use chime_scheduler::store::HoldCause;
 
 both_backends!(
@@ -377,7 +377,7 @@ async fn raising_a_limit_releases_through_the_periodic_pass(db: &TestDb) {
         );
     }
     let pass = LimitRelease {
-        config: LimitsConfig::default(),
+        config: LimitReleaseConfig::default(),
         store: store.clone(),
         immediate: Default::default(),
     };

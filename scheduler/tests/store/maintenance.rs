@@ -2,7 +2,7 @@
 //! `until`) in the store, on both backends.
 
 use super::*;
-use chime_scheduler::maintenance::{MaintenanceConfig, MaintenanceWindows};
+use chime_scheduler::ops::maintenance::{MaintenanceConfig, MaintenanceWindows};
 use chime_scheduler::store::JobSelection;
 
 both_backends!(

@@ -3,10 +3,12 @@
 //! both backends.
 
 use super::*;
-use chime_scheduler::housekeeping::{Housekeeping, HousekeepingConfig, MAX_PRUNE_BATCHES};
-use chime_scheduler::metrics::Metrics;
+use chime_scheduler::firing::wheel::Wheel;
+use chime_scheduler::ops::metrics::Metrics;
+use chime_scheduler::recovery::housekeeping::{
+    Housekeeping, HousekeepingConfig, MAX_PRUNE_BATCHES,
+};
 use chime_scheduler::store::{Pruned, RetentionCursor};
-use chime_scheduler::wheel::Wheel;
 
 both_backends!(
     a_sweep_keeps_the_newest_per_job_and_what_is_not_final,

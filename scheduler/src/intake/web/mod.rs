@@ -19,8 +19,8 @@ mod session;
 pub mod throttle;
 pub mod users;
 
-use crate::api::Api;
-use crate::http_server::HttpServerConfig;
+use crate::intake::api::Api;
+use crate::intake::http_server::HttpServerConfig;
 use axum::http::{header, HeaderValue};
 use axum::Router;
 use chime_common::secret::Secret;
@@ -222,5 +222,5 @@ pub async fn serve(
         // Outermost: a request for another host is refused before any
         // other layer or route sees it.
         .layer(axum::middleware::from_fn_with_state(web, host::check_host));
-    crate::http_server::bind_and_serve(addr, app, server, shutdown).await
+    crate::intake::http_server::bind_and_serve(addr, app, server, shutdown).await
 }

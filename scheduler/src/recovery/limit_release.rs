@@ -6,7 +6,7 @@
 //! only as long as its limit says, whatever else happens. One replica runs
 //! it at a time (see `lease.rs`).
 
-use crate::immediate::Wake;
+use crate::firing::immediate::Wake;
 use crate::store::{Store, StoreError};
 use chime_common::service::{Service, ServiceError};
 use chime_common::FiringId;
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 /// Release pass settings.
 #[derive(Debug, Clone)]
-pub struct LimitsConfig {
+pub struct LimitReleaseConfig {
     /// How often to look at held firings: a rate-limited firing starts at
     /// most about this much later than its limit allows.
     pub interval: Duration,
@@ -26,9 +26,9 @@ pub struct LimitsConfig {
     pub lease_ttl: Duration,
 }
 
-impl Default for LimitsConfig {
+impl Default for LimitReleaseConfig {
     fn default() -> Self {
-        LimitsConfig {
+        LimitReleaseConfig {
             interval: Duration::from_millis(200),
             batch: 1_000,
             lease_ttl: Duration::from_secs(5),
@@ -36,7 +36,7 @@ impl Default for LimitsConfig {
     }
 }
 
-impl LimitsConfig {
+impl LimitReleaseConfig {
     /// Checks the settings; the message names the setting.
     pub fn validate(&self) -> Result<(), String> {
         if self.interval.is_zero() || self.batch == 0 {
@@ -51,7 +51,7 @@ impl LimitsConfig {
 
 /// What one pass did.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct LimitsOutcome {
+pub struct LimitReleaseOutcome {
     /// The held firings released, staged again to be published.
     pub released: Vec<FiringId>,
 }
@@ -59,9 +59,9 @@ pub struct LimitsOutcome {
 /// A pass could not finish.
 #[derive(Debug, thiserror::Error)]
 #[error("limit releases: {0}")]
-pub struct LimitsError(#[from] StoreError);
+pub struct LimitReleaseError(#[from] StoreError);
 
-impl ServiceError for LimitsError {
+impl ServiceError for LimitReleaseError {
     fn is_retryable(&self) -> bool {
         self.0.is_retryable()
     }
@@ -69,7 +69,7 @@ impl ServiceError for LimitsError {
 
 /// Releases held firings as their limits allow.
 pub struct LimitRelease {
-    pub config: LimitsConfig,
+    pub config: LimitReleaseConfig,
     pub store: Store,
     /// Woken when a pass released firings, so they are published at once.
     pub immediate: Wake,
@@ -78,7 +78,10 @@ pub struct LimitRelease {
 impl LimitRelease {
     /// One pass: for each job holding firings, releases what its limit and
     /// its group's leave room for at `now`.
-    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<LimitsOutcome, LimitsError> {
+    pub async fn run_once(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<LimitReleaseOutcome, LimitReleaseError> {
         let mut released = Vec::new();
         for (job_id, group) in self.store.holding(self.config.batch).await? {
             released.extend(self.store.release_for(&job_id, &group, now).await?);
@@ -87,15 +90,15 @@ impl LimitRelease {
             tracing::debug!(count = released.len(), "held firings released");
             self.immediate.wake();
         }
-        Ok(LimitsOutcome { released })
+        Ok(LimitReleaseOutcome { released })
     }
 }
 
 impl Service for LimitRelease {
-    type Outcome = LimitsOutcome;
-    type Error = LimitsError;
+    type Outcome = LimitReleaseOutcome;
+    type Error = LimitReleaseError;
 
-    async fn run_once(&self, now: DateTime<Utc>) -> Result<LimitsOutcome, LimitsError> {
+    async fn run_once(&self, now: DateTime<Utc>) -> Result<LimitReleaseOutcome, LimitReleaseError> {
         LimitRelease::run_once(self, now).await
     }
 }

@@ -4,9 +4,9 @@
 //! Validation comes from `chime-common`; a request that fails validation
 //! changes nothing. Failures reply `{"error": {"code", "message", "field"?}}`.
 
-use crate::immediate::Wake;
-use crate::metrics::Metrics;
-use crate::replies::{Replies, ReplyKind};
+use crate::firing::immediate::Wake;
+use crate::intake::replies::{Replies, ReplyKind};
+use crate::ops::metrics::Metrics;
 use crate::store::{
     AuditFilter, AuditRecord, FiringFilter, JobFilter, JobSelection, Pause, Store,
     CANCELLED_BY_OPERATOR,

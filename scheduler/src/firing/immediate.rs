@@ -15,8 +15,8 @@
 //! each attempt start once. The periodic tick only catches a wake that
 //! failed; it is not what makes the work immediate.
 
+use crate::firing::wheel::Wheel;
 use crate::store::{Store, StoreError};
-use crate::wheel::Wheel;
 use chime_common::service::{Service, ServiceError};
 use chime_common::FiringId;
 use chrono::{DateTime, Utc};

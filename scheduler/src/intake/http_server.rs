@@ -9,7 +9,7 @@
 //! deadline, and on shutdown stops accepting and lets open requests finish
 //! for a bounded time.
 
-use crate::web::throttle::PEER_HEADER;
+use crate::intake::web::throttle::PEER_HEADER;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};

@@ -1,8 +1,8 @@
 //! `/metrics`, `/healthz` and `/readyz` on `--metrics-addr`.
 
-use crate::clock::ClockStatus;
-use crate::http_server::HttpServerConfig;
-use crate::metrics::Metrics;
+use crate::intake::http_server::HttpServerConfig;
+use crate::ops::clock::ClockStatus;
+use crate::ops::metrics::Metrics;
 use crate::store::Store;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -81,5 +81,6 @@ pub async fn serve(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(probe);
-    crate::http_server::bind_and_serve(addr, app, HttpServerConfig::default(), shutdown).await
+    crate::intake::http_server::bind_and_serve(addr, app, HttpServerConfig::default(), shutdown)
+        .await
 }

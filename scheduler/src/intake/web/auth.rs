@@ -180,7 +180,7 @@ async fn record_failed_login(web: &Web, name: &str, source: Option<std::net::IpA
         outcome: "unauthenticated",
         message: Some(&message),
     };
-    crate::api::record_audit(&web.api.store, &web.api.metrics, &record, Utc::now()).await;
+    crate::intake::api::record_audit(&web.api.store, &web.api.metrics, &record, Utc::now()).await;
 }
 
 /// Who sent `headers`: an error when nobody acceptable did.

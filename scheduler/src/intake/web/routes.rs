@@ -5,7 +5,7 @@
 use super::auth::{self, Identity, Refusal};
 use super::users::Role;
 use super::Web;
-use crate::api::Caller;
+use crate::intake::api::Caller;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
@@ -151,7 +151,7 @@ async fn audit_refusal(web: &Web, actor: &str, verb: Verb, message: &str) {
         outcome: "permission_denied",
         message: Some(message),
     };
-    crate::api::record_audit(&web.api.store, &web.api.metrics, &record, Utc::now()).await;
+    crate::intake::api::record_audit(&web.api.store, &web.api.metrics, &record, Utc::now()).await;
 }
 
 /// Authorizes, then answers `verb` with `request` as [`Api::serve`] does

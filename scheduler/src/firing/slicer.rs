@@ -15,15 +15,15 @@
 //! taken over with a revision-checked `update`, and its unpublished firings
 //! are published from the store.
 
-use crate::claim::{
+use crate::firing::claim::{
     liveness_key, liveness_owner, slice_key, slice_start, ClaimState, ClaimValue, Liveness,
     SliceProgress,
 };
-use crate::clock::ClockStatus;
-use crate::metrics::Metrics;
+use crate::firing::wheel::Wheel;
+use crate::ops::alerts::Alerts;
+use crate::ops::clock::ClockStatus;
+use crate::ops::metrics::Metrics;
 use crate::store::{StagePace, StageRequest, Store};
-use crate::wheel::Wheel;
-use crate::worker_reports::WorkerReports;
 use async_nats::jetstream::kv::{self, Operation};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
@@ -218,7 +218,7 @@ pub struct Slicer {
     clock: ClockStatus,
     /// Where `missed` alerts of skipped instants go; without it they are
     /// only counted.
-    alerts: Option<WorkerReports>,
+    alerts: Option<Alerts>,
 }
 
 impl Slicer {
@@ -249,9 +249,9 @@ impl Slicer {
         }
     }
 
-    /// Publishes `missed` alerts through `reports`.
-    pub fn with_alerts(mut self, reports: WorkerReports) -> Self {
-        self.alerts = Some(reports);
+    /// Publishes `missed` alerts through `alerts`.
+    pub fn with_alerts(mut self, alerts: Alerts) -> Self {
+        self.alerts = Some(alerts);
         self
     }
 
@@ -534,8 +534,8 @@ impl Slicer {
                         .firings_missed
                         .with_label_values(&[missed.alert.group.as_str(), missed.cause.as_str()])
                         .inc();
-                    if let Some(reports) = &self.alerts {
-                        reports.alert(&missed.alert).await;
+                    if let Some(alerts) = &self.alerts {
+                        alerts.publish(&missed.alert).await;
                     }
                 }
             }

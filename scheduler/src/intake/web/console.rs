@@ -12,10 +12,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-const INDEX: &str = include_str!("../../console/index.html");
-const SCRIPT: &str = include_str!("../../console/app.js");
-const STYLE: &str = include_str!("../../console/style.css");
-const ICON: &str = include_str!("../../console/favicon.svg");
+const INDEX: &str = include_str!("../../../console/index.html");
+const SCRIPT: &str = include_str!("../../../console/app.js");
+const STYLE: &str = include_str!("../../../console/style.css");
+const ICON: &str = include_str!("../../../console/favicon.svg");
 
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
                       img-src 'self'; connect-src 'self'; base-uri 'none'; \

@@ -57,7 +57,7 @@ pub async fn login(State(web): State<Web>, headers: HeaderMap, body: Bytes) -> R
     if let Err(refusal) = auth::check_forgery(&Method::POST, &headers, &nobody) {
         return refusal_response(refusal, &headers);
     }
-    let request: LoginRequest = match crate::api::parse_request(&body) {
+    let request: LoginRequest = match crate::intake::api::parse_request(&body) {
         Ok(request) => request,
         Err(e) => return error_response(e),
     };

@@ -84,7 +84,7 @@ pub struct Metrics {
     pub overlap_skipped: IntCounter,
     /// Attempts ended by a fault of the infrastructure and run again
     /// without spending the job's attempts, by group and cause
-    /// ([`RequeueCause`](crate::requeue::RequeueCause)).
+    /// ([`RequeueCause`](crate::recovery::requeue::RequeueCause)).
     pub requeued: IntCounterVec,
     /// Instants that spent their infrastructure budget and ended `failed`, by group.
     pub infra_retries_exhausted: IntCounterVec,

@@ -23,10 +23,11 @@
 //!
 //! One replica runs it at a time (a lease, as the expiry monitor).
 
-use crate::metrics::Metrics;
-use crate::publisher::firing_headers;
+use crate::firing::publisher::firing_headers;
+use crate::nats::Nats;
+use crate::ops::alerts::Alerts;
+use crate::ops::metrics::Metrics;
 use crate::store::{PublishedFiring, StagedFiring, Store, StoreError};
-use crate::worker_reports::WorkerReports;
 use async_nats::jetstream::{self, kv, message::PublishMessage, stream::RawMessageErrorKind};
 use chime_common::headers;
 use chime_common::protocol::{doorbell_body, heartbeat_matches_key, Alert, AlertKind, WorkerInfo};
@@ -172,7 +173,8 @@ pub struct Republisher {
     pub store: Store,
     /// The heartbeats of live workers (`chime-workers`).
     pub workers: kv::Store,
-    pub reports: WorkerReports,
+    pub nats: Nats,
+    pub alerts: Alerts,
     pub metrics: Metrics,
     /// Firings already reported `not_started` (each once).
     reported: std::sync::Mutex<HashSet<FiringId>>,
@@ -187,14 +189,16 @@ impl Republisher {
         config: RepublishConfig,
         store: Store,
         workers: kv::Store,
-        reports: WorkerReports,
+        nats: Nats,
+        alerts: Alerts,
         metrics: Metrics,
     ) -> Self {
         Republisher {
             config,
             store,
             workers,
-            reports,
+            nats,
+            alerts,
             metrics,
             reported: Default::default(),
             cursor: Default::default(),
@@ -202,7 +206,7 @@ impl Republisher {
     }
 
     fn jetstream(&self) -> &jetstream::Context {
-        &self.reports.jetstream
+        &self.nats.jetstream
     }
 
     /// Where the message of `published` is. Err when the stream cannot
@@ -225,7 +229,7 @@ impl Republisher {
     async fn republish(&self, published: &PublishedFiring, n: u32) -> Result<u64, String> {
         let firing = &published.firing;
         let band = Band::of_priority(firing.priority);
-        let subjects = &self.reports.subjects;
+        let subjects = &self.nats.subjects;
         let mut h = firing_headers(firing, Utc::now());
         h.insert(headers::NATS_MSG_ID, copy_message_id(&firing.id, n));
         let message = PublishMessage::build()
@@ -245,8 +249,8 @@ impl Republisher {
         }
         // Idle workers wait for the doorbell.
         if let Err(e) = self
-            .reports
             .nats
+            .client
             .publish(subjects.ready(&firing.group), doorbell_body([band]).into())
             .await
         {
@@ -309,7 +313,7 @@ impl Republisher {
         }
         let stream = self
             .jetstream()
-            .get_stream_no_info(self.reports.subjects.fire_stream())
+            .get_stream_no_info(self.nats.subjects.fire_stream())
             .await
             .map_err(|e| RepublishError::Stream(e.to_string()))?;
         let mut live: Option<HashMap<String, usize>> = None;
@@ -330,7 +334,7 @@ impl Republisher {
                             .await?
                         {
                             tracing::error!(firing_id = %firing.id, %error, "a published firing never started; failed");
-                            self.reports.alert(&alert).await;
+                            self.alerts.publish(&alert).await;
                             outcome.failed.push(firing.id.clone());
                         }
                         continue;
@@ -384,7 +388,7 @@ impl Republisher {
                         .unwrap_or(0);
                     let alert =
                         not_started_alert(&published, workers, self.config.not_started_after, now);
-                    self.reports.alert(&alert).await;
+                    self.alerts.publish(&alert).await;
                     outcome.not_started.push(firing.id.clone());
                 }
                 Whereabouts::Waiting | Whereabouts::Unknown => {}

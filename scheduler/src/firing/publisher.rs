@@ -16,13 +16,13 @@
 //! firing, the most expensive write of its life, and in a large burst it
 //! competed with publishing for the CPU (BENCHMARKS.md).
 
-use crate::alarm::Alarm;
-use crate::claim::SliceProgress;
-use crate::duplicates::{Duplicate, DuplicateCheck};
-use crate::metrics::Metrics;
+use crate::firing::alarm::Alarm;
+use crate::firing::claim::SliceProgress;
+use crate::firing::duplicates::{Duplicate, DuplicateCheck};
+use crate::firing::unstarted::Unstarted;
+use crate::firing::wheel::{Wheel, WheelEntry};
+use crate::ops::metrics::Metrics;
 use crate::store::{AckedFiring, StagedFiring, Store};
-use crate::unstarted::Unstarted;
-use crate::wheel::{Wheel, WheelEntry};
 use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMessage};
 use async_nats::HeaderMap;
 use chime_common::bounds::MAX_TIMEOUT;

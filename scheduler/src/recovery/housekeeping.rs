@@ -9,9 +9,9 @@
 //! makes an overlap with a late original harmless. One replica runs it at a
 //! time (see `lease.rs`).
 
-use crate::metrics::Metrics;
+use crate::firing::wheel::Wheel;
+use crate::ops::metrics::Metrics;
 use crate::store::{RetentionCursor, Store, StoreError};
-use crate::wheel::Wheel;
 use chime_common::service::{Service, ServiceError};
 use chime_common::FiringId;
 use chrono::{DateTime, Utc};

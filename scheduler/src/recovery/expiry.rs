@@ -9,11 +9,13 @@
 //! while the infrastructure budget lasts, so an attempt never runs twice
 //! concurrently.
 
-use crate::metrics::Metrics;
-use crate::requeue::{Beat, NotRunning, RequeueCause, MISSED_BEATS};
-use crate::retry::retry_delay;
+use crate::firing::immediate::Wake;
+use crate::nats::Nats;
+use crate::ops::alerts::Alerts;
+use crate::ops::metrics::Metrics;
+use crate::recovery::requeue::{Beat, NotRunning, RequeueCause, MISSED_BEATS};
 use crate::store::{ExecutingRow, Store, StoreError};
-use crate::worker_reports::WorkerReports;
+use crate::workers::retry::retry_delay;
 use async_nats::jetstream::kv;
 use chime_common::protocol::{heartbeat_key, Alert, AlertKind};
 use chime_common::service::{Service, ServiceError};
@@ -132,7 +134,10 @@ pub struct ExpiryMonitor {
     pub config: ExpiryConfig,
     pub store: Store,
     pub workers: kv::Store,
-    pub reports: WorkerReports,
+    pub nats: Nats,
+    pub alerts: Alerts,
+    /// Woken when a re-queue staged firings, so they leave at once.
+    pub immediate: Wake,
     pub metrics: Metrics,
     not_running: NotRunning,
 }
@@ -143,14 +148,18 @@ impl ExpiryMonitor {
         config: ExpiryConfig,
         store: Store,
         workers: kv::Store,
-        reports: WorkerReports,
+        nats: Nats,
+        alerts: Alerts,
+        immediate: Wake,
         metrics: Metrics,
     ) -> Self {
         ExpiryMonitor {
             config,
             store,
             workers,
-            reports,
+            nats,
+            alerts,
+            immediate,
             metrics,
             not_running: NotRunning::default(),
         }
@@ -188,11 +197,11 @@ impl ExpiryMonitor {
     /// not yet applied (the stream keeps an event until a replica applied
     /// it). On an error, false: the firing is judged as before.
     async fn has_unapplied_reports(&self, group: &str, worker_id: &str) -> bool {
-        let subject = self.reports.subjects.finished_as(group, worker_id);
+        let subject = self.nats.subjects.finished_as(group, worker_id);
         let stream = match self
-            .reports
+            .nats
             .jetstream
-            .get_stream(self.reports.subjects.events_stream())
+            .get_stream(self.nats.subjects.events_stream())
             .await
         {
             Ok(stream) => stream,
@@ -314,7 +323,7 @@ impl ExpiryMonitor {
                                     .with_label_values(&[&row.group, cause.as_str()])
                                     .inc();
                                 self.metrics.retries.inc();
-                                self.reports.immediate.wake();
+                                self.immediate.wake();
                                 outcome.retried.push(next);
                             }
                             None if requeued.exhausted => {
@@ -327,12 +336,12 @@ impl ExpiryMonitor {
                         }
                         if cause == RequeueCause::NotRunning {
                             outcome.not_running.push(requeued.lost.clone());
-                            self.reports
-                                .alert(&not_running_alert(&row, &reason, now))
+                            self.alerts
+                                .publish(&not_running_alert(&row, &reason, now))
                                 .await;
                         }
                         for alert in requeued.alert.iter().chain(&requeued.repeated) {
-                            self.reports.alert(alert).await;
+                            self.alerts.publish(alert).await;
                         }
                     }
                     Ok(None) => {}

@@ -8,7 +8,7 @@
 //! re-checks every group's settings every `recheck` (a consumer someone
 //! deleted or changed is put back).
 
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::store::{Store, StoreError};
 use chime_common::job::check_name;
 use chime_common::protocol::{heartbeat_matches_key, WorkerInfo};

@@ -1,43 +1,29 @@
-//! What happens between "started" and "done".
+//! Start requests: the store decides whether a firing runs.
 //!
-//! Start requests (`chime.worker.v1.start`, request/reply) move a firing into
-//! the executing table at most once per attempt and apply the job's overlap
-//! policy; the decision goes back to the worker. Finished events arrive on
-//! JetStream (`chime.events.finished`), so a scheduler restart loses none;
-//! applying them is idempotent, so a redelivered event changes nothing.
-//! Both sides batch: whatever requests are waiting are decided in one store
-//! call, and a call of starts waits for the calls in flight, up to
-//! `start_overlap_after` (2 ms), before running beside them. Finished events
-//! wait `finish_linger` (5 ms) for the ones behind them, so at a steady
-//! rate they share a commit instead of paying one each; nothing waits for
-//! a finish, so only history and what a finish starts (a retry, a release,
-//! a fan-in) see those milliseconds.
+//! A worker asks on `chime.worker.v1.start` (or its own
+//! `chime.worker.v1.start.<group>.<worker id>`) before it runs a firing;
+//! the store moves the firing into the executing table at most once per
+//! attempt and applies the job's overlap policy and concurrency limits, and
+//! the decision goes back to the worker's inbox. Whatever requests are
+//! waiting are decided in one store call, and a call waits for the calls
+//! in flight, up to `overlap_after` (2 ms), before running beside them.
 //!
-//! One bad item never holds back the rest: a batch the store refuses for a
-//! reason other than its own availability is applied item by item. A
-//! finished event that still fails is redelivered after a delay until its
-//! `max_deliveries`-th delivery, then dead-lettered (`dead_letter.rs`); a
-//! start request that still fails gets its error and is dead-lettered; a
-//! malformed event or request is dead-lettered at once. A store outage is
-//! nobody's fault: events wait and workers are told to retry, without limit.
+//! One bad request never holds back the rest: a batch the store refuses
+//! for a reason other than its own availability is decided request by
+//! request; a request that still fails gets its error and is dead-lettered
+//! (`ops/dead_letter.rs`), a malformed one at once. A store outage is
+//! nobody's fault: workers are told `unavailable` and ask again.
 
-use crate::dead_letter::{exhausted, DeadLetter, DeadLetterKind};
-use crate::immediate::Wake;
-use crate::metrics::Metrics;
-use crate::pull::{self, PullError};
-use crate::replies::{Replies, ReplyKind};
-use crate::requeue::RequeueCause;
-use crate::retry::retry_delay;
+use crate::firing::unstarted::Unstarted;
+use crate::intake::replies::{Replies, ReplyKind};
+use crate::ops::alerts::Alerts;
+use crate::ops::dead_letter::{DeadLetter, DeadLetterKind};
+use crate::ops::metrics::Metrics;
 use crate::store::{StartOutcome, Store, StoreError};
-use crate::unstarted::Unstarted;
-use async_nats::jetstream::consumer::pull::MessagesError;
-use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
+use async_nats::jetstream;
 use chime_common::error::ErrorReply;
-use chime_common::protocol::{
-    Alert, CancelRequest, Finished, StartRefusal, StartReply, StartRequest,
-};
-use chime_common::signal::TestSignal;
-use chime_common::{ApiError, FiringState, Subjects};
+use chime_common::protocol::{CancelRequest, StartRefusal, StartReply, StartRequest};
+use chime_common::{ApiError, Subjects};
 use chrono::Utc;
 use futures::{FutureExt, StreamExt};
 use std::sync::Arc;
@@ -52,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 /// the calls in flight to end, up to `overlap_after`, then starts beside them:
 /// at a steady rate a request that arrives during a call then joins the
 /// next batch instead of paying a call, a commit and a database backend's
-/// wake-up of its own (BENCHMARKS.md, nineteenth session), and a slow call
+/// wake-up of its own, and a slow call
 /// holds the requests behind it back by no more than that bound.
 struct StartCalls {
     permits: Arc<Semaphore>,
@@ -92,69 +78,46 @@ impl StartCalls {
 /// Start requests on the v1 subject and on every worker's own subject.
 pub type StartRequests = futures::stream::Select<async_nats::Subscriber, async_nats::Subscriber>;
 
-/// Worker reports settings.
+/// Settings of the start service.
 #[derive(Debug, Clone)]
-pub struct WorkerReportsConfig {
+pub struct StartsConfig {
     /// Most start requests decided in one store call.
-    pub start_batch: usize,
+    pub batch: usize,
     /// Store calls for starts in flight at once.
-    pub start_concurrency: usize,
+    pub concurrency: usize,
     /// How long start requests wait for the store calls in flight before
     /// another call starts beside them; zero starts one at once.
-    pub start_overlap_after: Duration,
-    /// Finished events applied per store call.
-    pub finish_batch: usize,
-    /// How long the first finished event of a batch waits for others before
-    /// they are applied together; zero applies what has arrived at once.
-    pub finish_linger: Duration,
-    /// How long one pull request for finished events stays open on the server.
-    pub wait: Duration,
-    /// Redelivery delay of a finished event the store could not apply.
-    pub retry_after: Duration,
-    /// The delivery of a finished event that fails for a reason of its own
-    /// (not a store outage) on which it is dead-lettered instead of
-    /// redelivered. Deliveries that met a store outage count too; 0 or 1
-    /// dead-letters at the first such failure.
-    pub max_deliveries: u32,
+    pub overlap_after: Duration,
 }
 
-impl Default for WorkerReportsConfig {
+impl Default for StartsConfig {
     fn default() -> Self {
-        WorkerReportsConfig {
-            start_batch: 500,
-            start_concurrency: 4,
-            start_overlap_after: Duration::from_millis(2),
-            finish_batch: 500,
-            finish_linger: Duration::from_millis(5),
-            wait: Duration::from_millis(500),
-            retry_after: Duration::from_secs(1),
-            max_deliveries: 5,
+        StartsConfig {
+            batch: 500,
+            concurrency: 4,
+            overlap_after: Duration::from_millis(2),
         }
     }
 }
 
-/// The worker reports service of one replica: what workers say about the
-/// firings they run (a start request, a finished event) applied to the store.
+/// The start service of one replica: workers' start requests decided by
+/// the store and answered.
 #[derive(Clone)]
-pub struct WorkerReports {
-    pub config: WorkerReportsConfig,
+pub struct Starts {
+    pub config: StartsConfig,
     pub store: Store,
     pub nats: async_nats::Client,
     pub jetstream: jetstream::Context,
     pub subjects: Subjects,
     pub metrics: Metrics,
-    /// Reports how many finished events each applied batch changed (tests wait on it).
-    pub finished: TestSignal<usize>,
-    /// Woken when a finish staged firings outside a slice (a retry, a
-    /// release, an `on_success` or fan-in firing), so they leave at once.
-    pub immediate: Wake,
+    pub alerts: Alerts,
     /// Told of each accepted start, so the publisher does not mark it.
     pub unstarted: Unstarted,
     /// Sends start answers to the workers' inboxes only.
     pub replies: Replies,
 }
 
-impl WorkerReports {
+impl Starts {
     /// Decides a batch of start requests and sends the cancels `replace` asks for.
     pub async fn decide(&self, requests: &[StartRequest]) -> Result<Vec<StartOutcome>, StoreError> {
         let timer = self.metrics.start_batch_duration.start_timer();
@@ -195,7 +158,7 @@ impl WorkerReports {
                     .observe(waited.as_secs_f64());
             }
             for alert in &decision.alerts {
-                self.alert(alert).await;
+                self.alerts.publish(alert).await;
             }
             for running in &decision.cancel {
                 let request = CancelRequest {
@@ -248,9 +211,9 @@ impl WorkerReports {
 
     /// Joins the replicas' queue group for workers' start requests.
     ///
-    /// Separate from [`WorkerReports::serve_starts`] for the same reason as
-    /// [`crate::api::Api::subscribe`]: subscribed before the replica is ready.
-    pub async fn subscribe_starts(&self) -> Result<StartRequests, async_nats::SubscribeError> {
+    /// Separate from [`Starts::serve`] for the same reason as
+    /// [`crate::intake::api::Api::subscribe`]: subscribed before the replica is ready.
+    pub async fn subscribe(&self) -> Result<StartRequests, async_nats::SubscribeError> {
         let queue = "chime-lifecycle".to_string();
         let v1 = self
             .nats
@@ -264,12 +227,9 @@ impl WorkerReports {
     }
 
     /// Answers the start requests of `requests` (from
-    /// [`WorkerReports::subscribe_starts`]) until `shutdown`.
-    pub async fn serve_starts(self, mut requests: StartRequests, shutdown: CancellationToken) {
-        let calls = StartCalls::new(
-            self.config.start_concurrency,
-            self.config.start_overlap_after,
-        );
+    /// [`Starts::subscribe`]) until `shutdown`.
+    pub async fn serve(self, mut requests: StartRequests, shutdown: CancellationToken) {
+        let calls = StartCalls::new(self.config.concurrency, self.config.overlap_after);
         loop {
             let first = tokio::select! {
                 m = requests.next() => match m { Some(m) => m, None => break },
@@ -282,7 +242,7 @@ impl WorkerReports {
                 break;
             };
             let mut batch = vec![first];
-            while batch.len() < self.config.start_batch {
+            while batch.len() < self.config.batch {
                 match requests.next().now_or_never() {
                     Some(Some(m)) => batch.push(m),
                     _ => break,
@@ -306,13 +266,6 @@ impl WorkerReports {
             .is_none_or(|(group, worker)| group == request.group && worker == request.worker_id)
     }
 
-    /// The same for a finished event and its subject.
-    fn reports_as_itself(&self, subject: &str, event: &Finished) -> bool {
-        self.subjects
-            .reporter(subject)
-            .is_none_or(|(_, worker)| worker == event.worker_id)
-    }
-
     /// Counts and logs a start refused because the request was not what the
     /// scheduler staged or not from whom it claims.
     fn refuse_forged(&self, request: &StartRequest, why: StartRefusal) {
@@ -327,7 +280,7 @@ impl WorkerReports {
     }
 
     /// Answers one batch of start requests (one pass of
-    /// [`WorkerReports::serve_starts`]). A request that cannot be decided for a
+    /// [`Starts::serve`]). A request that cannot be decided for a
     /// reason of its own is answered with the error and dead-lettered; one
     /// that meets a store outage is answered `unavailable`, and the worker
     /// asks again later.
@@ -429,21 +382,7 @@ impl WorkerReports {
                     .firings_late
                     .with_label_values(&[alert.group.as_str()])
                     .inc();
-                self.alert(alert).await;
-            }
-        }
-    }
-
-    /// Publishes a dead letter; false if it could not be stored.
-    async fn dead_letter(&self, letter: DeadLetter) -> bool {
-        match letter
-            .publish(&self.jetstream, &self.subjects, &self.metrics)
-            .await
-        {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::error!(error = %e, kind = letter.kind.as_str(), "cannot store a dead letter");
-                false
+                self.alerts.publish(alert).await;
             }
         }
     }
@@ -456,249 +395,16 @@ impl WorkerReports {
         }
     }
 
-    /// Applies a batch of finished events; returns how many changed state.
-    pub async fn apply_finished(&self, events: &[Finished]) -> Result<usize, StoreError> {
-        let outcomes = self
-            .store
-            .finish(events, Utc::now(), &retry_delay)
+    async fn dead_letter(&self, letter: DeadLetter) -> bool {
+        letter
+            .store(&self.jetstream, &self.subjects, &self.metrics)
             .await
-            .inspect_err(|_| {
-                self.metrics
-                    .store_errors
-                    .with_label_values(&["finish"])
-                    .inc();
-            })?;
-        let mut applied = 0;
-        let mut staged = false;
-        for outcome in outcomes {
-            if !outcome.applied {
-                continue;
-            }
-            applied += 1;
-            staged |= outcome.retry.is_some()
-                || !outcome.released.is_empty()
-                || !outcome.triggered.is_empty();
-            if let Some(state) = outcome.state {
-                self.metrics
-                    .firings_finished
-                    .with_label_values(&[state.as_str()])
-                    .inc();
-            }
-            if outcome.retry.is_some() {
-                self.metrics.retries.inc();
-            }
-            if let Some(interrupted) = outcome.interrupted {
-                if outcome.retry.is_some() {
-                    let cause = RequeueCause::Interrupted(interrupted);
-                    self.metrics
-                        .requeued
-                        .with_label_values(&[&outcome.group, cause.as_str()])
-                        .inc();
-                } else if outcome.exhausted {
-                    self.metrics
-                        .infra_retries_exhausted
-                        .with_label_values(&[&outcome.group])
-                        .inc();
-                }
-            }
-            if outcome.state == Some(FiringState::Lost) {
-                self.metrics.lost.inc();
-            }
-            for alert in &outcome.alerts {
-                self.alert(alert).await;
-            }
-        }
-        if staged {
-            self.immediate.wake();
-        }
-        self.finished.emit(|| applied);
-        Ok(applied)
     }
-
-    /// Publishes an alert on `chime.alerts` (best effort: it is also in the firing's history).
-    pub async fn alert(&self, alert: &Alert) {
-        publish_alert(&self.jetstream, &self.subjects, &self.metrics, alert).await;
-    }
-
-    /// Consumes finished events until `shutdown` (see [`crate::pull`]),
-    /// applying the first to arrive together with whatever follows it within
-    /// `finish_linger` (up to `finish_batch`) as one batch. A failed pull is
-    /// returned: the supervisor opens the consumer again.
-    pub async fn consume_finished(
-        self,
-        consumer: PullConsumer,
-        shutdown: CancellationToken,
-    ) -> Result<(), PullError> {
-        let limit = self.config.finish_batch.max(1);
-        while !shutdown.is_cancelled() {
-            let mut messages =
-                pull::open(&consumer, self.config.finish_batch, self.config.wait).await?;
-            let mut open = true;
-            while open {
-                let first = tokio::select! {
-                    m = messages.next() => m,
-                    _ = shutdown.cancelled() => return Ok(()),
-                };
-                let Some(first) = first else { break };
-                let mut batch = vec![first];
-                open = take_ready(&mut messages, &mut batch, limit);
-                if open && batch.len() < limit && !self.config.finish_linger.is_zero() {
-                    tokio::time::sleep(self.config.finish_linger).await;
-                    open = take_ready(&mut messages, &mut batch, limit);
-                }
-                self.apply_batch(batch).await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Applies one batch of pulled events and acks, naks or dead-letters
-    /// each (one pass of [`WorkerReports::consume_finished`]); the last error
-    /// the pull reported among them, if any, after the rest were applied.
-    pub async fn apply_batch(
-        &self,
-        batch: Vec<Result<jetstream::Message, MessagesError>>,
-    ) -> Result<(), PullError> {
-        let mut pulled = Ok(());
-        let mut messages = Vec::new();
-        let mut events = Vec::new();
-        for message in batch {
-            let message = match message {
-                Ok(message) => message,
-                Err(e) => {
-                    tracing::warn!(error = %e, "pulling finished events failed");
-                    pulled = Err(PullError::from(e));
-                    continue;
-                }
-            };
-            match serde_json::from_slice::<Finished>(&message.payload) {
-                Ok(event) if !self.reports_as_itself(&message.subject, &event) => {
-                    let error = ApiError::invalid(
-                        "worker_id",
-                        format!(
-                            "the event's worker {:?} is not the worker its subject {} names",
-                            event.worker_id, message.subject
-                        ),
-                    );
-                    self.give_up(&message, error).await;
-                }
-                Ok(event) => {
-                    events.push(event);
-                    messages.push(message);
-                }
-                Err(e) => {
-                    // No delivery will ever parse it: dead-letter it at once.
-                    let error = ApiError::invalid("", format!("not a finished event: {e}"));
-                    self.give_up(&message, error).await;
-                }
-            }
-        }
-        if events.is_empty() {
-            return pulled;
-        }
-        let error = match self.apply_finished(&events).await {
-            Ok(_) => {
-                for message in messages {
-                    let _ = message.ack().await;
-                }
-                return pulled;
-            }
-            Err(error) => error,
-        };
-        if error.is_retryable() || events.len() == 1 {
-            if error.is_retryable() {
-                tracing::warn!(%error, count = events.len(), "the store cannot apply finished events now; they will be redelivered");
-            }
-            for message in &messages {
-                self.failed(message, error.clone()).await;
-            }
-            return pulled;
-        }
-        tracing::warn!(%error, count = events.len(), "a batch of finished events failed; applying them one by one");
-        for (message, event) in messages.iter().zip(&events) {
-            match self.apply_finished(std::slice::from_ref(event)).await {
-                Ok(_) => {
-                    let _ = message.ack().await;
-                }
-                Err(error) => self.failed(message, error).await,
-            }
-        }
-        pulled
-    }
-
-    /// An event the store could not apply: after a store outage it comes
-    /// back later, whatever its delivery count; after a failure of its own,
-    /// until its last delivery, then it is dead-lettered.
-    async fn failed(&self, message: &jetstream::Message, error: StoreError) {
-        if error.is_retryable() || !exhausted(message, self.config.max_deliveries) {
-            if !error.is_retryable() {
-                tracing::warn!(%error, "cannot apply a finished event; it will be redelivered");
-            }
-            let _ = message
-                .ack_with(AckKind::Nak(Some(self.config.retry_after)))
-                .await;
-            return;
-        }
-        self.give_up(message, ApiError::from(error)).await;
-    }
-
-    /// Dead-letters an event, then acks it; if the dead letter cannot be
-    /// stored, the event comes back instead.
-    async fn give_up(&self, message: &jetstream::Message, error: ApiError) {
-        let letter = DeadLetter::of_jetstream(DeadLetterKind::Finished, message, error);
-        if self.dead_letter(letter).await {
-            let _ = message.ack().await;
-        } else {
-            let _ = message
-                .ack_with(AckKind::Nak(Some(self.config.retry_after)))
-                .await;
-        }
-    }
-}
-
-/// Publishes an alert on `chime.alerts` and counts it (best effort: an alert
-/// about a firing is also in its history, a dead letter in its stream).
-pub(crate) async fn publish_alert(
-    jetstream: &jetstream::Context,
-    subjects: &Subjects,
-    metrics: &Metrics,
-    alert: &Alert,
-) {
-    metrics
-        .alerts
-        .with_label_values(&[alert.kind.as_str()])
-        .inc();
-    tracing::warn!(kind = alert.kind.as_str(), job_id = %alert.job_id, message = %alert.message, "alert");
-    if let Ok(body) = serde_json::to_vec(alert) {
-        match jetstream.publish(subjects.alerts(), body.into()).await {
-            Ok(ack) => {
-                let _ = ack.await;
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot publish alert"),
-        }
-    }
-}
-
-/// Moves the messages `messages` already holds into `batch`, until it has
-/// `limit`; false if the pull ended.
-fn take_ready<S: futures::Stream + Unpin>(
-    messages: &mut S,
-    batch: &mut Vec<S::Item>,
-    limit: usize,
-) -> bool {
-    while batch.len() < limit {
-        match messages.next().now_or_never() {
-            Some(Some(message)) => batch.push(message),
-            Some(None) => return false,
-            None => break,
-        }
-    }
-    true
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{take_ready, StartCalls};
+    use super::StartCalls;
     use std::time::Duration;
     use tokio::sync::OwnedSemaphorePermit;
     use tokio::time::{timeout, Instant};
@@ -766,23 +472,5 @@ mod tests {
         let one = StartCalls::new(1, BOUND);
         one.permits.close();
         assert!(one.next().await.is_none());
-    }
-
-    #[test]
-    fn take_ready_stops_at_the_limit_and_tells_when_the_pull_ended() {
-        let mut ready = futures::stream::iter(1..=5);
-        let mut batch = vec![0];
-        assert!(take_ready(&mut ready, &mut batch, 3));
-        assert_eq!(batch, [0, 1, 2]);
-        assert!(!take_ready(&mut ready, &mut batch, 10));
-        assert_eq!(batch, [0, 1, 2, 3, 4, 5]);
-    }
-
-    #[test]
-    fn take_ready_takes_nothing_that_has_not_arrived() {
-        let mut waiting = futures::stream::pending::<u32>();
-        let mut batch = vec![7];
-        assert!(take_ready(&mut waiting, &mut batch, 10));
-        assert_eq!(batch, [7]);
     }
 }

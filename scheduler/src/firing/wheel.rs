@@ -7,7 +7,7 @@
 //! tokio's whole millisecond elsewhere; within one instant, higher
 //! priorities leave first.
 
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::store::StagedFiring;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;

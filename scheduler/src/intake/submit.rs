@@ -9,8 +9,8 @@
 //! failure (a corrupt row, an unexpected database error) is retried until the
 //! message's `max_deliveries`-th delivery, then dead-lettered (`dead_letter.rs`).
 
-use crate::dead_letter::{exhausted, DeadLetter, DeadLetterKind};
-use crate::metrics::Metrics;
+use crate::ops::dead_letter::{exhausted, DeadLetter, DeadLetterKind};
+use crate::ops::metrics::Metrics;
 use crate::pull::{self, PullError};
 use crate::store::{AuditRecord, Store, StoreError};
 use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
@@ -171,7 +171,7 @@ impl Submit {
             outcome,
             message: message.as_deref(),
         };
-        crate::api::record_audit(&self.store, &self.metrics, &record, now).await;
+        crate::intake::api::record_audit(&self.store, &self.metrics, &record, now).await;
     }
 
     /// Handles one message: apply, reject or retry, then ack accordingly.
@@ -201,17 +201,13 @@ impl Submit {
                 }
                 let letter =
                     DeadLetter::of_jetstream(DeadLetterKind::Submit, message, error.into());
-                match letter
-                    .publish(&self.jetstream, &self.subjects, &self.metrics)
+                if letter
+                    .store(&self.jetstream, &self.subjects, &self.metrics)
                     .await
                 {
-                    Ok(()) => {
-                        let _ = message.ack().await;
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "cannot store a dead letter");
-                        self.retry(message).await;
-                    }
+                    let _ = message.ack().await;
+                } else {
+                    self.retry(message).await;
                 }
             }
             Applied::Rejected(error) => {

@@ -12,9 +12,9 @@
 //! SQLite lives in this process, so its clock is the local clock: the offset
 //! is 0 by definition (one replica, nothing to disagree with).
 
-use crate::metrics::Metrics;
+use crate::ops::alerts::Alerts;
+use crate::ops::metrics::Metrics;
 use crate::store::{Store, StoreError};
-use crate::worker_reports::WorkerReports;
 use chime_common::protocol::{Alert, AlertKind};
 use chime_common::service::{Service, ServiceError};
 use chrono::{DateTime, Utc};
@@ -101,17 +101,17 @@ pub struct ClockMonitor {
     config: ClockConfig,
     store: Store,
     status: ClockStatus,
-    reports: WorkerReports,
+    alerts: Alerts,
     metrics: Metrics,
     replica: String,
 }
 
 impl ClockMonitor {
-    /// A monitor of the store's database clock; alerts go through `reports`.
+    /// A monitor of the store's database clock; alerts go through `alerts`.
     pub fn new(
         config: ClockConfig,
         store: Store,
-        reports: WorkerReports,
+        alerts: Alerts,
         metrics: Metrics,
         replica: String,
     ) -> Self {
@@ -119,7 +119,7 @@ impl ClockMonitor {
             config,
             store,
             status: ClockStatus::default(),
-            reports,
+            alerts,
             metrics,
             replica,
         }
@@ -147,8 +147,8 @@ impl ClockMonitor {
                 micros as f64 / 1e6,
                 self.config.max_offset
             );
-            self.reports
-                .alert(&Alert {
+            self.alerts
+                .publish(&Alert {
                     kind: AlertKind::ClockOffset,
                     job_id: String::new(),
                     group: String::new(),

@@ -8,8 +8,7 @@
 //! acked: if publishing fails, the original comes back and is tried again.
 //! docs/OPERATIONS.md ("Dead letters") says how to inspect and replay one.
 
-use crate::metrics::Metrics;
-use crate::worker_reports::publish_alert;
+use crate::ops::metrics::Metrics;
 use async_nats::jetstream;
 use async_nats::HeaderMap;
 use bytes::Bytes;
@@ -118,6 +117,23 @@ impl DeadLetter {
         }
     }
 
+    /// Stores the dead letter and logs a failure; false if it could not be
+    /// stored, so the original must come back instead of being acked.
+    pub async fn store(
+        &self,
+        jetstream: &jetstream::Context,
+        subjects: &Subjects,
+        metrics: &Metrics,
+    ) -> bool {
+        match self.publish(jetstream, subjects, metrics).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(error = %e, kind = self.kind.as_str(), "cannot store a dead letter");
+                false
+            }
+        }
+    }
+
     /// Stores the dead letter (waiting for JetStream's ack), counts it and
     /// raises a `dead_letter` alert.
     pub async fn publish(
@@ -180,7 +196,7 @@ impl DeadLetter {
             paused: false,
             lateness_ms: None,
         };
-        publish_alert(jetstream, subjects, metrics, &alert).await;
+        crate::ops::alerts::publish(jetstream, subjects, metrics, &alert).await;
         Ok(())
     }
 }
