@@ -52,7 +52,7 @@ use tokio_util::sync::CancellationToken;
 /// the calls in flight to end, up to `overlap_after`, then starts beside them:
 /// at a steady rate a request that arrives during a call then joins the
 /// next batch instead of paying a call, a commit and a database backend's
-/// wake-up of its own (BENCHMARKS.md, nineteenth session), and a slow call
+/// wake-up of its own, and a slow call
 /// holds the requests behind it back by no more than that bound.
 struct StartCalls {
     permits: Arc<Semaphore>,

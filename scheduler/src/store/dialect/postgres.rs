@@ -83,10 +83,10 @@ fn pool(max_connections: u32, settings: &'static [&'static str]) -> AnyPoolOptio
         .acquire_timeout(Duration::from_secs(10))
         // sqlx pings a connection (one round trip) before handing it out
         // unless told not to, on top of the ping when it comes back (which
-        // the fast paths avoid: store/held.rs); a start
-        // is one statement, so that ping was a large part of its latency. A
-        // connection that broke while idle (PostgreSQL restarted) now fails
-        // the one operation that gets it, and is closed on release.
+        // the fast paths avoid: store/held.rs); a start is one statement, so
+        // that ping would be a large part of its latency. A connection that
+        // broke while idle (PostgreSQL restarted) fails the one operation
+        // that gets it, and is closed on release.
         .test_before_acquire(false)
         .after_connect(move |conn, _meta| {
             Box::pin(async move {
