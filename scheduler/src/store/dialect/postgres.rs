@@ -60,8 +60,8 @@ pub(super) async fn open(url: &str, max_connections: u32) -> Result<Pools, Store
 
 /// Session settings of the general pool. Statements stay prepared (parsed
 /// once per connection) but are planned for each execution: a generic plan
-/// cached while `firings` was small (a fresh database) joined batches by
-/// scanning the whole table, and kept doing so as it grew; list filters
+/// cached while `firings` is small (a fresh database) joins batches by
+/// scanning the whole table, and keeps doing so as it grows; list filters
 /// deserve plans for their actual values.
 const PLANNED_PER_EXECUTION: &[&str] = &["SET plan_cache_mode = force_custom_plan"];
 
@@ -119,7 +119,7 @@ pub(super) async fn upsert_job(store: &Store, put: &Put<'_>) -> Result<AnyRow, S
 /// and like theirs it finds every row by its key (its generic plan probes
 /// the primary keys of `firings`, `held` and `waiting`, driven by the
 /// batch), so it runs on their held connections: planned once instead of
-/// at each execution, where planning cost as much as running it.
+/// at each execution, where planning costs as much as running it.
 pub(super) async fn record_published(
     store: &Store,
     mark_firings: &str,
