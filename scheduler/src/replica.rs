@@ -240,7 +240,7 @@ impl Replica {
         // async-nats holds at most 5,000 publishes awaiting their ack by
         // default; a burst of 100,000 firings due at one instant then
         // publishes 5,000 per ack round trip, which a busy server stretches
-        // to a few hundred ms (BENCHMARKS.md).
+        // to a few hundred ms.
         let jetstream = async_nats::jetstream::ContextBuilder::new()
             .max_ack_inflight(50_000)
             .build(nats.clone());

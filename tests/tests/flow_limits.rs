@@ -1,4 +1,4 @@
-//! Concurrency limits end to end (issue: flow control): a job's
+//! Concurrency limits end to end: a job's
 //! `max_concurrent` with a bounded queue, a group's `max_concurrent` across
 //! two workers, a group's `max_per_second`, and the limits holding while a
 //! replica is killed. Real NATS, both databases, the built scheduler and

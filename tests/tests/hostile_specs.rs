@@ -1,4 +1,4 @@
-//! No job can stop the cluster (issue 17): hostile and extreme specs put on
+//! No job can stop the cluster: hostile and extreme specs put on
 //! two scheduler replicas on PostgreSQL, with an every-second canary job, a
 //! worker and a real nats-server. Each hostile spec is refused with its field
 //! or runs and ends in a final state; the canary keeps finishing every

@@ -1,5 +1,5 @@
 //! Every NATS authentication method, with the real programs against real
-//! nats-servers that require it (issue 19, item 1): the scheduler, the
+//! nats-servers that require it: the scheduler, the
 //! worker and chimectl connect with user and password (flags, environment,
 //! inside the URL), a token (flag, inside the URL) and an nkey seed file;
 //! no secret reaches a log line or an error message; a `tls://` URL refuses

@@ -1,7 +1,7 @@
-//! The operations a team runs every week (issue 21), against a real
-//! scheduler: jobs kept as files and applied, diffed, pruned and exported
-//! with `chimectl`; a concurrent edit between plan and apply reported as a
-//! conflict; a runaway firing cancelled on its worker.
+//! The operations a team runs every week, against a real scheduler: jobs
+//! kept as files and applied, diffed, pruned and exported with `chimectl`;
+//! a concurrent edit between plan and apply reported as a conflict; a
+//! runaway firing cancelled on its worker.
 
 use chime_common::client::Client;
 use chime_common::duration::format_time;

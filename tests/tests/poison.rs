@@ -1,4 +1,4 @@
-//! Poison isolation and transient store errors (issue 17, items 3 and 5).
+//! Poison isolation and transient store errors.
 //!
 //! A message Chime cannot apply is retried a bounded number of times, then
 //! moved with its error to `chime.dead.<kind>`, counted and alerted, and it

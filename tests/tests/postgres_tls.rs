@@ -1,6 +1,6 @@
-//! PostgreSQL over TLS (issue 19, item 2): a private server with `ssl = on`
-//! that refuses plain TCP, a CA made by the test. `sslmode=verify-full`
-//! with that CA as `sslrootcert` connects the store and the scheduler;
+//! PostgreSQL over TLS: a private server with `ssl = on` that refuses
+//! plain TCP, a CA made by the test. `sslmode=verify-full` with that CA as
+//! `sslrootcert` connects the store and the scheduler;
 //! another CA fails with a clear error; `require` encrypts without
 //! verifying; `disable` is refused by the server.
 

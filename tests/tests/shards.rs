@@ -1,4 +1,4 @@
-//! Shards end to end (issue 23, item 3): a job with `shards: 8` on three
+//! Shards end to end: a job with `shards: 8` on three
 //! workers runs 8 firings per instant, each exactly once, spread over the
 //! workers, each shard seeing its `CHIME_SHARD`/`CHIME_SHARDS` and its
 //! message the `Chime-Shard`/`Chime-Shards` headers. Real NATS, both

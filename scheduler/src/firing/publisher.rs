@@ -12,9 +12,9 @@
 //! says so: the store's `published` state is bookkeeping (history, the
 //! not-started alert), and the marker waits `mark_delay` before writing it,
 //! by which time nearly every firing has been started and needs no write at
-//! all. Marking each firing at once cost PostgreSQL a non-HOT update per
-//! firing, the most expensive write of its life, and in a large burst it
-//! competed with publishing for the CPU (BENCHMARKS.md).
+//! all. Marking each firing at once would cost PostgreSQL a non-HOT update
+//! per firing, the most expensive write of its life, and in a large burst
+//! it would compete with publishing for the CPU.
 
 use crate::firing::alarm::Alarm;
 use crate::firing::claim::SliceProgress;
@@ -110,7 +110,7 @@ fn message_id(firing_id: &str, publish_seq: u32) -> String {
 /// Header names built once: `HeaderName::from_static` neither validates nor
 /// allocates, where a `&str` name does both for every message; values are
 /// owned so they are not copied a second time (measured with
-/// `cargo bench -p chime-scheduler --bench publish`, see BENCHMARKS.md).
+/// `cargo bench -p chime-scheduler --bench publish`, docs/PERFORMANCE.md).
 mod names {
     use async_nats::HeaderName;
     use chime_common::headers;

@@ -272,8 +272,8 @@ impl Slicer {
     /// until a missed heartbeat restarts it (about ten seconds), and while
     /// the bucket has no leader no key can be renewed: either way every
     /// key seen lapses, this replica's own with them, and judging by them
-    /// made each replica take over the other's slices while both were alive
-    /// and publishing. Then the claims' leases decide.
+    /// would make each replica take over the other's slices while both are
+    /// alive and publishing. Then the claims' leases decide.
     fn gone(&self, owner: &str, now_ms: i64) -> bool {
         let alive = self.alive.lock().unwrap_or_else(|p| p.into_inner());
         owner_gone(

@@ -4,8 +4,8 @@
 //! The marker writes `published` for a firing still `staged` a moment
 //! after its ack (`mark_delay`). At a steady rate nearly every firing has
 //! started by then, and looking each one up to find the few that have not
-//! was a primary-key probe of `firings` per firing that wrote nothing
-//! (BENCHMARKS.md, thirtieth session). The publisher's collector adds a
+//! would be a primary-key probe of `firings` per firing that writes
+//! nothing. The publisher's collector adds a
 //! firing when JetStream acks it, the start service takes it off when it
 //! accepts its start, and the marker sends the store only what is left.
 //!

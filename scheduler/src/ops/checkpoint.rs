@@ -4,23 +4,22 @@
 //!
 //! Each checkpoint that copies anything syncs the log first, and each sync
 //! writes out everything committed since the one before. Checkpointing once
-//! a second made each sync flush a second of commits, and on a disk shared
-//! with the log the writer's own writes waited behind that flush: the tail
-//! of every start and finish was set by the checkpoint's cadence
-//! (BENCHMARKS.md, "Milestone 2, tenth session"). A short interval keeps each
-//! flush small.
+//! a second would make each sync flush a second of commits, and on a disk
+//! shared with the log the writer's own writes would wait behind that flush:
+//! the tail of every start and finish would be set by the checkpoint's
+//! cadence. A short interval keeps each flush small (docs/PERFORMANCE.md,
+//! "Tuning").
 //!
 //! The log starts over from its beginning only after a checkpoint that
 //! copied all of it and synced the database file, and while commits keep
 //! coming only the writer's own checkpoint gets there: one lands while this
 //! one copies. So the writer still checkpoints each time the log reaches
 //! its `wal_autocheckpoint` pages (`store/dialect/sqlite.rs`), and pauses for
-//! what this one has not copied and for the database file's sync
-//! (BENCHMARKS.md, "Milestone 2, thirty-seventh session"). This one syncs
-//! the database file itself after each checkpoint that copied pages
+//! what this one has not copied and for the database file's sync. This one
+//! syncs the database file itself after each checkpoint that copied pages
 //! (`store/dialect/sqlite/checkpoint.rs`), so the writer's sync finds
-//! little left to write ("thirty-eighth session"). PostgreSQL checkpoints
-//! by itself; this runs on SQLite only.
+//! little left to write. PostgreSQL checkpoints by itself; this runs on
+//! SQLite only.
 
 use crate::store::{Store, StoreError};
 use chime_common::service::{Service, ServiceError};

@@ -3,7 +3,7 @@
 //! sqlx's pool pings every connection it gets back (a round trip, so that a
 //! connection left mid-statement by a cancelled caller is not reused), and
 //! the fast paths are a statement each: half of their round trips, and of
-//! the database backend's wake-ups, were those pings. Here a connection
+//! the database backend's wake-ups, would be those pings. Here a connection
 //! whose statement completed goes back to a free list as it is; one whose
 //! caller failed or was cancelled is dropped (closed) instead, which is what
 //! the ping protects against. At most the pool's `max_connections` are in

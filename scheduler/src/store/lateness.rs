@@ -5,7 +5,7 @@
 //! was due for a later one, and the time it was backfilled for a backfill
 //! (whose `scheduled_at` is in the past on purpose). Every start statement
 //! reads it, with the job's spec when that may set `max_lateness`, in the same
-//! statement that starts the firing: a separate read per batch was a round
+//! statement that starts the firing: a separate read per batch would be a round
 //! trip per start on a quiet system.
 //!
 //! Judged once per firing attempt, by the request that started it: a
@@ -30,8 +30,8 @@ pub(super) fn due_instant(firing: &str) -> String {
 
 /// SQL: job `j`'s spec unless `jobs.no_max_lateness_version` says its
 /// current version has no `max_lateness`, else NULL. The stamp is a column
-/// read, where scanning the spec (payload included) for the key cost the
-/// start of every firing a pass over it.
+/// read, where scanning the spec (payload included) for the key would cost
+/// the start of every firing a pass over it.
 pub(super) const LATENESS_SPEC: &str =
     "CASE WHEN j.no_max_lateness_version = j.version THEN NULL ELSE j.spec END";
 

@@ -58,11 +58,11 @@ impl Store {
     ) -> Result<u64, StoreError> {
         // Only rows no one else holds: a concurrent start batch locks firings
         // one by one, and waiting on each other's rows in different orders
-        // deadlocked. A row skipped here is being started, which moves it
+        // would deadlock. A row skipped here is being started, which moves it
         // past `published` anyway, or is left `staged` for housekeeping,
         // whose republish JetStream drops as a duplicate. Only staged rows
         // are locked: most firings are started before their mark is written,
-        // and locking those too cost a heap write each.
+        // and locking those too would cost a heap write each.
         // A held firing is left alone: a limit stopped it after this
         // publish, and once released it waits for a publish of its own, so
         // this late mark must not say it has one.

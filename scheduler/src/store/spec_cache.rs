@@ -1,8 +1,8 @@
 //! Parsed job definitions kept between stagings.
 //!
 //! Every slice stages each due job again, and reading a stored spec (JSON
-//! parse, validation, compiling its schedule, encoding its payload) was most
-//! of the scheduler's staging work (BENCHMARKS.md). A job's definition
+//! parse, validation, compiling its schedule, encoding its payload) is most
+//! of the scheduler's staging work. A job's definition
 //! changes far less often than it fires, so the parsed form is kept, keyed
 //! by job id and valid while the stored text and anchor are byte for byte
 //! what it was parsed from: a put, a replace by a replica of another

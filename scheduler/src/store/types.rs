@@ -162,8 +162,8 @@ pub struct StageRequest {
 /// before `until`) is shared instead: each transaction takes the jobs still
 /// due divided by the pauses left, at least `jobs`, so no transaction of
 /// thousands is left for the end. Below that the fixed pace is kept: at a
-/// steady 1,000/s it had the shorter tail (BENCHMARKS.md, twenty-first
-/// session).
+/// steady 1,000/s, sharing every slice's jobs among all its pauses gives a
+/// longer tail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StagePace {
     /// The jobs a paced transaction takes, and the fewest a shared one does.

@@ -1,4 +1,4 @@
-//! The store's part of the weekly operations (issue 21): labels and the
+//! The store's part of the weekly operations: labels and the
 //! selectors that page through them, conditional puts (`if_version`), and
 //! an operator's cancel of one firing. Run on both backends like the rest
 //! of the suite.

@@ -60,8 +60,8 @@ pub(super) async fn open(url: &str, max_connections: u32) -> Result<Pools, Store
 
 /// Session settings of the general pool. Statements stay prepared (parsed
 /// once per connection) but are planned for each execution: a generic plan
-/// cached while `firings` was small (a fresh database) joined batches by
-/// scanning the whole table, and kept doing so as it grew; list filters
+/// cached while `firings` is small (a fresh database) joins batches by
+/// scanning the whole table, and keeps doing so as it grows; list filters
 /// deserve plans for their actual values.
 const PLANNED_PER_EXECUTION: &[&str] = &["SET plan_cache_mode = force_custom_plan"];
 
@@ -83,10 +83,10 @@ fn pool(max_connections: u32, settings: &'static [&'static str]) -> AnyPoolOptio
         .acquire_timeout(Duration::from_secs(10))
         // sqlx pings a connection (one round trip) before handing it out
         // unless told not to, on top of the ping when it comes back (which
-        // the fast paths avoid: store/held.rs); a start
-        // is one statement, so that ping was a large part of its latency. A
-        // connection that broke while idle (PostgreSQL restarted) now fails
-        // the one operation that gets it, and is closed on release.
+        // the fast paths avoid: store/held.rs); a start is one statement, so
+        // that ping would be a large part of its latency. A connection that
+        // broke while idle (PostgreSQL restarted) fails the one operation
+        // that gets it, and is closed on release.
         .test_before_acquire(false)
         .after_connect(move |conn, _meta| {
             Box::pin(async move {
@@ -119,7 +119,7 @@ pub(super) async fn upsert_job(store: &Store, put: &Put<'_>) -> Result<AnyRow, S
 /// and like theirs it finds every row by its key (its generic plan probes
 /// the primary keys of `firings`, `held` and `waiting`, driven by the
 /// batch), so it runs on their held connections: planned once instead of
-/// at each execution, where planning cost as much as running it.
+/// at each execution, where planning costs as much as running it.
 pub(super) async fn record_published(
     store: &Store,
     mark_firings: &str,

@@ -88,12 +88,13 @@ const PRAGMAS: [&str; 5] = [
 ];
 
 /// The writer's own checkpoint: by default the committing connection
-/// checkpoints every 1,000 pages, which stopped every start and finish for
-/// the copy and its syncs. The checkpointer service (`checkpoint.rs`) copies
-/// on a connection of its own instead ([`Checkpoints`]), but only a
+/// checkpoints every 1,000 pages, which would stop every start and finish
+/// for the copy and its syncs. The checkpointer service (`checkpoint.rs`)
+/// copies on a connection of its own instead ([`Checkpoints`]), but only a
 /// checkpoint that holds off commits lets the log start over (see there),
 /// so under load the writer still checkpoints each time the log reaches
-/// this many pages (BENCHMARKS.md, "Milestone 2, thirty-seventh session").
+/// this many pages. A smaller value, each checkpoint with less to sync but
+/// five times as many, lengthened the tail (docs/PERFORMANCE.md, "Tuning").
 const WRITER_AUTOCHECKPOINT: &str = "PRAGMA wal_autocheckpoint = 20000";
 
 /// Pool options for SQLite: [`PRAGMAS`], then `own`, on every new connection.

@@ -3,12 +3,13 @@
 //! each rate gets one row with the machine's CPU per firing of both and
 //! Chime's as a multiple of the floor's (`chime_over_floor`).
 //!
-//! A machine's speed changes between sessions and hosts, and so do Chime's
-//! figures; the floor's change with them. A ratio measured within minutes
-//! on one machine is a figure another person can reproduce on another
-//! (issue 25, BENCHMARKS.md). With `--runs N` the summary gives its median,
-//! min and max; the floor runs first in odd runs and second in even ones,
-//! so that a machine that drifts during a series does not favour one side.
+//! A machine's speed changes between hosts and over time, and so do
+//! Chime's figures; the floor's change with them. A ratio measured within
+//! minutes on one machine is a figure another person can reproduce on
+//! another (docs/PERFORMANCE.md). With `--runs N` the summary gives its
+//! median, min and max; the floor runs first in odd runs and second in even
+//! ones, so that a machine that drifts during a series does not favour one
+//! side.
 
 use crate::cost::MACHINE_CPU_NOTE;
 use crate::report::{print_table, Row};

@@ -1,7 +1,7 @@
 //! Floor: what the durable minimum of a firing costs on this machine, with
-//! no scheduler and no Chime worker running (issue 25).
+//! no scheduler and no Chime worker running.
 //!
-//! Every design that keeps the brief's guarantees on a SQL store and
+//! Every design that keeps Chime's guarantees on a SQL store and
 //! JetStream pays, per firing: its row inserted (here one statement per
 //! second of firings, as staging batches them); a JetStream publish with a
 //! message id, its ack awaited before the firing counts; a pull delivery;

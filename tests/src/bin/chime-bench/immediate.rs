@@ -1,5 +1,5 @@
 //! Immediate: work that can run the moment it is stored, measured to its
-//! handler's start (issue 25). Three kinds, one after the other, each at
+//! handler's start. Three kinds, one after the other, each at
 //! `--trigger-rate` `jobs.trigger` requests a second for `--duration` s:
 //!
 //! - `trigger`: a triggered firing, from the instant the store gave it (its

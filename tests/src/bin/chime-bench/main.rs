@@ -1,4 +1,4 @@
-//! `chime-bench`: Chime's benchmark program (issue 8).
+//! `chime-bench`: Chime's benchmark program (docs/PERFORMANCE.md).
 //!
 //! Starts a real nats-server (JetStream, file storage), a fresh PostgreSQL
 //! database (or SQLite file, `--backend sqlite`) and the built
@@ -88,7 +88,10 @@ impl Backend {
 }
 
 #[derive(Parser, Debug, Clone)]
-#[command(name = "chime-bench", about = "Chime's benchmark scenarios (issue 8)")]
+#[command(
+    name = "chime-bench",
+    about = "Chime's benchmark scenarios: throughput, start lateness and cost per firing (docs/PERFORMANCE.md)"
+)]
 pub struct Args {
     /// Which scenario to run.
     #[arg(value_enum)]
@@ -137,7 +140,7 @@ pub struct Args {
     step: u64,
     /// Saturation and against-floor: no step runs after one whose lateness
     /// p99 exceeded this many ms (a row's `sustained` is judged by the
-    /// brief's 100 ms either way).
+    /// 100 ms bound either way).
     #[arg(long, default_value_t = 100)]
     p99_limit_ms: u64,
     /// Burst: jobs due at the same second.
@@ -188,7 +191,8 @@ pub struct Args {
     scheduler_log: String,
     /// Run each scenario this many times back to back, each on fresh
     /// services after its own idle-CPU reading, then print every figure's
-    /// median, min and max over the runs (BENCHMARKS.md's headline form).
+    /// median, min and max over the runs (docs/PERFORMANCE.md quotes figures
+    /// that way).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=25))]
     runs: u32,
     /// Extra arguments for every chime-scheduler (e.g. `--partitions=4`), space separated.

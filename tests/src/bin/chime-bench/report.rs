@@ -154,8 +154,8 @@ pub fn print_machine() -> f64 {
 /// The kernel's writeback settings, which decide whether the disk's flushes
 /// stall periodically: pages written back only once they are old reach the
 /// disk in bursts that delay every commit's flush behind them
-/// (BENCHMARKS.md, thirty-fourth session). `read` gives a `/proc/sys/vm`
-/// file's text by name.
+/// (docs/PERFORMANCE.md, "Tuning"). `read` gives a `/proc/sys/vm` file's
+/// text by name.
 fn writeback(read: impl Fn(&str) -> Option<String>) -> String {
     let value = |name| read(name).and_then(|text| text.trim().parse::<u64>().ok());
     let background = match (
@@ -193,8 +193,8 @@ pub fn loadavg() -> String {
 /// CPUs' wall time. Not the busy fields of /proc/stat: those are sampled at
 /// each timer tick, and a load that wakes on whole milliseconds, like the
 /// bench's, is running at more of the ticks than its share of the time
-/// (BENCHMARKS.md, thirty-second session), while idle time is measured as
-/// it passes.
+/// (it overstated Chime's load by about a fifth at 1,000/s, and understated
+/// the floor's), while idle time is measured as it passes.
 #[derive(Clone, Copy)]
 pub struct MachineCpu {
     idle_s: f64,

@@ -3,8 +3,8 @@
 //! steps follow each other open-loop. Stops after the first step whose p99
 //! lateness passes `--p99-limit-ms` or that lost firings.
 //!
-//! Each row says whether its rate was `sustained` by the brief's
-//! definition, whatever `--p99-limit-ms` is: nothing lost, lateness p99 at
+//! Each row says whether its rate was `sustained` by Chime's design
+//! target, whatever `--p99-limit-ms` is: nothing lost, lateness p99 at
 //! most 100 ms, and the worst lateness per second not growing over the
 //! window (its fitted rise, `worst_growth_ms`, at most 100 ms). A step past
 //! a generous `--p99-limit-ms` still runs, and says it was not sustained.
@@ -16,8 +16,8 @@ use crate::report::Row;
 use crate::steady::{every_second, finish, observe_with_metrics, payload};
 use crate::Args;
 
-/// The brief's bound for "sustained": lateness p99, and how far the worst
-/// lateness per second may climb over the window.
+/// The design target's bound for "sustained": lateness p99, and how far
+/// the worst lateness per second may climb over the window.
 const SUSTAINED_MS: f64 = 100.0;
 
 pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {

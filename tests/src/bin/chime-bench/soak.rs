@@ -9,8 +9,8 @@
 //!
 //! Each window's firings are counted [`SETTLE`] after it ends, not after
 //! the run: a run longer than the schedulers' `--history-retention` (the
-//! hour of BENCHMARKS.md prunes after ten minutes) would otherwise count
-//! pruned firings as lost.
+//! hour in docs/PERFORMANCE.md prunes after ten minutes) would otherwise
+//! count pruned firings as lost.
 //!
 //! ```text
 //! chime-bench soak                                 # 2 minutes, windows of 30 s

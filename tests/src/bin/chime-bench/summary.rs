@@ -1,7 +1,6 @@
 //! The headline form of repeated runs (`--runs N`): every figure's median
 //! with its min and max, and in how many runs a yes/no note held, so that a
-//! figure quoted from a benchmark is the median of runs, not the best one
-//! (issue 25).
+//! figure quoted from a benchmark is the median of runs, not the best one.
 //!
 //! Figures are read from the rows generically: the numeric columns, every
 //! note that is a number or a yes/no, and every `name=number` of a note that

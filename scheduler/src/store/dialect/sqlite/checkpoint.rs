@@ -3,12 +3,11 @@
 //!
 //! A passive checkpoint syncs the database file only when no commit landed
 //! while it copied, and while commits keep coming one nearly always does
-//! (`scheduler/src/checkpoint.rs`): the pages it copied stayed in the
+//! (`scheduler/src/checkpoint.rs`): the pages it copied would stay in the
 //! kernel's cache until the writer's own checkpoint synced the file, and
-//! starts and finishes waited for that sync, longer as the file grew
-//! (BENCHMARKS.md, "Milestone 2, thirty-seventh session"). Synced here, off
-//! the writer, they are on the disk before the writer's sync comes
-//! ("thirty-eighth session").
+//! starts and finishes would wait for that sync, longer as the file grows.
+//! Synced here, off the writer, they are on the disk before the writer's
+//! sync comes.
 //!
 //! The sync goes through SQLite's own handle of the file
 //! (`SQLITE_FCNTL_FILE_POINTER`). A descriptor of Chime's own would not do:
