@@ -701,7 +701,7 @@ async fn failures_publish_alerts_and_repeated_failures_pause_the_job() {
 }
 
 /// A trigger, a due retry and a firing released from a queue leave as soon
-/// as they are stored (`scheduler/src/immediate.rs`), not when the next
+/// as they are stored (`scheduler/src/firing/immediate.rs`), not when the next
 /// slice claim adopts them: with 30 s slices that adoption is up to 30 s
 /// away, and each of the three must succeed within 5 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

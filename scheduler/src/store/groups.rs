@@ -25,7 +25,7 @@ pub const MAX_GROUPS: usize = 10_000;
 impl Store {
     /// Sets a group's limits (a put replaces both; none removes them).
     /// Firings held by a limit that was raised or removed are released by
-    /// the next pass of the release service (`limits.rs`).
+    /// the next pass of the release service (`recovery/limit_release.rs`).
     pub async fn put_group_limits(
         &self,
         limits: &GroupLimits,

@@ -20,7 +20,7 @@
 //! not wait behind them. Its row goes when it starts or ends.
 //!
 //! Releases happen in the transaction that freed the slot (finish, requeue)
-//! and in the periodic pass of `limits.rs` (rates, changed limits, and
+//! and in the periodic pass of `recovery/limit_release.rs` (rates, changed limits, and
 //! anything a crash left behind).
 
 use super::dialect::{BindRows, Col};

@@ -1,4 +1,4 @@
-//! Immediate publishing (`scheduler/src/immediate.rs`) on both backends:
+//! Immediate publishing (`scheduler/src/firing/immediate.rs`) on both backends:
 //! firings staged outside a slice go into the wheel at once, each once,
 //! only when due within the pass's horizon, and never once a slice adopted
 //! or the publisher marked them.

@@ -10,7 +10,7 @@
 //!   (`overlap: queue`), from when that run's end released it (its
 //!   `Chime-Due-At`).
 //!
-//! All three leave through `scheduler/src/immediate.rs`, not the next slice
+//! All three leave through `scheduler/src/firing/immediate.rs`, not the next slice
 //! claim.
 
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //!
 //! A passive checkpoint syncs the database file only when no commit landed
 //! while it copied, and while commits keep coming one nearly always does
-//! (`scheduler/src/checkpoint.rs`): the pages it copied would stay in the
+//! (`scheduler/src/ops/checkpoint.rs`): the pages it copied would stay in the
 //! kernel's cache until the writer's own checkpoint synced the file, and
 //! starts and finishes would wait for that sync, longer as the file grows.
 //! Synced here, off the writer, they are on the disk before the writer's
