@@ -297,7 +297,7 @@ mod tests {
             a,
             id("0 6 * * *\n/usr/bin/backup --all", "/usr/bin/backup --all")
         );
-        assert!(chime_common::job::check_name(&id("x\n!!!", "!!!"), 128).is_ok());
+        assert!(chime_common::bounds::check_name(&id("x\n!!!", "!!!"), 128).is_ok());
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The ranges Chime accepts for durations, instants and counts from outside
-//! (docs/API.md, "Ranges").
+//! The ranges Chime accepts for names, durations, instants and counts from
+//! outside (docs/API.md, "Ranges").
 //!
 //! Every value a client sends is checked against these before anything is
 //! stored, so the arithmetic the scheduler does later (a deadline is a start
@@ -54,6 +54,45 @@ pub fn check_at_most(d: Duration, max: Duration) -> Option<String> {
             format_duration(max)
         )
     })
+}
+
+/// The longest id and handler name.
+pub const MAX_ID_LEN: usize = 128;
+/// The longest group name.
+pub const MAX_GROUP_LEN: usize = 64;
+/// The most jobs `on_success` may name.
+pub const MAX_ON_SUCCESS: usize = 16;
+/// The most attempts a retry policy may ask for.
+pub const MAX_ATTEMPTS: u32 = 100;
+
+/// Checks a group name: a name that is also a valid subject token sequence
+/// (`chime.fire.<group>.<band>`), so no dot at either end and no two in a row.
+pub fn check_group(name: &str) -> Result<(), String> {
+    check_name(name, MAX_GROUP_LEN)?;
+    if name.starts_with('.') || name.ends_with('.') || name.contains("..") {
+        return Err(
+            "must not start or end with '.' or hold '..' (groups are parts of NATS subjects)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// Checks an id or group name: `len` 1..=max of `A-Z a-z 0-9 . _ -`.
+pub fn check_name(name: &str, max: usize) -> Result<(), String> {
+    if name.is_empty() || name.len() > max {
+        return Err(format!(
+            "must be 1 to {max} characters, found {}",
+            name.len()
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!("{c:?} is not allowed; use only A-Z a-z 0-9 . _ -"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -7,9 +7,9 @@
 //! serves jobs in every zone.
 
 use crate::bounds::check_time;
+use crate::bounds::{check_name, MAX_ID_LEN};
 use crate::duration::json_kind;
 use crate::error::FieldError;
-use crate::job::{check_name, MAX_ID_LEN};
 use chrono::{DateTime, Datelike, NaiveDate, Utc, Weekday};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};

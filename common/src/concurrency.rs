@@ -5,11 +5,28 @@
 //! Kept apart from `job.rs` because the scheduler's start decision reads
 //! only these, and `groups.*` shares their ranges and messages.
 
+use crate::bounds::check_group;
 use crate::duration::json_kind;
 use crate::error::FieldError;
-use crate::job::{check_group, Overlap};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+
+/// What to do with a firing whose predecessor is still running.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Overlap {
+    /// Run concurrently.
+    #[default]
+    Allow,
+    /// Skip the new firing (recorded `skipped`).
+    Forbid,
+    /// Hold at most one pending firing; start it when the running one ends.
+    Queue,
+    /// Cancel the running firing and start the new one.
+    Replace,
+}
 
 /// The largest `max_concurrent` of a job.
 pub const MAX_JOB_CONCURRENT: u64 = 1000;

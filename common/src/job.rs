@@ -3,8 +3,11 @@
 //! Validation walks the JSON itself rather than relying on serde errors, so
 //! that one reply lists every problem, each with its JSON path.
 
-use crate::bounds::{check_at_most, MAX_MISFIRE_THRESHOLD, MAX_RETRY_DELAY, MAX_TIMEOUT};
-use crate::concurrency::Concurrency;
+use crate::bounds::{
+    check_at_most, check_group, check_name, MAX_ATTEMPTS, MAX_GROUP_LEN, MAX_ID_LEN,
+    MAX_MISFIRE_THRESHOLD, MAX_ON_SUCCESS, MAX_RETRY_DELAY, MAX_TIMEOUT,
+};
+use crate::concurrency::{Concurrency, Overlap};
 use crate::duration::{format_duration, json_kind, parse_duration, rfc3339_ms, rfc3339_ms_opt};
 use crate::error::FieldError;
 use crate::labels::{labels_from_json, Labels};
@@ -30,23 +33,6 @@ impl Default for Limits {
             max_payload_bytes: 64 * 1024,
         }
     }
-}
-
-/// What to do with a firing whose predecessor is still running.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, utoipa::ToSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Overlap {
-    /// Run concurrently.
-    #[default]
-    Allow,
-    /// Skip the new firing (recorded `skipped`).
-    Forbid,
-    /// Hold at most one pending firing; start it when the running one ends.
-    Queue,
-    /// Cancel the running firing and start the new one.
-    Replace,
 }
 
 /// What to do with instants found later than `misfire_threshold`.
@@ -193,45 +179,6 @@ pub fn if_version(body: &Value) -> Result<Option<i64>, FieldError> {
             )
         }),
     }
-}
-
-/// The longest id and handler name.
-pub const MAX_ID_LEN: usize = 128;
-/// The longest group name.
-pub const MAX_GROUP_LEN: usize = 64;
-/// The most jobs `on_success` may name.
-pub const MAX_ON_SUCCESS: usize = 16;
-/// The most attempts a retry policy may ask for.
-pub const MAX_ATTEMPTS: u32 = 100;
-
-/// Checks a group name: a name that is also a valid subject token sequence
-/// (`chime.fire.<group>.<band>`), so no dot at either end and no two in a row.
-pub fn check_group(name: &str) -> Result<(), String> {
-    check_name(name, MAX_GROUP_LEN)?;
-    if name.starts_with('.') || name.ends_with('.') || name.contains("..") {
-        return Err(
-            "must not start or end with '.' or hold '..' (groups are parts of NATS subjects)"
-                .into(),
-        );
-    }
-    Ok(())
-}
-
-/// Checks an id or group name: `len` 1..=max of `A-Z a-z 0-9 . _ -`.
-pub fn check_name(name: &str, max: usize) -> Result<(), String> {
-    if name.is_empty() || name.len() > max {
-        return Err(format!(
-            "must be 1 to {max} characters, found {}",
-            name.len()
-        ));
-    }
-    if let Some(c) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
-        return Err(format!("{c:?} is not allowed; use only A-Z a-z 0-9 . _ -"));
-    }
-    Ok(())
 }
 
 /// Collects problems while walking one JSON object.

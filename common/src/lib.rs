@@ -12,6 +12,7 @@
 //! ([`service`], [`supervisor`], [`signal`]).
 
 pub mod api;
+pub mod band;
 pub mod bounds;
 pub mod calendars;
 pub mod client;
@@ -35,7 +36,9 @@ pub mod text;
 pub mod time_rules;
 pub mod topology;
 
+pub use concurrency::Overlap;
 pub use error::{ApiError, ErrorCode, FieldError};
 pub use firing::{Firing, FiringId, FiringState};
-pub use job::{Job, JobSpec, JobState, Limits, Misfire, Overlap, RetryPolicy};
-pub use subjects::{Band, Subjects};
+pub use job::{Job, JobSpec, JobState, Limits, Misfire, RetryPolicy};
+pub use band::Band;
+pub use subjects::Subjects;

@@ -5,10 +5,10 @@
 
 use crate::api::{PreviewMark, PreviewReply, PreviewRequest};
 use crate::bounds::check_time;
+use crate::bounds::{check_name, MAX_ID_LEN};
 use crate::calendars::{excluded_by, Calendar};
 use crate::duration::format_time;
 use crate::error::ApiError;
-use crate::job::{check_name, MAX_ID_LEN};
 use crate::schedule::{MarkedInstant, Schedule, ScheduleSpec};
 use crate::time_rules::TimeRules;
 use chrono::{DateTime, Utc};

@@ -8,7 +8,7 @@
 
 use crate::duration::{rfc3339_ms, rfc3339_ms_opt};
 use crate::firing::FiringId;
-use crate::subjects::Band;
+use crate::band::Band;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 

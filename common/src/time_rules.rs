@@ -8,9 +8,9 @@
 //! inputs with the same messages as `jobs.put`.
 
 use crate::bounds::check_at_most;
+use crate::bounds::{check_name, MAX_ID_LEN};
 use crate::duration::{format_duration, json_kind, parse_duration};
 use crate::error::FieldError;
-use crate::job::{check_name, MAX_ID_LEN};
 use crate::schedule::{DstPolicy, ScheduleOptions};
 use serde::Serialize;
 use serde_json::{Map, Value};

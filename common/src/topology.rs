@@ -13,7 +13,8 @@
 //! (the scheduler keeps the firing staged, retries it and raises a
 //! `stream_full` alert) rather than an unconsumed firing being dropped.
 
-use crate::subjects::{Band, Subjects};
+use crate::band::Band;
+use crate::subjects::Subjects;
 use async_nats::jetstream::{self, consumer, kv, stream};
 use std::time::Duration;
 

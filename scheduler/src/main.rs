@@ -180,7 +180,7 @@ impl Args {
         config.subjects = Subjects::new(self.subject_prefix);
         config.metrics_addr = Some(self.metrics_addr);
         config.replica_id = self.replica_id.unwrap_or_else(default_replica_id);
-        if chime_common::job::check_name(&config.replica_id, 64).is_err()
+        if chime_common::bounds::check_name(&config.replica_id, 64).is_err()
             || config.replica_id.contains('.')
         {
             anyhow::bail!("--replica-id: use 1 to 64 of A-Z a-z 0-9 _ -");

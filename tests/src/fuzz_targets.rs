@@ -18,7 +18,7 @@
 //! | `api_request` | line 1: the verb (`jobs.put`); the rest: the request body |
 
 use chime_common::api::{BackfillRequest, ListAlertsRequest, TriggerRequest, MAX_PAGE};
-use chime_common::job::{check_name, MAX_ID_LEN};
+use chime_common::bounds::{check_name, MAX_ID_LEN};
 use chime_common::protocol::{
     doorbell_bands, doorbell_body, Alert, CancelRequest, Finished, StartReply, StartRequest,
     WorkerInfo,
@@ -348,7 +348,7 @@ pub fn api_request(data: &[u8]) {
         }
         Ok(ApiRequest::GetGroup(name)) => {
             assert_eq!(
-                chime_common::job::check_group(&name),
+                chime_common::bounds::check_group(&name),
                 Ok(()),
                 "{verb}: accepted group {name:?}"
             );

@@ -10,7 +10,7 @@ use crate::metrics::Metrics;
 use crate::status::WorkerStatus;
 use crate::worker::Worker;
 use async_nats::Client;
-use chime_common::job::MAX_ID_LEN;
+use chime_common::bounds::MAX_ID_LEN;
 use chime_common::topology::TopologyConfig;
 use chime_common::Subjects;
 use std::future::Future;

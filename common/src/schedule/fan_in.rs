@@ -4,8 +4,8 @@
 //! fields; the store keeps what counted (`scheduler/src/store/fan_in.rs`).
 
 use crate::bounds::{check_at_most, MAX_WITHIN};
+use crate::bounds::{check_name, MAX_ID_LEN};
 use crate::duration::json_kind;
-use crate::job::{check_name, MAX_ID_LEN};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::time::Duration;

@@ -20,10 +20,11 @@ use chime_common::api::{
     ListJobsRequest, ListWorkersReply, ListWorkersRequest, PauseRequest, PreviewRequest, Reply,
     TriggerReply, TriggerRequest, Verb, BACKFILL_LIMIT_DEFAULT,
 };
+use chime_common::bounds::{check_group, check_name, MAX_ID_LEN};
 use chime_common::calendars::Calendar;
 use chime_common::concurrency::GroupLimits;
 use chime_common::error::ErrorReply;
-use chime_common::job::{check_group, check_name, if_version, IF_VERSION_FIELD, MAX_ID_LEN};
+use chime_common::job::{if_version, IF_VERSION_FIELD};
 use chime_common::preview::Preview;
 use chime_common::protocol::{heartbeat_matches_key, Alert, CancelRequest, WorkerInfo};
 use chime_common::{ApiError, ErrorCode, FiringId, JobSpec, Limits, Subjects};

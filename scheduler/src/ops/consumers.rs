@@ -10,7 +10,7 @@
 
 use crate::ops::metrics::Metrics;
 use crate::store::{Store, StoreError};
-use chime_common::job::check_name;
+use chime_common::bounds::check_name;
 use chime_common::protocol::{heartbeat_matches_key, WorkerInfo};
 use chime_common::service::{Service, ServiceError};
 use chime_common::topology::{Topology, TopologyError};

@@ -9,7 +9,7 @@ use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
 use chime_common::api::Access;
-use chime_common::job::check_name;
+use chime_common::bounds::check_name;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
