@@ -56,7 +56,6 @@ impl FromStr for Band {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,9 +36,9 @@ pub mod text;
 pub mod time_rules;
 pub mod topology;
 
+pub use band::Band;
 pub use concurrency::Overlap;
 pub use error::{ApiError, ErrorCode, FieldError};
 pub use firing::{Firing, FiringId, FiringState};
 pub use job::{Job, JobSpec, JobState, Limits, Misfire, RetryPolicy};
-pub use band::Band;
 pub use subjects::Subjects;

@@ -6,9 +6,9 @@
 //! [`Finished`] event on JetStream. It heartbeats a [`WorkerInfo`] into the
 //! workers KV bucket and listens for [`CancelRequest`]s on its own subject.
 
+use crate::band::Band;
 use crate::duration::{rfc3339_ms, rfc3339_ms_opt};
 use crate::firing::FiringId;
-use crate::band::Band;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 

@@ -7,7 +7,7 @@
 //! ```
 
 use chime_common::FiringId;
-use chime_scheduler::firing::publisher::firing_headers;
+use chime_scheduler::firing::message::firing_headers;
 use chime_scheduler::store::StagedFiring;
 use chrono::{DateTime, Utc};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};

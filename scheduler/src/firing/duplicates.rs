@@ -22,9 +22,8 @@
 //! copy's ack is what the publish mark records. A started firing needs
 //! nothing. Duplicates are rare (retries and takeovers), so a read each is cheap.
 
-use crate::firing::publisher::{firing_headers, Acked};
+use crate::firing::message::{firing_headers, whereabouts, Acked, Cause, Whereabouts};
 use crate::ops::metrics::Metrics;
-use crate::recovery::republish::{whereabouts, Cause, Whereabouts};
 use crate::store::{StagedFiring, Store};
 use async_nats::jetstream::{self, message::PublishMessage};
 use chime_common::headers;

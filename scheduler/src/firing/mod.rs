@@ -14,6 +14,7 @@ pub mod alarm;
 pub mod claim;
 pub mod duplicates;
 pub mod immediate;
+pub mod message;
 pub mod publisher;
 pub mod slicer;
 pub mod unstarted;

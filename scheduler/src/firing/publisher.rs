@@ -19,14 +19,12 @@
 use crate::firing::alarm::Alarm;
 use crate::firing::claim::SliceProgress;
 use crate::firing::duplicates::{Duplicate, DuplicateCheck};
+use crate::firing::message::{firing_headers, Acked};
 use crate::firing::unstarted::Unstarted;
 use crate::firing::wheel::{Wheel, WheelEntry};
 use crate::ops::metrics::Metrics;
 use crate::store::{AckedFiring, StagedFiring, Store};
 use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMessage};
-use async_nats::HeaderMap;
-use chime_common::bounds::MAX_TIMEOUT;
-use chime_common::duration::format_time;
 use chime_common::protocol::{doorbell_body, Alert, AlertKind};
 use chime_common::{Band, FiringId, Subjects};
 use chrono::Utc;
@@ -95,67 +93,6 @@ pub struct Publisher {
     pub metrics: Metrics,
     /// Acked firings no start has been seen for: the marker's candidates.
     pub unstarted: Unstarted,
-}
-
-/// The `Nats-Msg-Id` of a firing: its id, suffixed by `~n` when a queued
-/// firing is deliberately published again (n = publish_seq).
-fn message_id(firing_id: &str, publish_seq: u32) -> String {
-    if publish_seq == 0 {
-        firing_id.to_string()
-    } else {
-        format!("{firing_id}~{publish_seq}")
-    }
-}
-
-/// Header names built once: `HeaderName::from_static` neither validates nor
-/// allocates, where a `&str` name does both for every message; values are
-/// owned so they are not copied a second time (measured with
-/// `cargo bench -p chime-scheduler --bench publish`, docs/PERFORMANCE.md).
-mod names {
-    use async_nats::HeaderName;
-    use chime_common::headers;
-
-    pub const NATS_MSG_ID: HeaderName = HeaderName::from_static(headers::NATS_MSG_ID);
-    pub const FIRING_ID: HeaderName = HeaderName::from_static(headers::FIRING_ID);
-    pub const JOB_ID: HeaderName = HeaderName::from_static(headers::JOB_ID);
-    pub const HANDLER: HeaderName = HeaderName::from_static(headers::HANDLER);
-    pub const SCHEDULED_AT: HeaderName = HeaderName::from_static(headers::SCHEDULED_AT);
-    pub const DUE_AT: HeaderName = HeaderName::from_static(headers::DUE_AT);
-    pub const ATTEMPT: HeaderName = HeaderName::from_static(headers::ATTEMPT);
-    pub const PRIORITY: HeaderName = HeaderName::from_static(headers::PRIORITY);
-    pub const DEADLINE: HeaderName = HeaderName::from_static(headers::DEADLINE);
-    pub const TIMEOUT_MS: HeaderName = HeaderName::from_static(headers::TIMEOUT_MS);
-    pub const SHARD: HeaderName = HeaderName::from_static(headers::SHARD);
-    pub const SHARDS: HeaderName = HeaderName::from_static(headers::SHARDS);
-}
-
-/// The headers of a firing message (CONTRACT.md, "Firing messages").
-pub fn firing_headers(firing: &StagedFiring, now: chrono::DateTime<Utc>) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    // The start reply sets the real deadline. A timeout beyond the accepted
-    // range (an old row; validation lets none in) is cut to the range here,
-    // and the start fails that firing with the reason.
-    let timeout = chrono::Duration::from_std(firing.timeout.min(MAX_TIMEOUT))
-        .expect("MAX_TIMEOUT fits a chrono duration");
-    let deadline = now
-        .checked_add_signed(timeout)
-        .unwrap_or(chrono::DateTime::<Utc>::MAX_UTC);
-    let id = firing.id.to_string();
-    h.insert(names::NATS_MSG_ID, message_id(&id, firing.publish_seq));
-    h.insert(names::FIRING_ID, id);
-    h.insert(names::JOB_ID, firing.job_id.as_str());
-    h.insert(names::HANDLER, firing.handler.as_str());
-    h.insert(names::SCHEDULED_AT, format_time(firing.scheduled_at));
-    h.insert(names::DUE_AT, format_time(firing.due_at));
-    h.insert(names::ATTEMPT, firing.attempt.to_string());
-    h.insert(names::PRIORITY, firing.priority.to_string());
-    h.insert(names::DEADLINE, format_time(deadline));
-    h.insert(names::TIMEOUT_MS, firing.timeout.as_millis().to_string());
-    if let Some(shard) = firing.id.shard {
-        h.insert(names::SHARD, shard.to_string());
-        h.insert(names::SHARDS, firing.shards.to_string());
-    }
-    h
 }
 
 struct Sent {
@@ -313,25 +250,6 @@ fn stream_full(error: &jetstream::context::PublishError) -> bool {
     std::error::Error::source(error)
         .and_then(|source| source.downcast_ref::<jetstream::Error>())
         .is_some_and(|e| e.error_code() == jetstream::ErrorCode::STREAM_STORE_FAILED)
-}
-
-/// A firing JetStream acknowledged, to be marked published.
-pub(crate) struct Acked {
-    pub id: FiringId,
-    /// The stream sequence that holds its message: where the republisher
-    /// looks for it.
-    pub stream_seq: u64,
-    /// When the ack arrived.
-    pub at: chrono::DateTime<Utc>,
-}
-
-impl Acked {
-    fn firing(&self) -> AckedFiring {
-        AckedFiring {
-            id: self.id.clone(),
-            stream_seq: self.stream_seq,
-        }
-    }
 }
 
 impl Collector {
@@ -611,30 +529,6 @@ impl Marker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chime_common::headers;
-
-    /// A staged first attempt of `id`, due and scheduled at `now`.
-    fn staged(
-        id: FiringId,
-        now: chrono::DateTime<Utc>,
-        timeout: Duration,
-        shards: u32,
-    ) -> StagedFiring {
-        StagedFiring {
-            job_id: id.job_id.clone(),
-            id,
-            group: "default".into(),
-            priority: 5,
-            handler: "shell".into(),
-            payload: bytes::Bytes::from_static(b"null"),
-            scheduled_at: now,
-            due_at: now,
-            attempt: 1,
-            timeout,
-            publish_seq: 0,
-            shards,
-        }
-    }
 
     /// The marker marks an acked firing it saw no start of, and sends the
     /// store nothing of one whose start this replica accepted. The started
@@ -694,93 +588,6 @@ mod tests {
         assert!(
             firings.iter().all(|id| !unstarted.contains(id)),
             "the marker forgets what it marked"
-        );
-    }
-
-    #[test]
-    fn firing_headers_follow_the_contract() {
-        let scheduled_at = chrono::DateTime::parse_from_rfc3339("2026-03-28T01:30:00.250Z")
-            .expect("a valid time")
-            .with_timezone(&Utc);
-        let mut firing = StagedFiring {
-            id: FiringId {
-                job_id: "nightly".into(),
-                scheduled_ms: scheduled_at.timestamp_millis(),
-                shard: None,
-                attempt: 2,
-            },
-            job_id: "nightly".into(),
-            group: "reports".into(),
-            priority: 7,
-            handler: "shell".into(),
-            payload: bytes::Bytes::from_static(b"null"),
-            scheduled_at,
-            due_at: scheduled_at + chrono::Duration::seconds(4),
-            attempt: 2,
-            timeout: Duration::from_secs(600),
-            publish_seq: 0,
-            shards: 1,
-        };
-        let now = scheduled_at + chrono::Duration::seconds(5);
-        let h = firing_headers(&firing, now);
-        let value = |name: &str| h.get(name).map(|v| v.as_str().to_string());
-        let id = "nightly@1774661400250#2";
-        for (name, expected) in [
-            (headers::NATS_MSG_ID, id),
-            (headers::FIRING_ID, id),
-            (headers::JOB_ID, "nightly"),
-            (headers::HANDLER, "shell"),
-            (headers::SCHEDULED_AT, "2026-03-28T01:30:00.250Z"),
-            (headers::DUE_AT, "2026-03-28T01:30:04.250Z"),
-            (headers::ATTEMPT, "2"),
-            (headers::PRIORITY, "7"),
-            (headers::DEADLINE, "2026-03-28T01:40:05.250Z"),
-            (headers::TIMEOUT_MS, "600000"),
-        ] {
-            assert_eq!(value(name).as_deref(), Some(expected), "{name}");
-        }
-        // A queued firing published again gets a new message id, same firing id.
-        firing.publish_seq = 3;
-        let h = firing_headers(&firing, now);
-        assert_eq!(
-            h.get(headers::NATS_MSG_ID).map(|v| v.as_str()),
-            Some("nightly@1774661400250#2~3")
-        );
-        assert_eq!(h.get(headers::FIRING_ID).map(|v| v.as_str()), Some(id));
-        assert!(h.get(headers::SHARD).is_none() && h.get(headers::SHARDS).is_none());
-    }
-
-    #[test]
-    fn a_shard_carries_its_shard_and_the_instant_s_count() {
-        let now = Utc::now();
-        let id = FiringId::of_shard("scan", now.timestamp_millis(), 3, 8, 1);
-        let firing = staged(id.clone(), now, Duration::from_secs(60), 8);
-        let h = firing_headers(&firing, now);
-        let value = |name: &str| h.get(name).map(|v| v.as_str().to_string());
-        assert_eq!(value(headers::SHARD).as_deref(), Some("3"));
-        assert_eq!(value(headers::SHARDS).as_deref(), Some("8"));
-        assert_eq!(value(headers::NATS_MSG_ID), Some(id.to_string()));
-    }
-
-    #[test]
-    fn a_timeout_beyond_the_range_is_cut_to_it_instead_of_panicking() {
-        let now = Utc::now();
-        let id = FiringId {
-            job_id: "huge".into(),
-            scheduled_ms: now.timestamp_millis(),
-            shard: None,
-            attempt: 1,
-        };
-        let firing = staged(id, now, Duration::from_secs(300_000 * 365 * 24 * 3600), 1);
-        let h = firing_headers(&firing, now);
-        let deadline = now + chrono::Duration::from_std(MAX_TIMEOUT).unwrap();
-        assert_eq!(
-            h.get(headers::DEADLINE).map(|v| v.as_str().to_string()),
-            Some(format_time(deadline))
-        );
-        assert_eq!(
-            h.get(headers::FIRING_ID).map(|v| v.as_str().to_string()),
-            Some(firing.id.to_string())
         );
     }
 }

@@ -23,12 +23,12 @@
 //!
 //! One replica runs it at a time (a lease, as the expiry monitor).
 
-use crate::firing::publisher::firing_headers;
+use crate::firing::message::{copy_message_id, firing_headers, whereabouts, Cause, Whereabouts};
 use crate::nats::Nats;
 use crate::ops::alerts::Alerts;
 use crate::ops::metrics::Metrics;
-use crate::store::{PublishedFiring, StagedFiring, Store, StoreError};
-use async_nats::jetstream::{self, kv, message::PublishMessage, stream::RawMessageErrorKind};
+use crate::store::{PublishedFiring, Store, StoreError};
+use async_nats::jetstream::{self, kv, message::PublishMessage};
 use chime_common::headers;
 use chime_common::protocol::{doorbell_body, heartbeat_matches_key, Alert, AlertKind, WorkerInfo};
 use chime_common::service::{Service, ServiceError};
@@ -85,56 +85,6 @@ impl RepublishConfig {
         }
         Ok(())
     }
-}
-
-/// Why a published firing's message is not there to be started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cause {
-    /// No message at its sequence: acked or terminated without a start, or lost.
-    MessageGone,
-    /// Another message holds its sequence: its message id was taken by a
-    /// message that is not this firing's (a forgery, or a stale copy).
-    MessageReplaced,
-    /// Its publish was acknowledged as a duplicate, but the firing's
-    /// message was not in the stream (`duplicates.rs`).
-    DuplicateAck,
-}
-
-impl Cause {
-    /// The `cause` label of `chime_firings_republished_total`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Cause::MessageGone => "message_gone",
-            Cause::MessageReplaced => "message_replaced",
-            Cause::DuplicateAck => "duplicate_ack",
-        }
-    }
-
-    /// What happened to the message at `seq`, for logs and errors.
-    pub fn describe(self, seq: u64) -> String {
-        match self {
-            Cause::MessageGone => format!(
-                "its message (stream sequence {seq}) left the stream without a start"
-            ),
-            Cause::MessageReplaced => format!(
-                "the message at its stream sequence {seq} is not this firing's (its message id was taken)"
-            ),
-            Cause::DuplicateAck => format!(
-                "its publish was acknowledged as a duplicate of stream sequence {seq}, which does not hold its message"
-            ),
-        }
-    }
-}
-
-/// Where a published firing's message is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Whereabouts {
-    /// In the stream, waiting for a worker.
-    Waiting,
-    /// Not where its ack said.
-    Gone(Cause),
-    /// Not known: no sequence was recorded.
-    Unknown,
 }
 
 /// What one pass did.
@@ -400,42 +350,6 @@ impl Republisher {
         }
         Ok(outcome)
     }
-}
-
-/// Where the message of `firing` that JetStream acknowledged at `seq` is:
-/// read back from the stream leader. Err when the stream cannot answer now.
-pub(crate) async fn whereabouts(
-    stream: &jetstream::stream::Stream<()>,
-    seq: u64,
-    firing: &StagedFiring,
-) -> Result<Whereabouts, String> {
-    match stream.get_raw_message(seq).await {
-        Ok(message) => {
-            let id = firing.id.to_string();
-            let same_firing = message
-                .headers
-                .get(headers::FIRING_ID)
-                .is_some_and(|v| v.as_str() == id);
-            // A forged message may carry the real firing id; it never
-            // carries what was staged (the start compares digests).
-            Ok(if same_firing && message.payload == firing.payload {
-                Whereabouts::Waiting
-            } else {
-                Whereabouts::Gone(Cause::MessageReplaced)
-            })
-        }
-        Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => {
-            Ok(Whereabouts::Gone(Cause::MessageGone))
-        }
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// The message id of copy `n` (from 1) of a firing published again: never
-/// the id of its first message (`<firing id>`) nor of a queued firing's
-/// deliberate new publish (`<firing id>~<n>`).
-pub fn copy_message_id(id: &FiringId, n: u32) -> String {
-    format!("{id}~r{n}")
 }
 
 /// The `not_started` alert of a firing whose message waits in the stream,

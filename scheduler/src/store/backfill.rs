@@ -5,8 +5,8 @@
 //! adopts and publishes it like a retry; from there the job's overlap
 //! policy (at start) and retries (at finish) apply as to any firing.
 
-use super::jobs::{compile, next_ms};
 use super::rows;
+use super::schedule::{compile, next_ms};
 use super::stage::NewFiring;
 use super::waiting::Waiting;
 use super::{ms, RowExt, Store, StoreError};

@@ -162,10 +162,3 @@ impl Store {
         Ok(())
     }
 }
-
-/// A condition on firing row `f`: no fan-in job waits for its job's
-/// success. The set-based success paths (the fast path's statement and
-/// [`super::locks::BatchRow::plain_success`]'s column) require it, so a
-/// success that counts towards a fan-in takes [`Store::count_fan_in_success`].
-pub(super) const NO_FAN_IN_DEPENDENTS: &str =
-    "NOT EXISTS (SELECT 1 FROM fan_in d WHERE d.upstream_id = f.job_id)";

@@ -16,14 +16,12 @@
 //! takes one transaction: the plain successes set-based, the rest one by
 //! one.
 
+use super::conditions::{NOTHING_HELD_IN_GROUP, NO_FAN_IN_DEPENDENTS};
 use super::dialect::{Backend, BindRows, Col};
 use super::executing::Lease;
-use super::fan_in::NO_FAN_IN_DEPENDENTS;
-use super::hold::NOTHING_HELD_IN_GROUP;
 use super::jobs::write_spec_and_state;
 use super::locks::{complete, split_batch, FiringRow, JobRow, Tx};
-use super::requeue::exhausted;
-use super::retry::{Ended, RetryDelay};
+use super::retry::{exhausted, Ended, RetryDelay};
 use super::states::{sources_sql, Transition};
 use super::types::FinishOutcome;
 use super::{json_text, ms, Store, StoreError};

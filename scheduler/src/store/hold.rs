@@ -27,36 +27,9 @@ use super::dialect::{BindRows, Col};
 use super::locks::Tx;
 use super::rows;
 use super::states::{sources_sql, Transition};
+use super::types::HoldCause as Cause;
 use super::{id_batch, Store, StoreError};
 use chime_common::FiringId;
-
-/// The limit that holds a firing back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cause {
-    /// The job's own `max_concurrent`.
-    Job,
-    /// The group's `max_concurrent`.
-    Group,
-    /// The group's `max_per_second`.
-    Rate,
-}
-
-impl Cause {
-    /// The stored value, also the `limit` label of the limit metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Cause::Job => "job",
-            Cause::Group => "group",
-            Cause::Rate => "rate",
-        }
-    }
-
-    fn parse(stored: &str) -> Option<Cause> {
-        [Cause::Job, Cause::Group, Cause::Rate]
-            .into_iter()
-            .find(|c| c.as_str() == stored)
-    }
-}
 
 /// A firing's held row.
 #[derive(Debug, Clone, Copy)]
@@ -74,13 +47,6 @@ impl Hold {
         self.released && self.cause == cause
     }
 }
-
-/// Whether nothing is held in the group of firing `f`: a finish that frees a
-/// slot must release held firings of its job or group, so a batch's finish
-/// is set-based only when this holds (every held firing of a job is in the
-/// job's group).
-pub(super) const NOTHING_HELD_IN_GROUP: &str =
-    "NOT EXISTS (SELECT 1 FROM held h WHERE h.group_name = f.group_name)";
 
 /// How many held firings of one limit wait, and how many were released and
 /// have their slot kept.

@@ -1,45 +1,21 @@
 //! Job definitions: put, get, list, delete, trigger (pause and resume are
 //! in `pause.rs`).
 
+use super::dialect::Backend;
 use super::listing::{page_of, Conditions};
 use super::locks::Tx;
 use super::rows::{self, JOB_COLUMNS, JOB_TABLES};
+use super::schedule::{compile, job_schedule, next_ms};
 use super::selection::selector_condition;
 use super::stage::NewFiring;
 use super::states::{sources_sql, Transition};
 use super::types::{Deleted, JobFilter, Page};
 use super::waiting::Waiting;
 use super::{at_ms, ms, page_limit, truncate, RowExt, Store, StoreError};
-use chime_common::schedule::Schedule;
 use chime_common::{FiringId, FiringState, Job, JobSpec, JobState};
 use chrono::{DateTime, Utc};
 use sqlx::any::AnyRow;
 use sqlx::{Any, Transaction};
-
-/// The schedule's first instant strictly after millisecond `t`, in milliseconds.
-///
-/// Asking for the first instant after the *end* of millisecond `t` keeps
-/// enumeration moving forward even if a schedule yields sub-millisecond
-/// instants, which the store truncates.
-pub(crate) fn next_ms(schedule: &Schedule, t: i64) -> Option<i64> {
-    let after = at_ms(t) + chrono::Duration::nanoseconds(999_999);
-    schedule.next_after(after).map(|n| n.timestamp_millis())
-}
-
-/// A job's schedule, anchored where it was put, under its time rules
-/// (`H`, `jitter`, `dst`).
-pub(crate) fn compile(spec: &JobSpec, anchor_ms: i64) -> Result<Schedule, StoreError> {
-    job_schedule(spec, at_ms(anchor_ms))
-        .map_err(|e| StoreError::corrupt(&spec.id, format!("schedule does not compile: {e}")))
-}
-
-fn job_schedule(
-    spec: &JobSpec,
-    anchor: DateTime<Utc>,
-) -> Result<Schedule, chime_common::FieldError> {
-    let options = spec.time.schedule_options(Some(&spec.id));
-    Schedule::compile_with(&spec.schedule, anchor, &options)
-}
 
 /// Distinct `group_name` of `jobs`, one index step per group (a loose index
 /// scan on `jobs_group_created`), so a million jobs in ten groups cost ten
@@ -636,6 +612,45 @@ pub(crate) async fn write_spec_and_state(
         .execute(&mut **tx)
         .await?;
     Ok(())
+}
+
+impl Store {
+    /// Writes both halves of a put ([`UPSERT_JOB`]
+    /// and its schedule) and returns the job row's version and creation time.
+    pub(crate) async fn upsert_job(&self, put: &Put<'_>) -> Result<AnyRow, StoreError> {
+        match self.backend {
+            Backend::Postgres => upsert_job_postgres(self, put).await,
+            Backend::Sqlite => upsert_job_sqlite(self, put).await,
+        }
+    }
+}
+
+/// Both halves of a put in one statement instead of a transaction of two: one
+/// round trip instead of four (begin, two upserts, commit). `job` runs first
+/// (the query reads it), `schedule` after it: `jobs` is locked first, as
+/// always.
+async fn upsert_job_postgres(store: &Store, put: &Put<'_>) -> Result<AnyRow, StoreError> {
+    Ok(put
+        .bind_all(sqlx::query(&format!(
+            "WITH job AS ({UPSERT_JOB}), schedule AS ({UPSERT_SCHEDULE}) \
+             SELECT version, created_at FROM job"
+        )))
+        .fetch_one(&store.write)
+        .await?)
+}
+
+/// Both halves of a put, in one transaction.
+async fn upsert_job_sqlite(store: &Store, put: &Put<'_>) -> Result<AnyRow, StoreError> {
+    let mut tx = store.begin().await?;
+    let row = put
+        .bind_job(sqlx::query(UPSERT_JOB))
+        .fetch_one(&mut *tx)
+        .await?;
+    put.bind_all(sqlx::query(UPSERT_SCHEDULE))
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(row)
 }
 
 #[cfg(test)]

@@ -5,13 +5,11 @@
 //! row, then the group's limits, then held rows; a firing's `waiting` row
 //! only after its firing row. The rare deadlock that is left is retried by [`Store::retrying`].
 
+use super::conditions::{NOTHING_HELD_IN_GROUP, NO_FAN_IN_DEPENDENTS, PLAIN_START};
 use super::dialect::{BindRows, Col};
-use super::fan_in::NO_FAN_IN_DEPENDENTS;
-use super::hold::NOTHING_HELD_IN_GROUP;
 use super::lateness::{due_instant, Due, LATENESS_SPEC};
 use super::rows;
 use super::rows::JOB_TABLES;
-use super::start::PLAIN_START;
 use super::{at_ms, id_batch, RowExt, Store, StoreError};
 use chime_common::protocol::{Alert, AlertKind, Finished, Outcome, StartRefusal, StartRequest};
 use chime_common::{FiringId, FiringState, JobSpec, JobState};

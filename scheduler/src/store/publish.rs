@@ -1,10 +1,10 @@
 //! The publish transition: `staged` → `published`, recorded once JetStream
 //! has the firing, with the stream sequence of its message.
 
-use super::dialect::Col;
+use super::dialect::{Backend, BindRows, Col, JsonRows};
 use super::stage::BATCH_ROWS;
 use super::states::{sources_sql, Transition};
-use super::{json_text, ms, Store, StoreError};
+use super::{id_batch, json_text, ms, Store, StoreError};
 use chime_common::FiringId;
 use chrono::{DateTime, Utc};
 
@@ -92,4 +92,85 @@ impl Store {
         }
         Ok(changed)
     }
+}
+
+impl Store {
+    /// Runs `mark_firings` (`$1` the instant, `$2` and `$3` the batch of ids, returning
+    /// the ids it marked) and marks the same firings' `waiting` rows, as one
+    /// unit; returns how many firings it marked.
+    pub(crate) async fn mark_published_rows(
+        &self,
+        mark_firings: &str,
+        batch: &JsonRows,
+        at: i64,
+    ) -> Result<u64, StoreError> {
+        match self.backend {
+            Backend::Postgres => record_published_postgres(self, mark_firings, batch, at).await,
+            Backend::Sqlite => record_published_sqlite(self, mark_firings, batch, at).await,
+        }
+    }
+}
+
+/// Records a batch published in one statement: the `waiting` rows of exactly
+/// the firings marked (not those skipped as locked), after them.
+///
+/// A mark is, with start and finish, a statement of every firing's path,
+/// and like theirs it finds every row by its key (its generic plan probes
+/// the primary keys of `firings`, `held` and `waiting`, driven by the
+/// batch), so it runs on their held connections: planned once instead of
+/// at each execution, where planning costs as much as running it.
+async fn record_published_postgres(
+    store: &Store,
+    mark_firings: &str,
+    batch: &JsonRows,
+    at: i64,
+) -> Result<u64, StoreError> {
+    let sql = format!(
+        "WITH marked AS ({mark_firings}), \
+         published AS (UPDATE waiting SET published_at = $1, stream_seq = NULLIF(r.seq, 0) \
+             FROM marked, {} \
+             WHERE waiting.firing_id = marked.id AND r.id = marked.id) \
+         SELECT COUNT(*) FROM marked",
+        Backend::Postgres.json_rows(2, MARK_COLUMNS)
+    );
+    let query = sqlx::query_as(&sql).bind(at).bind_rows(batch);
+    let counted: Vec<(i64,)> = match &store.fast_path_connections {
+        Some(held) => held.fetch_all(query).await?,
+        None => query.fetch_all(&store.write).await?,
+    };
+    let count = counted.first().map_or(0, |(count,)| *count);
+    Ok(u64::try_from(count).unwrap_or(0))
+}
+
+/// Records a batch published in one transaction. One writer: every staged
+/// firing of the batch is marked, so the batch's waiting rows follow them.
+async fn record_published_sqlite(
+    store: &Store,
+    mark_firings: &str,
+    batch: &JsonRows,
+    at: i64,
+) -> Result<u64, StoreError> {
+    let mut tx = store.begin().await?;
+    let marked: Vec<String> = sqlx::query_scalar(mark_firings)
+        .bind(at)
+        .bind_rows(batch)
+        .fetch_all(&mut *tx)
+        .await?;
+    // Exactly the firings marked: one the mark skipped (held by a limit,
+    // say) keeps its waiting row as it is.
+    // Its stream sequence from the whole batch (0: not known, NULL).
+    sqlx::query(&format!(
+        "UPDATE waiting SET published_at = $1, \
+             stream_seq = (SELECT NULLIF(r.seq, 0) FROM {} WHERE r.id = waiting.firing_id) \
+         WHERE published_at IS NULL AND firing_id IN (SELECT r.id FROM {})",
+        Backend::Sqlite.json_rows(4, MARK_COLUMNS),
+        Backend::Sqlite.json_rows(2, &[("id", Col::Text)])
+    ))
+    .bind(at)
+    .bind_rows(&id_batch(&marked)?)
+    .bind_rows(batch)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(marked.len() as u64)
 }

@@ -7,21 +7,12 @@
 use super::executing::Lease;
 use super::finish::end_firing;
 use super::locks::Tx;
-use super::retry::{Ended, RetryDelay};
+use super::retry::{exhausted, Ended, RetryDelay};
 use super::types::{ExecutingRow, RequeueOutcome};
 use super::{ms, Store, StoreError};
 use chime_common::protocol::AlertKind;
 use chime_common::FiringState;
 use chrono::{DateTime, Utc};
-
-/// The error of an attempt the infrastructure ended once its instant had
-/// been run again `retries` times for such faults already.
-pub(super) fn exhausted(reason: &str, retries: u32) -> String {
-    format!(
-        "{reason}; not run again: its instant was already run again {retries} time(s) \
-         after faults of the infrastructure (--infra-retries)"
-    )
-}
 
 impl Store {
     /// Gives up on a running attempt (its worker vanished, its deadline

@@ -16,6 +16,15 @@ use chime_common::{FiringId, RetryPolicy};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
+/// The error of an attempt the infrastructure ended once its instant had
+/// been run again `retries` times for such faults already.
+pub(super) fn exhausted(reason: &str, retries: u32) -> String {
+    format!(
+        "{reason}; not run again: its instant was already run again {retries} time(s) \
+         after faults of the infrastructure (--infra-retries)"
+    )
+}
+
 /// The retry delay callback of [`Store::finish`] and [`Store::requeue`]: the
 /// delay before the attempt after `attempt` failed, under the policy.
 pub type RetryDelay = dyn Fn(&RetryPolicy, u32) -> Duration + Sync;

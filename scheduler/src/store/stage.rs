@@ -4,10 +4,10 @@
 //! the reads that find staged firings to publish.
 
 use super::dialect::{Backend, BindRows, Col};
-use super::jobs::next_ms;
 use super::locks::Tx;
 use super::plan::{plan, PlanInput};
 use super::rows::{self, STAGED_COLUMNS};
+use super::schedule::next_ms;
 use super::spec_cache::ParsedJob;
 use super::types::{MissCause, Missed, StageOutcome, StagePace, StageRequest, StagedFiring};
 use super::waiting::Waiting;

@@ -12,12 +12,12 @@
 //! [`Store::begin_executing`]'s statements and decide "plain" with the same
 //! SQL.
 
+use super::conditions::{MAX_TIMEOUT_MS, PLAIN_START};
 use super::dialect::{Backend, BindRows, Col};
 use super::executing::Started;
-use super::hold::Cause;
 use super::lateness::{due_instant, Due, LATENESS_SPEC};
 use super::locks::{complete, split_batch, FiringRow, JobRow, Tx};
-use super::states::{sources_sql, Transition};
+use super::types::HoldCause as Cause;
 use super::types::StartOutcome;
 use super::{instant, json_text, ms, RowExt, Store, StoreError};
 use chime_common::bounds::MAX_TIMEOUT;
@@ -27,29 +27,7 @@ use chime_common::{FiringId, FiringState, Overlap};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::collections::HashMap;
-use std::sync::LazyLock;
 use std::time::Duration;
-
-/// The longest timeout a firing may start with, in stored milliseconds.
-const MAX_TIMEOUT_MS: i64 = MAX_TIMEOUT.as_millis() as i64;
-
-/// Whether firing `f`, its job joined as `j`, may start without a policy
-/// decision: waiting to start, a timeout validation accepts, its job's
-/// overlap `allow` without a `max_concurrent` (a job that is gone joins as
-/// NULLs and fails it), nothing of its job held, its group without limits.
-/// (Not running anywhere is checked by each path: PostgreSQL's fast path
-/// fails on a conflicting executing row, SQLite's leaves that firing out.)
-/// The job is read once for this and for [`LATENESS_SPEC`], except by
-/// SQLite's fast path, whose `RETURNING` may not name the joined `j`.
-pub(super) static PLAIN_START: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "f.state IN {} AND f.timeout_ms BETWEEN 1 AND {MAX_TIMEOUT_MS} \
-         AND j.overlap = 'allow' AND j.max_concurrent IS NULL \
-         AND NOT EXISTS (SELECT 1 FROM held h WHERE h.job_id = f.job_id) \
-         AND NOT EXISTS (SELECT 1 FROM group_limits g WHERE g.name = f.group_name)",
-        sources_sql(Transition::Start)
-    )
-});
 
 /// What a start sets on the firing row, from the batch row `r` (`id`,
 /// `worker_id`) at `$3`.

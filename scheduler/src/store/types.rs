@@ -1,6 +1,5 @@
 //! What the store's operations take and return.
 
-pub use super::hold::Cause as HoldCause;
 use chime_common::api::DEFAULT_PAGE;
 use chime_common::labels::Selector;
 use chime_common::protocol::{Alert, Interruption, StartRefusal, StartReply};
@@ -422,6 +421,34 @@ pub struct RequeueOutcome {
     pub repeated: Option<Alert>,
     /// The infrastructure budget was spent: the attempt ended `failed`.
     pub exhausted: bool,
+}
+
+/// The limit that holds a firing back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldCause {
+    /// The job's own `max_concurrent`.
+    Job,
+    /// The group's `max_concurrent`.
+    Group,
+    /// The group's `max_per_second`.
+    Rate,
+}
+
+impl HoldCause {
+    /// The stored value, also the `limit` label of the limit metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldCause::Job => "job",
+            HoldCause::Group => "group",
+            HoldCause::Rate => "rate",
+        }
+    }
+
+    pub(super) fn parse(stored: &str) -> Option<HoldCause> {
+        [HoldCause::Job, HoldCause::Group, HoldCause::Rate]
+            .into_iter()
+            .find(|c| c.as_str() == stored)
+    }
 }
 
 #[cfg(test)]

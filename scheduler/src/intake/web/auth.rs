@@ -2,6 +2,7 @@
 //! cookie, or nobody in particular with `--http-open`; and the checks that
 //! keep another site from acting with a user's browser (CSRF).
 
+use super::identity::{constant_time_eq, cookie, Identity, Refusal, SessionToken};
 use super::users::{Role, Users};
 use super::Web;
 use crate::store::StoreError;
@@ -17,37 +18,6 @@ use std::time::{Duration, Instant};
 pub const SESSION_COOKIE: &str = "chime_session";
 /// The header a session's mutating requests carry its CSRF token in.
 pub const CSRF_HEADER: &str = "x-chime-csrf";
-
-/// An authenticated caller.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
-    pub name: String,
-    pub role: Role,
-    /// Set when the caller came with a session cookie.
-    pub session: Option<SessionToken>,
-}
-
-/// The parts of a session a request needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionToken {
-    /// SHA-256 of the cookie's token: the session's key in the store.
-    pub key: String,
-    pub csrf: String,
-}
-
-/// Why a request is refused before it reaches the API.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    /// 401: no or bad credentials.
-    Unauthenticated(String),
-    /// 403: the role is too low, or a browser request failed the CSRF checks.
-    Forbidden(String),
-    /// 503: the session store cannot be read.
-    Unavailable(String),
-    /// 429: too many wrong passwords from this source or for this user;
-    /// try again after the duration.
-    Throttled(String, Duration),
-}
 
 /// Recently verified Basic credentials, so an API client sending them with
 /// every request does not pay an argon2 verification each time. Keyed by a
@@ -267,10 +237,6 @@ pub fn check_forgery(
     Ok(())
 }
 
-pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// `Basic base64(name:password)`.
 fn basic_credentials(value: &[u8]) -> Option<(String, String)> {
     let text = std::str::from_utf8(value).ok()?;
@@ -284,18 +250,6 @@ fn basic_credentials(value: &[u8]) -> Option<(String, String)> {
     let text = String::from_utf8(decoded).ok()?;
     let (name, password) = text.split_once(':')?;
     Some((name.to_string(), password.to_string()))
-}
-
-/// The value of cookie `name`, if sent.
-pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(key, _)| *key == name)
-        .map(|(_, value)| value.to_string())
 }
 
 #[cfg(test)]

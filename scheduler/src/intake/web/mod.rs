@@ -11,6 +11,7 @@
 pub mod auth;
 mod console;
 pub mod host;
+pub mod identity;
 mod open;
 mod openapi;
 mod overview;

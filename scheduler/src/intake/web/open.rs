@@ -9,7 +9,7 @@
 //! (`HttpOnly`, `SameSite=Strict`) and the address bar loses it; scripts
 //! send it as `Authorization: Bearer <token>`.
 
-use super::auth::{constant_time_eq, cookie, Identity, Refusal};
+use super::identity::{constant_time_eq, cookie, Identity, Refusal};
 use super::users::Role;
 use super::Web;
 use axum::extract::{Request, State};

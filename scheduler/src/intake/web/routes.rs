@@ -2,7 +2,8 @@
 //! query and body and hands it to [`Api::serve`], which the NATS API calls
 //! too. Status codes follow the error code (CONTRACT.md v1.1).
 
-use super::auth::{self, Identity, Refusal};
+use super::auth;
+use super::identity::{Identity, Refusal};
 use super::users::Role;
 use super::Web;
 use crate::intake::api::Caller;

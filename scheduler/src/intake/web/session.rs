@@ -6,7 +6,8 @@
 //! (other sites' pages do not send it); `Secure` when a TLS proxy in front
 //! says `X-Forwarded-Proto: https`. The store keeps only the token's hash.
 
-use super::auth::{self, Refusal, SESSION_COOKIE};
+use super::auth::{self, SESSION_COOKIE};
+use super::identity::{Identity, Refusal};
 use super::routes::{error_response, refusal_response};
 use super::users::Role;
 use super::Web;
@@ -49,7 +50,7 @@ pub struct SessionReply {
     responses((status = 200, body = SessionReply), (status = 400), (status = 401)))]
 pub async fn login(State(web): State<Web>, headers: HeaderMap, body: Bytes) -> Response {
     // A login form on another site must not log a browser in here.
-    let nobody = auth::Identity {
+    let nobody = Identity {
         name: String::new(),
         role: Role::Viewer,
         session: None,

@@ -25,7 +25,6 @@ mod sqlite;
 
 pub(crate) use sqlite::Checkpoints;
 
-use super::jobs::Put;
 use super::{Store, StoreError};
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::query::{Query, QueryAs, QueryScalar};
@@ -255,15 +254,6 @@ pub(crate) struct Pools {
 }
 
 impl Store {
-    /// Writes both halves of a put ([`UPSERT_JOB`](super::jobs::UPSERT_JOB)
-    /// and its schedule) and returns the job row's version and creation time.
-    pub(crate) async fn upsert_job(&self, put: &Put<'_>) -> Result<AnyRow, StoreError> {
-        match self.backend {
-            Backend::Postgres => postgres::upsert_job(self, put).await,
-            Backend::Sqlite => sqlite::upsert_job(self, put).await,
-        }
-    }
-
     /// Runs a fast path of start or finish, `query` as its backend writes
     /// it (on PostgreSQL one statement, on the held connections, which only
     /// PostgreSQL has; on SQLite `BEGIN IMMEDIATE; …; COMMIT`, on the writer
@@ -296,21 +286,6 @@ impl Store {
             Backend::Postgres => Err(StoreError::Internal(
                 "a command of several statements runs on SQLite only".into(),
             )),
-        }
-    }
-
-    /// Runs `mark_firings` (`$1` the instant, `$2` and `$3` the batch of ids, returning
-    /// the ids it marked) and marks the same firings' `waiting` rows, as one
-    /// unit; returns how many firings it marked.
-    pub(crate) async fn mark_published_rows(
-        &self,
-        mark_firings: &str,
-        batch: &JsonRows,
-        at: i64,
-    ) -> Result<u64, StoreError> {
-        match self.backend {
-            Backend::Postgres => postgres::record_published(self, mark_firings, batch, at).await,
-            Backend::Sqlite => sqlite::record_published(self, mark_firings, batch, at).await,
         }
     }
 

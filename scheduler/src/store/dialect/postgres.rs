@@ -2,11 +2,10 @@
 //! statements that combine several writes in one (data-modifying `WITH`),
 //! which SQLite cannot run.
 
-use super::super::jobs::{Put, UPSERT_JOB, UPSERT_SCHEDULE};
-use super::super::{Store, StoreError};
-use super::{BindRows, Col, JsonRows, Pools};
+use super::super::StoreError;
+use super::{Col, Pools};
 use chrono::Utc;
-use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Row};
 use std::time::Duration;
 
@@ -96,51 +95,6 @@ fn pool(max_connections: u32, settings: &'static [&'static str]) -> AnyPoolOptio
                 Ok(())
             })
         })
-}
-
-/// Both halves of a put in one statement instead of a transaction of two: one
-/// round trip instead of four (begin, two upserts, commit). `job` runs first
-/// (the query reads it), `schedule` after it: `jobs` is locked first, as
-/// always.
-pub(super) async fn upsert_job(store: &Store, put: &Put<'_>) -> Result<AnyRow, StoreError> {
-    Ok(put
-        .bind_all(sqlx::query(&format!(
-            "WITH job AS ({UPSERT_JOB}), schedule AS ({UPSERT_SCHEDULE}) \
-             SELECT version, created_at FROM job"
-        )))
-        .fetch_one(&store.write)
-        .await?)
-}
-
-/// Records a batch published in one statement: the `waiting` rows of exactly
-/// the firings marked (not those skipped as locked), after them.
-///
-/// A mark is, with start and finish, a statement of every firing's path,
-/// and like theirs it finds every row by its key (its generic plan probes
-/// the primary keys of `firings`, `held` and `waiting`, driven by the
-/// batch), so it runs on their held connections: planned once instead of
-/// at each execution, where planning costs as much as running it.
-pub(super) async fn record_published(
-    store: &Store,
-    mark_firings: &str,
-    batch: &JsonRows,
-    at: i64,
-) -> Result<u64, StoreError> {
-    let sql = format!(
-        "WITH marked AS ({mark_firings}), \
-         published AS (UPDATE waiting SET published_at = $1, stream_seq = NULLIF(r.seq, 0) \
-             FROM marked, {} \
-             WHERE waiting.firing_id = marked.id AND r.id = marked.id) \
-         SELECT COUNT(*) FROM marked",
-        json_rows(2, crate::store::publish::MARK_COLUMNS)
-    );
-    let query = sqlx::query_as(&sql).bind(at).bind_rows(batch);
-    let counted: Vec<(i64,)> = match &store.fast_path_connections {
-        Some(held) => held.fetch_all(query).await?,
-        None => query.fetch_all(&store.write).await?,
-    };
-    let count = counted.first().map_or(0, |(count,)| *count);
-    Ok(u64::try_from(count).unwrap_or(0))
 }
 
 /// The database clock minus this process's clock, at the midpoint of the

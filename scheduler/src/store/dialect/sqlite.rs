@@ -2,9 +2,8 @@
 //! `IMMEDIATE`), readers beside it, batches as `json_each`, and a
 //! transaction where PostgreSQL combines writes in one statement.
 
-use super::super::jobs::{Put, UPSERT_JOB, UPSERT_SCHEDULE};
-use super::super::{id_batch, Store, StoreError};
-use super::{BindRows, Col, JsonRows, Pools};
+use super::super::StoreError;
+use super::{Col, Pools};
 use sqlx::any::{AnyArguments, AnyPoolOptions, AnyRow};
 use sqlx::pool::PoolConnection;
 use sqlx::query::QueryAs;
@@ -194,53 +193,6 @@ impl Drop for RollbackOnDrop {
             }
         });
     }
-}
-
-/// Both halves of a put, in one transaction.
-pub(super) async fn upsert_job(store: &Store, put: &Put<'_>) -> Result<AnyRow, StoreError> {
-    let mut tx = store.begin().await?;
-    let row = put
-        .bind_job(sqlx::query(UPSERT_JOB))
-        .fetch_one(&mut *tx)
-        .await?;
-    put.bind_all(sqlx::query(UPSERT_SCHEDULE))
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(row)
-}
-
-/// Records a batch published in one transaction. One writer: every staged
-/// firing of the batch is marked, so the batch's waiting rows follow them.
-pub(super) async fn record_published(
-    store: &Store,
-    mark_firings: &str,
-    batch: &JsonRows,
-    at: i64,
-) -> Result<u64, StoreError> {
-    let mut tx = store.begin().await?;
-    let marked: Vec<String> = sqlx::query_scalar(mark_firings)
-        .bind(at)
-        .bind_rows(batch)
-        .fetch_all(&mut *tx)
-        .await?;
-    // Exactly the firings marked: one the mark skipped (held by a limit,
-    // say) keeps its waiting row as it is.
-    // Its stream sequence from the whole batch (0: not known, NULL).
-    sqlx::query(&format!(
-        "UPDATE waiting SET published_at = $1, \
-             stream_seq = (SELECT NULLIF(r.seq, 0) FROM {} WHERE r.id = waiting.firing_id) \
-         WHERE published_at IS NULL AND firing_id IN (SELECT r.id FROM {})",
-        json_rows(4, crate::store::publish::MARK_COLUMNS),
-        json_rows(2, &[("id", Col::Text)])
-    ))
-    .bind(at)
-    .bind_rows(&id_batch(&marked)?)
-    .bind_rows(batch)
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(marked.len() as u64)
 }
 
 #[cfg(test)]
