@@ -25,6 +25,7 @@ pub mod ops;
 pub mod pull;
 pub mod recovery;
 pub mod replica;
+pub mod services;
 pub mod signals;
 pub mod store;
 pub mod workers;

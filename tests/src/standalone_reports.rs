@@ -12,7 +12,7 @@ use chime_scheduler::intake::replies::Replies;
 use chime_scheduler::nats::Nats;
 use chime_scheduler::ops::alerts::Alerts;
 use chime_scheduler::ops::metrics::Metrics;
-use chime_scheduler::replica::finished_consumer_of;
+use chime_scheduler::services::finished_consumer_of;
 use chime_scheduler::store::{Store, StoreOptions};
 use chime_scheduler::workers::finishes::{Finishes, FinishesConfig};
 use chime_scheduler::workers::starts::{Starts, StartsConfig};
