@@ -9,15 +9,15 @@ use crate::firing::slicer::SlicerConfig;
 use crate::intake::api::ApiConfig;
 use crate::intake::submit::SubmitConfig;
 use crate::intake::web::WebConfig;
-use crate::ops::checkpoint::CheckpointConfig;
-use crate::ops::clock::{ClockConfig, ClockMonitor, ClockStatus};
+use crate::ops::checkpointer::CheckpointerConfig;
+use crate::ops::clock_monitor::{ClockMonitor, ClockMonitorConfig, ClockStatus};
 use crate::ops::consumers::ConsumersConfig;
-use crate::ops::maintenance::MaintenanceConfig;
+use crate::ops::maintenance_windows::MaintenanceWindowsConfig;
 use crate::ops::metrics::Metrics;
-use crate::recovery::expiry::ExpiryConfig;
+use crate::recovery::expiry_monitor::ExpiryMonitorConfig;
 use crate::recovery::housekeeping::HousekeepingConfig;
 use crate::recovery::limit_release::LimitReleaseConfig;
-use crate::recovery::republish::RepublishConfig;
+use crate::recovery::republisher::RepublisherConfig;
 use crate::services::{spawn_periodic_services, Links, Parts, Streaming};
 use crate::signals::Signals;
 use crate::store::{Store, StoreOptions};
@@ -56,13 +56,13 @@ pub struct SchedulerConfig {
     pub submit: SubmitConfig,
     pub starts: StartsConfig,
     pub finishes: FinishesConfig,
-    pub expiry: ExpiryConfig,
-    pub republish: RepublishConfig,
+    pub expiry: ExpiryMonitorConfig,
+    pub republish: RepublisherConfig,
     pub housekeeping: HousekeepingConfig,
     /// Copying SQLite's write-ahead log into its file (SQLite only).
-    pub checkpoint: CheckpointConfig,
+    pub checkpoint: CheckpointerConfig,
     /// Ending maintenance windows (pauses with `until`).
-    pub maintenance: MaintenanceConfig,
+    pub maintenance: MaintenanceWindowsConfig,
     /// Releasing firings held by concurrency limits.
     pub limit_release: LimitReleaseConfig,
     /// Publishing firings staged outside a slice at once.
@@ -70,7 +70,7 @@ pub struct SchedulerConfig {
     /// How failed services are restarted and when they make `/healthz` fail.
     pub supervisor: SupervisorConfig,
     /// The clock offset check (`--max-clock-offset`).
-    pub clock: ClockConfig,
+    pub clock: ClockMonitorConfig,
     /// The firing consumers of every group.
     pub consumers: ConsumersConfig,
     /// On shutdown, the wheel keeps publishing for at most this long.
@@ -98,15 +98,15 @@ impl SchedulerConfig {
             submit: SubmitConfig::default(),
             starts: StartsConfig::default(),
             finishes: FinishesConfig::default(),
-            expiry: ExpiryConfig::default(),
-            republish: RepublishConfig::default(),
+            expiry: ExpiryMonitorConfig::default(),
+            republish: RepublisherConfig::default(),
             housekeeping: HousekeepingConfig::default(),
-            checkpoint: CheckpointConfig::default(),
-            maintenance: MaintenanceConfig::default(),
+            checkpoint: CheckpointerConfig::default(),
+            maintenance: MaintenanceWindowsConfig::default(),
             limit_release: LimitReleaseConfig::default(),
             immediate: ImmediateConfig::default(),
             supervisor: SupervisorConfig::default(),
-            clock: ClockConfig::default(),
+            clock: ClockMonitorConfig::default(),
             consumers: ConsumersConfig::default(),
             shutdown_drain: Duration::from_secs(10),
             web: None,

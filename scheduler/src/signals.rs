@@ -6,11 +6,11 @@
 
 use crate::firing::immediate::ImmediateOutcome;
 use crate::ops::consumers::ConsumersOutcome;
-use crate::ops::maintenance::MaintenanceOutcome;
-use crate::recovery::expiry::ExpiryOutcome;
+use crate::ops::maintenance_windows::MaintenanceOutcome;
+use crate::recovery::expiry_monitor::ExpiryOutcome;
 use crate::recovery::housekeeping::HousekeepingOutcome;
 use crate::recovery::limit_release::LimitReleaseOutcome;
-use crate::recovery::republish::RepublishOutcome;
+use crate::recovery::republisher::RepublishOutcome;
 use chime_common::service::Pass;
 use chime_common::signal::TestSignal;
 

@@ -14,7 +14,7 @@ use chime_common::error::ErrorReply;
 use chime_common::protocol::{Alert, AlertKind, Finished, Outcome, StartReply, StartRequest};
 use chime_common::{ErrorCode, FiringId, FiringState, Subjects};
 use chime_scheduler::ops::dead_letter::{DELIVERIES_HEADER, SUBJECT_HEADER};
-use chime_scheduler::recovery::expiry::{ExpiryConfig, ExpiryMonitor};
+use chime_scheduler::recovery::expiry_monitor::{ExpiryMonitor, ExpiryMonitorConfig};
 use chime_scheduler::store::{FiringFilter, Store, StoreError};
 use chime_scheduler::workers::finishes::FinishesConfig;
 use chime_scheduler::workers::starts::StartsConfig;
@@ -139,7 +139,7 @@ async fn expiry_monitor(
     let store = standalone.store.clone();
     let metrics = chime_scheduler::ops::metrics::Metrics::new();
     let monitor = ExpiryMonitor::new(
-        ExpiryConfig::default(),
+        ExpiryMonitorConfig::default(),
         store.clone(),
         standalone.topology.workers().await.expect("workers bucket"),
         standalone.nats(),

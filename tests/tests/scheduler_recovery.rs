@@ -152,7 +152,7 @@ async fn a_replica_reports_its_periodic_passes_on_test_signals() {
 }
 
 /// On SQLite a replica copies the write-ahead log into the database file by
-/// itself, apart from housekeeping's pass (`checkpoint.rs`).
+/// itself, apart from housekeeping's pass (`ops/checkpointer.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sqlite_replica_checkpoints_its_log_on_its_own() {
     init_tracing();

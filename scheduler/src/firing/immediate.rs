@@ -17,7 +17,7 @@
 
 use crate::firing::wheel::Wheel;
 use crate::store::{Store, StoreError};
-use chime_common::service::{Service, ServiceError};
+use chime_common::service::Service;
 use chime_common::FiringId;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
@@ -61,17 +61,6 @@ pub struct ImmediateOutcome {
     pub queued: Vec<FiringId>,
 }
 
-/// A pass could not read the store.
-#[derive(Debug, thiserror::Error)]
-#[error("immediate publishing: {0}")]
-pub struct ImmediateError(#[from] StoreError);
-
-impl ServiceError for ImmediateError {
-    fn is_retryable(&self) -> bool {
-        self.0.is_retryable()
-    }
-}
-
 /// Puts unadopted due firings in this replica's wheel.
 pub struct Immediate {
     config: ImmediateConfig,
@@ -100,7 +89,7 @@ impl Immediate {
     }
 
     /// One pass at `now`.
-    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<ImmediateOutcome, ImmediateError> {
+    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<ImmediateOutcome, StoreError> {
         let horizon = chrono::Duration::from_std(self.horizon).unwrap_or_default();
         let due = self
             .store
@@ -135,9 +124,9 @@ impl Immediate {
 
 impl Service for Immediate {
     type Outcome = ImmediateOutcome;
-    type Error = ImmediateError;
+    type Error = StoreError;
 
-    async fn run_once(&self, now: DateTime<Utc>) -> Result<ImmediateOutcome, ImmediateError> {
+    async fn run_once(&self, now: DateTime<Utc>) -> Result<ImmediateOutcome, StoreError> {
         Immediate::run_once(self, now).await
     }
 }

@@ -21,7 +21,7 @@ use crate::firing::claim::{
 };
 use crate::firing::wheel::Wheel;
 use crate::ops::alerts::Alerts;
-use crate::ops::clock::ClockStatus;
+use crate::ops::clock_monitor::ClockStatus;
 use crate::ops::metrics::Metrics;
 use crate::store::{StagePace, StageRequest, Store};
 use async_nats::jetstream::kv::{self, Operation};

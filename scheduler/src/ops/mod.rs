@@ -3,10 +3,10 @@
 //! consumers of every group, SQLite checkpoints and maintenance windows.
 
 pub mod alerts;
-pub mod checkpoint;
-pub mod clock;
+pub mod checkpointer;
+pub mod clock_monitor;
 pub mod consumers;
 pub mod dead_letter;
-pub mod maintenance;
+pub mod maintenance_windows;
 pub mod metrics;
 pub mod probes;

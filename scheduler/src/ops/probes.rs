@@ -1,7 +1,7 @@
 //! `/metrics`, `/healthz` and `/readyz` on `--metrics-addr`.
 
 use crate::intake::http_server::HttpServerConfig;
-use crate::ops::clock::ClockStatus;
+use crate::ops::clock_monitor::ClockStatus;
 use crate::ops::metrics::Metrics;
 use crate::store::Store;
 use axum::extract::State;

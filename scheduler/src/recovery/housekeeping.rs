@@ -12,7 +12,7 @@
 use crate::firing::wheel::Wheel;
 use crate::ops::metrics::Metrics;
 use crate::store::{RetentionCursor, Store, StoreError};
-use chime_common::service::{Service, ServiceError};
+use chime_common::service::Service;
 use chime_common::FiringId;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
@@ -96,17 +96,6 @@ pub struct HousekeepingOutcome {
     pub pruned_sessions: u64,
 }
 
-/// A pass could not finish.
-#[derive(Debug, thiserror::Error)]
-#[error("housekeeping: {0}")]
-pub struct HousekeepingError(#[from] StoreError);
-
-impl ServiceError for HousekeepingError {
-    fn is_retryable(&self) -> bool {
-        self.0.is_retryable()
-    }
-}
-
 /// The housekeeper.
 pub struct Housekeeping {
     pub config: HousekeepingConfig,
@@ -139,10 +128,7 @@ impl Housekeeping {
     }
 
     /// One pass.
-    pub async fn run_once(
-        &self,
-        now: DateTime<Utc>,
-    ) -> Result<HousekeepingOutcome, HousekeepingError> {
+    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<HousekeepingOutcome, StoreError> {
         let mut outcome = HousekeepingOutcome::default();
         let due_before =
             now - chrono::Duration::from_std(self.config.rescue_after).unwrap_or_default();
@@ -193,7 +179,7 @@ impl Housekeeping {
 
     /// Sweeps history on from where the last pass stopped, a batch at a
     /// time, until it reaches the retention age or [`MAX_PRUNE_BATCHES`].
-    async fn prune_history(&self, now: DateTime<Utc>) -> Result<u64, HousekeepingError> {
+    async fn prune_history(&self, now: DateTime<Utc>) -> Result<u64, StoreError> {
         let before = now - chrono::Duration::from_std(self.config.retention).unwrap_or_default();
         let mut cursor = self
             .retention_cursor
@@ -233,9 +219,9 @@ pub const MAX_PRUNE_BATCHES: usize = 50;
 
 impl Service for Housekeeping {
     type Outcome = HousekeepingOutcome;
-    type Error = HousekeepingError;
+    type Error = StoreError;
 
-    async fn run_once(&self, now: DateTime<Utc>) -> Result<HousekeepingOutcome, HousekeepingError> {
+    async fn run_once(&self, now: DateTime<Utc>) -> Result<HousekeepingOutcome, StoreError> {
         Housekeeping::run_once(self, now).await
     }
 }

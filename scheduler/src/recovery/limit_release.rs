@@ -8,7 +8,7 @@
 
 use crate::firing::immediate::Wake;
 use crate::store::{Store, StoreError};
-use chime_common::service::{Service, ServiceError};
+use chime_common::service::Service;
 use chime_common::FiringId;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -56,17 +56,6 @@ pub struct LimitReleaseOutcome {
     pub released: Vec<FiringId>,
 }
 
-/// A pass could not finish.
-#[derive(Debug, thiserror::Error)]
-#[error("limit releases: {0}")]
-pub struct LimitReleaseError(#[from] StoreError);
-
-impl ServiceError for LimitReleaseError {
-    fn is_retryable(&self) -> bool {
-        self.0.is_retryable()
-    }
-}
-
 /// Releases held firings as their limits allow.
 pub struct LimitRelease {
     pub config: LimitReleaseConfig,
@@ -78,10 +67,7 @@ pub struct LimitRelease {
 impl LimitRelease {
     /// One pass: for each job holding firings, releases what its limit and
     /// its group's leave room for at `now`.
-    pub async fn run_once(
-        &self,
-        now: DateTime<Utc>,
-    ) -> Result<LimitReleaseOutcome, LimitReleaseError> {
+    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<LimitReleaseOutcome, StoreError> {
         let mut released = Vec::new();
         for (job_id, group) in self.store.holding(self.config.batch).await? {
             released.extend(self.store.release_for(&job_id, &group, now).await?);
@@ -96,9 +82,9 @@ impl LimitRelease {
 
 impl Service for LimitRelease {
     type Outcome = LimitReleaseOutcome;
-    type Error = LimitReleaseError;
+    type Error = StoreError;
 
-    async fn run_once(&self, now: DateTime<Utc>) -> Result<LimitReleaseOutcome, LimitReleaseError> {
+    async fn run_once(&self, now: DateTime<Utc>) -> Result<LimitReleaseOutcome, StoreError> {
         LimitRelease::run_once(self, now).await
     }
 }

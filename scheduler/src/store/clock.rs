@@ -1,5 +1,5 @@
 //! The database's clock and what the replicas' own clocks are measured
-//! against (see `crate::ops::clock`).
+//! against (see `crate::ops::clock_monitor`).
 
 use super::{Store, StoreError};
 

@@ -155,6 +155,14 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// A periodic service's pass fails with the store's error: whether the next
+/// pass may simply try again is the store's to say.
+impl chime_common::service::ServiceError for StoreError {
+    fn is_retryable(&self) -> bool {
+        StoreError::is_retryable(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,4 @@
-//! The store's side of the republisher (`crate::recovery::republish`): the published
+//! The store's side of the republisher (`crate::recovery::republisher`): the published
 //! firings no worker started, where their message was put, a copy published
 //! again, and the end of a firing whose copies all went unstarted.
 //!

@@ -2,7 +2,7 @@
 //! `until`) in the store, on both backends.
 
 use super::*;
-use chime_scheduler::ops::maintenance::{MaintenanceConfig, MaintenanceWindows};
+use chime_scheduler::ops::maintenance_windows::{MaintenanceWindows, MaintenanceWindowsConfig};
 use chime_scheduler::store::JobSelection;
 
 both_backends!(
@@ -258,7 +258,7 @@ async fn the_maintenance_pass_resumes_what_is_due_and_reports_it(db: &TestDb) {
     pause(&store, "a", Some(10), 1).await;
     pause(&store, "b", Some(20), 1).await;
     let windows = MaintenanceWindows {
-        config: MaintenanceConfig::default(),
+        config: MaintenanceWindowsConfig::default(),
         store: store.clone(),
     };
     assert!(windows
@@ -290,9 +290,9 @@ async fn the_maintenance_pass_resumes_what_is_due_and_reports_it(db: &TestDb) {
         .expect("pass")
         .resumed
         .is_empty());
-    assert!(MaintenanceConfig {
+    assert!(MaintenanceWindowsConfig {
         batch: 0,
-        ..MaintenanceConfig::default()
+        ..MaintenanceWindowsConfig::default()
     }
     .validate()
     .is_err());

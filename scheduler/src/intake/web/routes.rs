@@ -1,6 +1,11 @@
-//! The `/api/v1/` routes: each builds its verb's JSON request from the path,
-//! query and body and hands it to [`Api::serve`], which the NATS API calls
-//! too. Status codes follow the error code (CONTRACT.md v1.1).
+//! The `/api/v1/` routes: a table of (method, path, verb, how the request
+//! is built from the path, query and body). Each route hands its verb's
+//! JSON request to [`Api::serve`], which the NATS API calls too. Status
+//! codes follow the error code (CONTRACT.md v1.1).
+//!
+//! The OpenAPI document describes each route from the annotations in
+//! [`docs`]; a test checks that the table and the document name the same
+//! routes.
 
 use super::auth;
 use super::identity::{Identity, Refusal};
@@ -8,42 +13,120 @@ use super::users::Role;
 use super::Web;
 use crate::intake::api::Caller;
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, RawPathParams, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{post, MethodFilter, MethodRouter};
 use axum::{Json, Router};
 use chime_common::api::{Access, Verb};
 use chime_common::error::ErrorReply;
 use chime_common::{ApiError, ErrorCode};
 use chrono::Utc;
 use serde_json::{Map, Value};
+use std::collections::BTreeMap;
 
 /// Sent by the console with every request, so a 401 does not make the
 /// browser open its own Basic login dialog.
 pub const CONSOLE_HEADER: &str = "x-chime-console";
 
+/// How a route builds its verb's request.
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    /// From the query string.
+    Query,
+    /// An empty request.
+    Empty,
+    /// From the body, a JSON object.
+    Body,
+    /// The path's parameter as this field.
+    Path(&'static str),
+    /// The body, with the path's parameter as this field.
+    PathBody(&'static str),
+}
+
+impl Shape {
+    fn request(
+        self,
+        param: Option<&str>,
+        query: Option<String>,
+        body: &[u8],
+    ) -> Result<Value, ApiError> {
+        match self {
+            Shape::Query => query_object(query),
+            Shape::Empty => Ok(Value::Object(Map::new())),
+            Shape::Body => body_object(body).map(Value::Object),
+            Shape::Path(key) => with_path_field(b"", key, param.unwrap_or_default()),
+            Shape::PathBody(key) => with_path_field(body, key, param.unwrap_or_default()),
+        }
+    }
+}
+
+/// One route: a method and path that call one verb.
+struct Route {
+    method: Method,
+    path: &'static str,
+    verb: Verb,
+    shape: Shape,
+}
+
+const fn route(method: Method, path: &'static str, verb: Verb, shape: Shape) -> Route {
+    Route {
+        method,
+        path,
+        verb,
+        shape,
+    }
+}
+
+/// Every route with a verb of its own. The job actions
+/// (`/api/v1/jobs/{id}/{action}`) and `/api/v1/verbs/{verb}` name their
+/// verb in the path and have handlers of their own.
+#[rustfmt::skip]
+const ROUTES: [Route; 17] = [
+    route(Method::GET,    "/api/v1/jobs",                Verb::JobsList,        Shape::Query),
+    route(Method::GET,    "/api/v1/jobs/{id}",           Verb::JobsGet,         Shape::Path("id")),
+    route(Method::PUT,    "/api/v1/jobs/{id}",           Verb::JobsPut,         Shape::PathBody("id")),
+    route(Method::DELETE, "/api/v1/jobs/{id}",           Verb::JobsDelete,      Shape::Path("id")),
+    route(Method::POST,   "/api/v1/preview",             Verb::JobsPreview,     Shape::Body),
+    route(Method::GET,    "/api/v1/firings",             Verb::FiringsList,     Shape::Query),
+    route(Method::POST,   "/api/v1/firings/{id}/cancel", Verb::FiringsCancel,   Shape::PathBody("id")),
+    route(Method::GET,    "/api/v1/workers",             Verb::WorkersList,     Shape::Query),
+    route(Method::GET,    "/api/v1/alerts",              Verb::AlertsList,      Shape::Query),
+    route(Method::GET,    "/api/v1/audit",               Verb::AuditList,       Shape::Query),
+    route(Method::GET,    "/api/v1/calendars",           Verb::CalendarsList,   Shape::Empty),
+    route(Method::GET,    "/api/v1/calendars/{id}",      Verb::CalendarsGet,    Shape::Path("id")),
+    route(Method::PUT,    "/api/v1/calendars/{id}",      Verb::CalendarsPut,    Shape::PathBody("id")),
+    route(Method::DELETE, "/api/v1/calendars/{id}",      Verb::CalendarsDelete, Shape::Path("id")),
+    route(Method::GET,    "/api/v1/groups",              Verb::GroupsList,      Shape::Empty),
+    route(Method::GET,    "/api/v1/groups/{name}",       Verb::GroupsGet,       Shape::Path("name")),
+    route(Method::PUT,    "/api/v1/groups/{name}",       Verb::GroupsPut,       Shape::PathBody("name")),
+];
+
 pub fn router() -> Router<Web> {
-    Router::new()
-        .route("/api/v1/jobs", get(list_jobs))
-        .route(
-            "/api/v1/jobs/{id}",
-            get(get_job).put(put_job).delete(delete_job),
-        )
+    let mut paths: BTreeMap<&'static str, MethodRouter<Web>> = BTreeMap::new();
+    for route in &ROUTES {
+        let filter = MethodFilter::try_from(route.method.clone())
+            .expect("every route's method is one axum routes");
+        let (verb, shape) = (route.verb, route.shape);
+        let handler = move |State(web): State<Web>,
+                            method: Method,
+                            headers: HeaderMap,
+                            params: RawPathParams,
+                            RawQuery(query): RawQuery,
+                            body: Bytes| async move {
+            let param = params.iter().next().map(|(_, value)| value.to_string());
+            let request = shape.request(param.as_deref(), query, &body);
+            call(&web, &method, &headers, verb, request).await
+        };
+        let methods = paths.remove(route.path).unwrap_or_default();
+        paths.insert(route.path, methods.on(filter, handler));
+    }
+    paths
+        .into_iter()
+        .fold(Router::new(), |router, (path, methods)| {
+            router.route(path, methods)
+        })
         .route("/api/v1/jobs/{id}/{action}", post(job_action))
-        .route("/api/v1/preview", post(preview))
-        .route("/api/v1/firings", get(list_firings))
-        .route("/api/v1/firings/{id}/cancel", post(cancel_firing))
-        .route("/api/v1/workers", get(list_workers))
-        .route("/api/v1/alerts", get(list_alerts))
-        .route("/api/v1/audit", get(list_audit))
-        .route("/api/v1/calendars", get(list_calendars))
-        .route(
-            "/api/v1/calendars/{id}",
-            get(get_calendar).put(put_calendar).delete(delete_calendar),
-        )
-        .route("/api/v1/groups", get(list_groups))
-        .route("/api/v1/groups/{name}", get(get_group).put(put_group))
         .route("/api/v1/verbs/{verb}", post(any_verb))
 }
 
@@ -161,13 +244,9 @@ async fn call(
     web: &Web,
     method: &Method,
     headers: &HeaderMap,
-    verb: &str,
+    known: Verb,
     request: Result<Value, ApiError>,
 ) -> Response {
-    let known = match verb.parse::<Verb>() {
-        Ok(known) => known,
-        Err(e) => return error_response(e),
-    };
     let body = request.and_then(|v| {
         serde_json::to_vec(&v).map_err(|e| ApiError::internal(format!("cannot encode: {e}")))
     });
@@ -188,7 +267,11 @@ async fn call(
         name: identity.name,
         via: "http",
     };
-    match web.api.serve(&caller, verb, &body, Utc::now()).await {
+    match web
+        .api
+        .serve(&caller, known.as_str(), &body, Utc::now())
+        .await
+    {
         // A viewer reads jobs without the secrets their payloads may hold.
         Ok(reply) if identity.role == Role::Viewer => Json(reply.redacted()).into_response(),
         Ok(reply) => Json(reply).into_response(),
@@ -255,77 +338,6 @@ fn query_object(query: Option<String>) -> Result<Value, ApiError> {
     Ok(Value::Object(map))
 }
 
-/// List jobs, newest first.
-#[utoipa::path(get, path = "/api/v1/jobs", tag = "jobs",
-    params(
-        ("group" = Option<String>, Query, description = "only this group"),
-        ("state" = Option<String>, Query, description = "active, paused or completed"),
-        ("selector" = Option<String>, Query, description = "label selector, `team=data,env!=dev`"),
-        ("limit" = Option<u32>, Query, description = "page size, 1 to 1000, default 100"),
-        ("after" = Option<String>, Query, description = "`next` of the previous page"),
-    ),
-    responses(
-        (status = 200, body = chime_common::api::ListJobsReply),
-        (status = 400, body = ErrorReply), (status = 401), (status = 403),
-    ))]
-async fn list_jobs(
-    State(web): State<Web>,
-    method: Method,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-) -> Response {
-    call(&web, &method, &headers, "jobs.list", query_object(query)).await
-}
-
-/// One job.
-#[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs",
-    params(("id" = String, Path)),
-    responses((status = 200, body = chime_common::api::JobReply),
-        (status = 404, body = ErrorReply), (status = 401), (status = 403)))]
-async fn get_job(
-    State(web): State<Web>,
-    method: Method,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Response {
-    let request = with_path_field(b"", "id", &id);
-    call(&web, &method, &headers, "jobs.get", request).await
-}
-
-/// Creates or replaces a job (admin). The body is a JobSpec; its `id`, if
-/// given, must be the path's.
-#[utoipa::path(put, path = "/api/v1/jobs/{id}", tag = "jobs",
-    params(("id" = String, Path)),
-    request_body = chime_common::JobSpec,
-    responses((status = 200, body = chime_common::api::JobReply),
-        (status = 400, body = ErrorReply), (status = 409, body = ErrorReply),
-        (status = 401), (status = 403)))]
-async fn put_job(
-    State(web): State<Web>,
-    method: Method,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Response {
-    let request = with_path_field(&body, "id", &id);
-    call(&web, &method, &headers, "jobs.put", request).await
-}
-
-/// Deletes a job (admin); the reply is its last state.
-#[utoipa::path(delete, path = "/api/v1/jobs/{id}", tag = "jobs",
-    params(("id" = String, Path)),
-    responses((status = 200, body = chime_common::api::JobReply),
-        (status = 404, body = ErrorReply), (status = 401), (status = 403)))]
-async fn delete_job(
-    State(web): State<Web>,
-    method: Method,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Response {
-    let request = with_path_field(b"", "id", &id);
-    call(&web, &method, &headers, "jobs.delete", request).await
-}
-
 /// `pause`, `resume`, `trigger` or `backfill` one job (operator); the body
 /// holds the verb's other fields (`payload` of trigger, `until` of pause,
 /// `from`/`to` of backfill).
@@ -344,7 +356,10 @@ async fn job_action(
     body: Bytes,
 ) -> Response {
     let verb = match action.as_str() {
-        "pause" | "resume" | "trigger" | "backfill" => format!("jobs.{action}"),
+        "pause" => Verb::JobsPause,
+        "resume" => Verb::JobsResume,
+        "trigger" => Verb::JobsTrigger,
+        "backfill" => Verb::JobsBackfill,
         other => {
             return error_response(ApiError::not_found(format!(
                 "no job action {other:?}; actions are pause, resume, trigger, backfill"
@@ -352,207 +367,7 @@ async fn job_action(
         }
     };
     let request = with_path_field(&body, "id", &id);
-    call(&web, &method, &headers, &verb, request).await
-}
-
-/// The next instants of a schedule.
-#[utoipa::path(post, path = "/api/v1/preview", tag = "jobs",
-    request_body = chime_common::api::PreviewRequest,
-    responses((status = 200, body = chime_common::api::PreviewReply),
-        (status = 400, body = ErrorReply), (status = 401)))]
-async fn preview(
-    State(web): State<Web>,
-    method: Method,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let request = body_object(&body).map(Value::Object);
-    call(&web, &method, &headers, "jobs.preview", request).await
-}
-
-/// Firing history, newest first.
-#[utoipa::path(get, path = "/api/v1/firings", tag = "firings",
-    params(
-        ("job_id" = Option<String>, Query), ("state" = Option<String>, Query),
-        ("limit" = Option<u32>, Query), ("after" = Option<String>, Query),
-    ),
-    responses((status = 200, body = chime_common::api::ListFiringsReply),
-        (status = 400, body = ErrorReply), (status = 401)))]
-async fn list_firings(
-    State(web): State<Web>,
-    method: Method,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-) -> Response {
-    call(&web, &method, &headers, "firings.list", query_object(query)).await
-}
-
-/// Cancels a firing (operator).
-#[utoipa::path(post, path = "/api/v1/firings/{id}/cancel", tag = "firings",
-    params(("id" = String, Path)),
-    responses((status = 200, description = "`{\"firing\": Firing}`"),
-        (status = 404, body = ErrorReply), (status = 401), (status = 403)))]
-async fn cancel_firing(
-    State(web): State<Web>,
-    method: Method,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Response {
-    let request = with_path_field(&body, "id", &id);
-    call(&web, &method, &headers, "firings.cancel", request).await
-}
-
-/// Live workers.
-#[utoipa::path(get, path = "/api/v1/workers", tag = "workers",
-    params(("group" = Option<String>, Query)),
-    responses((status = 200, body = chime_common::api::ListWorkersReply), (status = 401)))]
-async fn list_workers(
-    State(web): State<Web>,
-    method: Method,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-) -> Response {
-    call(&web, &method, &headers, "workers.list", query_object(query)).await
-}
-
-/// Recent alerts, newest first.
-#[utoipa::path(get, path = "/api/v1/alerts", tag = "alerts",
-    params(("kind" = Option<String>, Query), ("job_id" = Option<String>, Query),
-        ("limit" = Option<u32>, Query)),
-    responses((status = 200, body = chime_common::api::ListAlertsReply),
-        (status = 400, body = ErrorReply), (status = 401)))]
-async fn list_alerts(
-    State(web): State<Web>,
-    method: Method,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-) -> Response {
-    call(&web, &method, &headers, "alerts.list", query_object(query)).await
-}
-
-/// The audit trail of mutating requests, newest first.
-#[utoipa::path(get, path = "/api/v1/audit", tag = "audit",
-    params(("target" = Option<String>, Query, description = "only this job or firing"),
-        ("limit" = Option<u32>, Query), ("after" = Option<String>, Query)),
-    responses((status = 200, body = chime_common::api::ListAuditReply),
-        (status = 400, body = ErrorReply), (status = 401)))]
-async fn list_audit(
-    State(web): State<Web>,
-    method: Method,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-) -> Response {
-    call(&web, &method, &headers, "audit.list", query_object(query)).await
-}
-
-/// Every calendar.
-#[utoipa::path(get, path = "/api/v1/calendars", tag = "calendars",
-    responses((status = 200, body = chime_common::api::ListCalendarsReply), (status = 401)))]
-async fn list_calendars(State(web): State<Web>, method: Method, headers: HeaderMap) -> Response {
-    call(
-        &web,
-        &method,
-        &headers,
-        "calendars.list",
-        Ok(Value::Object(Map::new())),
-    )
-    .await
-}
-
-/// One calendar.
-#[utoipa::path(get, path = "/api/v1/calendars/{id}", tag = "calendars",
-    params(("id" = String, Path)),
-    responses((status = 200, body = chime_common::api::CalendarReply),
-        (status = 404, body = ErrorReply), (status = 401)))]
-async fn get_calendar(
-    State(web): State<Web>,
-    method: Method,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Response {
-    let request = with_path_field(b"", "id", &id);
-    call(&web, &method, &headers, "calendars.get", request).await
-}
-
-/// Creates or replaces a calendar (admin): `{"dates": ["YYYY-MM-DD"], "weekdays"?}`.
-#[utoipa::path(put, path = "/api/v1/calendars/{id}", tag = "calendars",
-    params(("id" = String, Path)),
-    request_body(content = Object, description = "`{\"dates\": [..], \"weekdays\"?: [..]}`"),
-    responses((status = 200, body = chime_common::api::CalendarReply),
-        (status = 400, body = ErrorReply), (status = 401), (status = 403)))]
-async fn put_calendar(
-    State(web): State<Web>,
-    method: Method,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Response {
-    let request = with_path_field(&body, "id", &id);
-    call(&web, &method, &headers, "calendars.put", request).await
-}
-
-/// Deletes a calendar no job excludes (admin).
-#[utoipa::path(delete, path = "/api/v1/calendars/{id}", tag = "calendars",
-    params(("id" = String, Path)),
-    responses((status = 200, body = chime_common::api::CalendarReply),
-        (status = 404, body = ErrorReply), (status = 409, body = ErrorReply),
-        (status = 401), (status = 403)))]
-async fn delete_calendar(
-    State(web): State<Web>,
-    method: Method,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Response {
-    let request = with_path_field(b"", "id", &id);
-    call(&web, &method, &headers, "calendars.delete", request).await
-}
-
-/// Every group with a limit, a job, or firings running or held.
-#[utoipa::path(get, path = "/api/v1/groups", tag = "groups",
-    responses((status = 200, body = chime_common::api::ListGroupsReply), (status = 401)))]
-async fn list_groups(State(web): State<Web>, method: Method, headers: HeaderMap) -> Response {
-    call(
-        &web,
-        &method,
-        &headers,
-        "groups.list",
-        Ok(Value::Object(Map::new())),
-    )
-    .await
-}
-
-/// One group: its limits, and what runs and is held in it.
-#[utoipa::path(get, path = "/api/v1/groups/{name}", tag = "groups",
-    params(("name" = String, Path)),
-    responses((status = 200, body = chime_common::api::GroupReply),
-        (status = 400, body = ErrorReply), (status = 401)))]
-async fn get_group(
-    State(web): State<Web>,
-    method: Method,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-) -> Response {
-    let request = with_path_field(b"", "name", &name);
-    call(&web, &method, &headers, "groups.get", request).await
-}
-
-/// Sets a group's limits (admin): `{"max_concurrent"?, "max_per_second"?}`;
-/// a limit left out is removed.
-#[utoipa::path(put, path = "/api/v1/groups/{name}", tag = "groups",
-    params(("name" = String, Path)),
-    request_body(content = Object, description = "`{\"max_concurrent\"?: N, \"max_per_second\"?: N}`"),
-    responses((status = 200, body = chime_common::api::GroupReply),
-        (status = 400, body = ErrorReply), (status = 401), (status = 403)))]
-async fn put_group(
-    State(web): State<Web>,
-    method: Method,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-    body: Bytes,
-) -> Response {
-    let request = with_path_field(&body, "name", &name);
-    call(&web, &method, &headers, "groups.put", request).await
+    call(&web, &method, &headers, verb, request).await
 }
 
 /// Any verb of the NATS API by its name, with the NATS request body:
@@ -571,8 +386,153 @@ async fn any_verb(
     Path(verb): Path<String>,
     body: Bytes,
 ) -> Response {
+    let verb = match verb.parse::<Verb>() {
+        Ok(verb) => verb,
+        Err(e) => return error_response(e),
+    };
     let request = body_object(&body).map(Value::Object);
-    call(&web, &method, &headers, &verb, request).await
+    call(&web, &method, &headers, verb, request).await
+}
+
+/// The OpenAPI annotations of the table's routes: utoipa reads an
+/// annotation off a function, and these functions are never called.
+#[expect(dead_code, reason = "only their utoipa annotations are used")]
+pub mod docs {
+    use chime_common::error::ErrorReply;
+
+    /// List jobs, newest first.
+    #[utoipa::path(get, path = "/api/v1/jobs", tag = "jobs",
+        params(
+            ("group" = Option<String>, Query, description = "only this group"),
+            ("state" = Option<String>, Query, description = "active, paused or completed"),
+            ("selector" = Option<String>, Query, description = "label selector, `team=data,env!=dev`"),
+            ("limit" = Option<u32>, Query, description = "page size, 1 to 1000, default 100"),
+            ("after" = Option<String>, Query, description = "`next` of the previous page"),
+        ),
+        responses(
+            (status = 200, body = chime_common::api::ListJobsReply),
+            (status = 400, body = ErrorReply), (status = 401), (status = 403),
+        ))]
+    pub fn list_jobs() {}
+
+    /// One job.
+    #[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs",
+        params(("id" = String, Path)),
+        responses((status = 200, body = chime_common::api::JobReply),
+            (status = 404, body = ErrorReply), (status = 401), (status = 403)))]
+    pub fn get_job() {}
+
+    /// Creates or replaces a job (admin). The body is a JobSpec; its `id`, if
+    /// given, must be the path's.
+    #[utoipa::path(put, path = "/api/v1/jobs/{id}", tag = "jobs",
+        params(("id" = String, Path)),
+        request_body = chime_common::JobSpec,
+        responses((status = 200, body = chime_common::api::JobReply),
+            (status = 400, body = ErrorReply), (status = 409, body = ErrorReply),
+            (status = 401), (status = 403)))]
+    pub fn put_job() {}
+
+    /// Deletes a job (admin); the reply is its last state.
+    #[utoipa::path(delete, path = "/api/v1/jobs/{id}", tag = "jobs",
+        params(("id" = String, Path)),
+        responses((status = 200, body = chime_common::api::JobReply),
+            (status = 404, body = ErrorReply), (status = 401), (status = 403)))]
+    pub fn delete_job() {}
+
+    /// The next instants of a schedule.
+    #[utoipa::path(post, path = "/api/v1/preview", tag = "jobs",
+        request_body = chime_common::api::PreviewRequest,
+        responses((status = 200, body = chime_common::api::PreviewReply),
+            (status = 400, body = ErrorReply), (status = 401)))]
+    pub fn preview() {}
+
+    /// Firing history, newest first.
+    #[utoipa::path(get, path = "/api/v1/firings", tag = "firings",
+        params(
+            ("job_id" = Option<String>, Query), ("state" = Option<String>, Query),
+            ("limit" = Option<u32>, Query), ("after" = Option<String>, Query),
+        ),
+        responses((status = 200, body = chime_common::api::ListFiringsReply),
+            (status = 400, body = ErrorReply), (status = 401)))]
+    pub fn list_firings() {}
+
+    /// Cancels a firing (operator).
+    #[utoipa::path(post, path = "/api/v1/firings/{id}/cancel", tag = "firings",
+        params(("id" = String, Path)),
+        responses((status = 200, description = "`{\"firing\": Firing}`"),
+            (status = 404, body = ErrorReply), (status = 401), (status = 403)))]
+    pub fn cancel_firing() {}
+
+    /// Live workers.
+    #[utoipa::path(get, path = "/api/v1/workers", tag = "workers",
+        params(("group" = Option<String>, Query)),
+        responses((status = 200, body = chime_common::api::ListWorkersReply), (status = 401)))]
+    pub fn list_workers() {}
+
+    /// Recent alerts, newest first.
+    #[utoipa::path(get, path = "/api/v1/alerts", tag = "alerts",
+        params(("kind" = Option<String>, Query), ("job_id" = Option<String>, Query),
+            ("limit" = Option<u32>, Query)),
+        responses((status = 200, body = chime_common::api::ListAlertsReply),
+            (status = 400, body = ErrorReply), (status = 401)))]
+    pub fn list_alerts() {}
+
+    /// The audit trail of mutating requests, newest first.
+    #[utoipa::path(get, path = "/api/v1/audit", tag = "audit",
+        params(("target" = Option<String>, Query, description = "only this job or firing"),
+            ("limit" = Option<u32>, Query), ("after" = Option<String>, Query)),
+        responses((status = 200, body = chime_common::api::ListAuditReply),
+            (status = 400, body = ErrorReply), (status = 401)))]
+    pub fn list_audit() {}
+
+    /// Every calendar.
+    #[utoipa::path(get, path = "/api/v1/calendars", tag = "calendars",
+        responses((status = 200, body = chime_common::api::ListCalendarsReply), (status = 401)))]
+    pub fn list_calendars() {}
+
+    /// One calendar.
+    #[utoipa::path(get, path = "/api/v1/calendars/{id}", tag = "calendars",
+        params(("id" = String, Path)),
+        responses((status = 200, body = chime_common::api::CalendarReply),
+            (status = 404, body = ErrorReply), (status = 401)))]
+    pub fn get_calendar() {}
+
+    /// Creates or replaces a calendar (admin): `{"dates": ["YYYY-MM-DD"], "weekdays"?}`.
+    #[utoipa::path(put, path = "/api/v1/calendars/{id}", tag = "calendars",
+        params(("id" = String, Path)),
+        request_body(content = Object, description = "`{\"dates\": [..], \"weekdays\"?: [..]}`"),
+        responses((status = 200, body = chime_common::api::CalendarReply),
+            (status = 400, body = ErrorReply), (status = 401), (status = 403)))]
+    pub fn put_calendar() {}
+
+    /// Deletes a calendar no job excludes (admin).
+    #[utoipa::path(delete, path = "/api/v1/calendars/{id}", tag = "calendars",
+        params(("id" = String, Path)),
+        responses((status = 200, body = chime_common::api::CalendarReply),
+            (status = 404, body = ErrorReply), (status = 409, body = ErrorReply),
+            (status = 401), (status = 403)))]
+    pub fn delete_calendar() {}
+
+    /// Every group with a limit, a job, or firings running or held.
+    #[utoipa::path(get, path = "/api/v1/groups", tag = "groups",
+        responses((status = 200, body = chime_common::api::ListGroupsReply), (status = 401)))]
+    pub fn list_groups() {}
+
+    /// One group: its limits, and what runs and is held in it.
+    #[utoipa::path(get, path = "/api/v1/groups/{name}", tag = "groups",
+        params(("name" = String, Path)),
+        responses((status = 200, body = chime_common::api::GroupReply),
+            (status = 400, body = ErrorReply), (status = 401)))]
+    pub fn get_group() {}
+
+    /// Sets a group's limits (admin): `{"max_concurrent"?, "max_per_second"?}`;
+    /// a limit left out is removed.
+    #[utoipa::path(put, path = "/api/v1/groups/{name}", tag = "groups",
+        params(("name" = String, Path)),
+        request_body(content = Object, description = "`{\"max_concurrent\"?: N, \"max_per_second\"?: N}`"),
+        responses((status = 200, body = chime_common::api::GroupReply),
+            (status = 400, body = ErrorReply), (status = 401), (status = 403)))]
+    pub fn put_group() {}
 }
 
 #[cfg(test)]
@@ -588,6 +548,50 @@ mod tests {
         let e = with_path_field(b"[1]", "id", "a").unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidArgument);
         assert!(with_path_field(b"  ", "id", "a").is_ok());
+    }
+
+    /// The route table and the OpenAPI document name the same routes.
+    #[test]
+    fn every_route_is_documented_and_every_documented_route_is_served() {
+        let document = super::super::openapi::document();
+        let mut documented: Vec<(String, String)> = Vec::new();
+        for (path, item) in &document.paths.paths {
+            let methods = [
+                ("GET", item.get.is_some()),
+                ("PUT", item.put.is_some()),
+                ("POST", item.post.is_some()),
+                ("DELETE", item.delete.is_some()),
+            ];
+            for (method, present) in methods {
+                if present && path.starts_with("/api/v1/") {
+                    documented.push((method.to_string(), path.clone()));
+                }
+            }
+        }
+        let mut served: Vec<(String, String)> = ROUTES
+            .iter()
+            .map(|r| (r.method.to_string(), r.path.to_string()))
+            .collect();
+        // Served by handlers of their own, here and in the console's modules.
+        for (method, path) in [
+            ("POST", "/api/v1/jobs/{id}/{action}"),
+            ("POST", "/api/v1/verbs/{verb}"),
+        ] {
+            served.push((method.into(), path.into()));
+        }
+        let console: Vec<_> = documented
+            .iter()
+            .filter(|(_, path)| {
+                ["/api/v1/session", "/api/v1/overview", "/api/v1/events"]
+                    .iter()
+                    .any(|p| path.starts_with(p))
+            })
+            .cloned()
+            .collect();
+        served.extend(console);
+        documented.sort();
+        served.sort();
+        assert_eq!(documented, served);
     }
 
     #[test]

@@ -291,7 +291,7 @@ impl Store {
 
     /// Copies what SQLite's write-ahead log holds into the database file,
     /// on a connection of its own, without stopping the one writer (which
-    /// still checkpoints itself now and then: `checkpoint.rs`), and syncs
+    /// still checkpoints itself now and then: `ops/checkpointer.rs`), and syncs
     /// what it copied (`sqlite/checkpoint.rs`); returns how many of the
     /// log's pages the file now holds. PostgreSQL checkpoints by itself, and
     /// an in-memory SQLite database has no log: 0.

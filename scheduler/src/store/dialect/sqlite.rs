@@ -88,7 +88,7 @@ const PRAGMAS: [&str; 5] = [
 
 /// The writer's own checkpoint: by default the committing connection
 /// checkpoints every 1,000 pages, which would stop every start and finish
-/// for the copy and its syncs. The checkpointer service (`checkpoint.rs`)
+/// for the copy and its syncs. The checkpointer service (`ops/checkpointer.rs`)
 /// copies on a connection of its own instead ([`Checkpoints`]), but only a
 /// checkpoint that holds off commits lets the log start over (see there),
 /// so under load the writer still checkpoints each time the log reaches

@@ -1,7 +1,7 @@
 //! The expiry monitor: re-queues firings whose worker vanished, whose
 //! deadline passed, or that their live worker does not run (`requeue.rs`).
 //! Published firings no worker started are the republisher's
-//! (`republish.rs`).
+//! (`republisher.rs`).
 //!
 //! One replica runs it at a time (see `lease.rs`). A worker is gone when its
 //! heartbeat key in `chime-workers` has expired. Re-queuing is atomic and
@@ -27,7 +27,7 @@ use std::time::Duration;
 
 /// Expiry monitor settings.
 #[derive(Debug, Clone)]
-pub struct ExpiryConfig {
+pub struct ExpiryMonitorConfig {
     /// How often to scan the executing table.
     pub interval: Duration,
     /// Rows handled per scan; bounded so one scan never holds a long transaction.
@@ -47,9 +47,9 @@ pub struct ExpiryConfig {
     pub lease_ttl: Duration,
 }
 
-impl Default for ExpiryConfig {
+impl Default for ExpiryMonitorConfig {
     fn default() -> Self {
-        ExpiryConfig {
+        ExpiryMonitorConfig {
             interval: Duration::from_secs(1),
             batch: 1_000,
             start_grace: Duration::from_secs(2),
@@ -60,7 +60,7 @@ impl Default for ExpiryConfig {
     }
 }
 
-impl ExpiryConfig {
+impl ExpiryMonitorConfig {
     /// Checks the settings.
     pub fn validate(&self) -> Result<(), String> {
         if self.interval.is_zero() || self.batch == 0 {
@@ -131,7 +131,7 @@ impl ServiceError for ExpiryError {
 
 /// The expiry monitor.
 pub struct ExpiryMonitor {
-    pub config: ExpiryConfig,
+    pub config: ExpiryMonitorConfig,
     pub store: Store,
     pub workers: kv::Store,
     pub nats: Nats,
@@ -145,7 +145,7 @@ pub struct ExpiryMonitor {
 impl ExpiryMonitor {
     /// A monitor over `store`, judging workers by the `workers` bucket.
     pub fn new(
-        config: ExpiryConfig,
+        config: ExpiryMonitorConfig,
         store: Store,
         workers: kv::Store,
         nats: Nats,

@@ -40,7 +40,7 @@ use std::time::Duration;
 
 /// Republisher settings.
 #[derive(Debug, Clone)]
-pub struct RepublishConfig {
+pub struct RepublisherConfig {
     /// How often to look for published firings no worker started.
     pub interval: Duration,
     /// A published firing no worker started this long after its (latest)
@@ -58,9 +58,9 @@ pub struct RepublishConfig {
     pub lease_ttl: Duration,
 }
 
-impl Default for RepublishConfig {
+impl Default for RepublisherConfig {
     fn default() -> Self {
-        RepublishConfig {
+        RepublisherConfig {
             interval: Duration::from_secs(2),
             after: Duration::from_secs(15),
             max_republishes: 3,
@@ -71,7 +71,7 @@ impl Default for RepublishConfig {
     }
 }
 
-impl RepublishConfig {
+impl RepublisherConfig {
     /// Checks the settings; the message names the setting.
     pub fn validate(&self) -> Result<(), String> {
         if self.interval.is_zero() || self.batch == 0 {
@@ -119,7 +119,7 @@ impl ServiceError for RepublishError {
 
 /// The republisher.
 pub struct Republisher {
-    pub config: RepublishConfig,
+    pub config: RepublisherConfig,
     pub store: Store,
     /// The heartbeats of live workers (`chime-workers`).
     pub workers: kv::Store,
@@ -136,7 +136,7 @@ pub struct Republisher {
 impl Republisher {
     /// A republisher over `store`, judging groups by the `workers` bucket.
     pub fn new(
-        config: RepublishConfig,
+        config: RepublisherConfig,
         store: Store,
         workers: kv::Store,
         nats: Nats,
@@ -413,10 +413,10 @@ mod tests {
 
     #[test]
     fn settings_are_checked() {
-        assert_eq!(RepublishConfig::default().validate(), Ok(()));
-        let quick = RepublishConfig {
+        assert_eq!(RepublisherConfig::default().validate(), Ok(()));
+        let quick = RepublisherConfig {
             after: Duration::from_millis(10),
-            ..RepublishConfig::default()
+            ..RepublisherConfig::default()
         };
         assert!(quick.validate().unwrap_err().contains("--republish-after"));
     }

@@ -6,13 +6,13 @@
 //! (actor `maintenance`), next to the pause that opened the window.
 
 use crate::store::{AuditRecord, Store, StoreError};
-use chime_common::service::{Service, ServiceError};
+use chime_common::service::Service;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
 /// Maintenance window settings.
 #[derive(Debug, Clone)]
-pub struct MaintenanceConfig {
+pub struct MaintenanceWindowsConfig {
     /// How often to look for windows that ended: a job resumes at most
     /// this late.
     pub interval: Duration,
@@ -23,9 +23,9 @@ pub struct MaintenanceConfig {
     pub lease_ttl: Duration,
 }
 
-impl Default for MaintenanceConfig {
+impl Default for MaintenanceWindowsConfig {
     fn default() -> Self {
-        MaintenanceConfig {
+        MaintenanceWindowsConfig {
             interval: Duration::from_secs(1),
             batch: 1_000,
             lease_ttl: Duration::from_secs(5),
@@ -33,7 +33,7 @@ impl Default for MaintenanceConfig {
     }
 }
 
-impl MaintenanceConfig {
+impl MaintenanceWindowsConfig {
     /// Checks the settings; the message names the setting.
     pub fn validate(&self) -> Result<(), String> {
         if self.interval.is_zero() || self.batch == 0 {
@@ -53,29 +53,15 @@ pub struct MaintenanceOutcome {
     pub resumed: Vec<String>,
 }
 
-/// A pass could not finish.
-#[derive(Debug, thiserror::Error)]
-#[error("maintenance windows: {0}")]
-pub struct MaintenanceError(#[from] StoreError);
-
-impl ServiceError for MaintenanceError {
-    fn is_retryable(&self) -> bool {
-        self.0.is_retryable()
-    }
-}
-
 /// Ends maintenance windows.
 pub struct MaintenanceWindows {
-    pub config: MaintenanceConfig,
+    pub config: MaintenanceWindowsConfig,
     pub store: Store,
 }
 
 impl MaintenanceWindows {
     /// One pass: resumes the jobs whose window ended at or before `now`.
-    pub async fn run_once(
-        &self,
-        now: DateTime<Utc>,
-    ) -> Result<MaintenanceOutcome, MaintenanceError> {
+    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<MaintenanceOutcome, StoreError> {
         let jobs = self.store.resume_due_pauses(now, self.config.batch).await?;
         for job in &jobs {
             let record = AuditRecord {
@@ -104,9 +90,9 @@ impl MaintenanceWindows {
 
 impl Service for MaintenanceWindows {
     type Outcome = MaintenanceOutcome;
-    type Error = MaintenanceError;
+    type Error = StoreError;
 
-    async fn run_once(&self, now: DateTime<Utc>) -> Result<MaintenanceOutcome, MaintenanceError> {
+    async fn run_once(&self, now: DateTime<Utc>) -> Result<MaintenanceOutcome, StoreError> {
         MaintenanceWindows::run_once(self, now).await
     }
 }

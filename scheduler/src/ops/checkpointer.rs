@@ -22,26 +22,26 @@
 //! SQLite only.
 
 use crate::store::{Store, StoreError};
-use chime_common::service::{Service, ServiceError};
+use chime_common::service::Service;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
 /// Checkpointer settings.
 #[derive(Debug, Clone)]
-pub struct CheckpointConfig {
+pub struct CheckpointerConfig {
     /// How often the log is copied into the database file.
     pub interval: Duration,
 }
 
-impl Default for CheckpointConfig {
+impl Default for CheckpointerConfig {
     fn default() -> Self {
-        CheckpointConfig {
+        CheckpointerConfig {
             interval: Duration::from_millis(200),
         }
     }
 }
 
-impl CheckpointConfig {
+impl CheckpointerConfig {
     /// Checks the settings; the message names the setting.
     pub fn validate(&self) -> Result<(), String> {
         if self.interval.is_zero() {
@@ -51,36 +51,25 @@ impl CheckpointConfig {
     }
 }
 
-/// A checkpoint could not run.
-#[derive(Debug, thiserror::Error)]
-#[error("checkpoint: {0}")]
-pub struct CheckpointError(#[from] StoreError);
-
-impl ServiceError for CheckpointError {
-    fn is_retryable(&self) -> bool {
-        self.0.is_retryable()
-    }
-}
-
 /// Checkpoints one store.
 pub struct Checkpointer {
-    pub config: CheckpointConfig,
+    pub config: CheckpointerConfig,
     pub store: Store,
 }
 
 impl Checkpointer {
     /// One checkpoint; returns how many of the log's pages the database file
     /// holds afterwards.
-    pub async fn run_once(&self) -> Result<u64, CheckpointError> {
-        Ok(self.store.checkpoint().await?)
+    pub async fn run_once(&self) -> Result<u64, StoreError> {
+        self.store.checkpoint().await
     }
 }
 
 impl Service for Checkpointer {
     type Outcome = u64;
-    type Error = CheckpointError;
+    type Error = StoreError;
 
-    async fn run_once(&self, _now: DateTime<Utc>) -> Result<u64, CheckpointError> {
+    async fn run_once(&self, _now: DateTime<Utc>) -> Result<u64, StoreError> {
         Checkpointer::run_once(self).await
     }
 }

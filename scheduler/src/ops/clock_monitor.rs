@@ -16,7 +16,7 @@ use crate::ops::alerts::Alerts;
 use crate::ops::metrics::Metrics;
 use crate::store::{Store, StoreError};
 use chime_common::protocol::{Alert, AlertKind};
-use chime_common::service::{Service, ServiceError};
+use chime_common::service::Service;
 use chrono::{DateTime, Utc};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
@@ -24,23 +24,23 @@ use std::time::Duration;
 
 /// Clock check settings.
 #[derive(Debug, Clone)]
-pub struct ClockConfig {
+pub struct ClockMonitorConfig {
     /// How often the offset is measured.
     pub interval: Duration,
     /// Above this offset the replica stops claiming slices and is not ready.
     pub max_offset: Duration,
 }
 
-impl Default for ClockConfig {
+impl Default for ClockMonitorConfig {
     fn default() -> Self {
-        ClockConfig {
+        ClockMonitorConfig {
             interval: Duration::from_secs(5),
             max_offset: Duration::from_millis(500),
         }
     }
 }
 
-impl ClockConfig {
+impl ClockMonitorConfig {
     /// Checks the settings; the message names the setting.
     pub fn validate(&self) -> Result<(), String> {
         if self.max_offset < Duration::from_millis(10) || self.max_offset > Duration::from_secs(60)
@@ -83,22 +83,9 @@ impl ClockStatus {
     }
 }
 
-/// A clock measurement failed.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot read the database clock: {0}")]
-pub struct ClockError(#[from] StoreError);
-
-impl ServiceError for ClockError {
-    /// A failed measurement keeps the previous status while the database is
-    /// unreachable (which already makes the replica not ready).
-    fn is_retryable(&self) -> bool {
-        self.0.is_retryable()
-    }
-}
-
 /// Measures the offset every interval.
 pub struct ClockMonitor {
-    config: ClockConfig,
+    config: ClockMonitorConfig,
     store: Store,
     status: ClockStatus,
     alerts: Alerts,
@@ -109,7 +96,7 @@ pub struct ClockMonitor {
 impl ClockMonitor {
     /// A monitor of the store's database clock; alerts go through `alerts`.
     pub fn new(
-        config: ClockConfig,
+        config: ClockMonitorConfig,
         store: Store,
         alerts: Alerts,
         metrics: Metrics,
@@ -132,7 +119,7 @@ impl ClockMonitor {
 
     /// One measurement: updates the status and the metric, raises an alert
     /// when the offset goes over the limit. Returns the offset.
-    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<chrono::Duration, ClockError> {
+    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<chrono::Duration, StoreError> {
         let offset = self.store.clock_offset().await?;
         let micros = offset.num_microseconds().unwrap_or(i64::MAX);
         self.status.offset_micros.store(micros, Ordering::Relaxed);
@@ -169,9 +156,9 @@ impl ClockMonitor {
 
 impl Service for ClockMonitor {
     type Outcome = chrono::Duration;
-    type Error = ClockError;
+    type Error = StoreError;
 
-    async fn run_once(&self, now: DateTime<Utc>) -> Result<chrono::Duration, ClockError> {
+    async fn run_once(&self, now: DateTime<Utc>) -> Result<chrono::Duration, StoreError> {
         ClockMonitor::run_once(self, now).await
     }
 }
