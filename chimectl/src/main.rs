@@ -13,7 +13,7 @@ mod import;
 mod preview;
 mod table;
 
-use chime_common::connection::ConnectError;
+use chime_runtime::connection::ConnectError;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -25,7 +25,7 @@ struct Cli {
     json: bool,
 
     #[command(flatten)]
-    nats: chime_common::connection::NatsConnection,
+    nats: chime_runtime::connection::NatsConnection,
 
     /// Subject prefix of the installation.
     #[arg(

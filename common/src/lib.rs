@@ -6,10 +6,10 @@
 //! ranges ([`bounds`]), schedules ([`schedule`]),
 //! firing identities and states ([`firing`]), subject, stream and header names
 //! ([`subjects`], [`headers`]), the worker protocol messages ([`protocol`]),
-//! the request/reply API's verbs, requests and replies ([`api`]), the error
-//! shape ([`error`]), how to connect to NATS ([`connection`]), a typed API
-//! client ([`client`]), and the shape every long-running service shares
-//! ([`service`], [`supervisor`], [`signal`]).
+//! priority bands ([`band`]), the request/reply API's verbs, requests and
+//! replies ([`api`]), the error shape ([`error`]) and a typed API client
+//! ([`client`]). What every Chime program runs on (connections, the
+//! service shape, the supervisor, the NATS topology) is `chime-runtime`.
 
 pub mod api;
 pub mod band;
@@ -17,7 +17,6 @@ pub mod bounds;
 pub mod calendars;
 pub mod client;
 pub mod concurrency;
-pub mod connection;
 pub mod duration;
 pub mod error;
 pub mod firing;
@@ -27,14 +26,9 @@ pub mod labels;
 pub mod preview;
 pub mod protocol;
 pub mod schedule;
-pub mod secret;
-pub mod service;
-pub mod signal;
 pub mod subjects;
-pub mod supervisor;
 pub mod text;
 pub mod time_rules;
-pub mod topology;
 
 pub use band::Band;
 pub use concurrency::Overlap;

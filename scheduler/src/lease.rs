@@ -6,7 +6,7 @@
 //! can never both believe they hold it after the same revision.
 
 use async_nats::jetstream::kv;
-use chime_common::service::Leadership;
+use chime_runtime::service::Leadership;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use prometheus::IntGauge;

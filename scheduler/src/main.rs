@@ -1,9 +1,9 @@
 //! `chime-scheduler`: one scheduler replica. Run as many as you like.
 
 use anyhow::Context as _;
-use chime_common::connection::{NatsConnection, ReplyCredentials};
 use chime_common::duration::parse_duration;
 use chime_common::Subjects;
+use chime_runtime::connection::{NatsConnection, ReplyCredentials};
 use chime_scheduler::intake::web::host::AllowedHosts;
 use chime_scheduler::intake::web::users::{hash_password, Users};
 use chime_scheduler::intake::web::WebConfig;
@@ -134,7 +134,7 @@ struct Args {
     http_open: bool,
     /// The --http-open token (default: a new random one at each start).
     #[arg(long, env = "CHIME_HTTP_OPEN_TOKEN", hide_env_values = true)]
-    http_open_token: Option<chime_common::secret::Secret>,
+    http_open_token: Option<chime_runtime::secret::Secret>,
     /// The Host names the HTTP API answers, comma-separated; a request naming another is
     /// refused (421). Default: the loopback names with --http-open, every name otherwise.
     #[arg(long, env = "CHIME_HTTP_ALLOWED_HOSTS")]

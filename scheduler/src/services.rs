@@ -37,11 +37,11 @@ use crate::workers::finishes::Finishes;
 use crate::workers::starts::{StartRequests, Starts};
 use anyhow::Context as _;
 use async_nats::jetstream::{consumer::PullConsumer, kv};
-use chime_common::connection::confirm_subscriptions;
-use chime_common::service::{Pass, Periodic, PeriodicConfig, Service};
-use chime_common::signal::TestSignal;
-use chime_common::supervisor::Supervisor;
-use chime_common::topology::{Topology, TopologyError};
+use chime_runtime::connection::confirm_subscriptions;
+use chime_runtime::service::{Pass, Periodic, PeriodicConfig, Service};
+use chime_runtime::signal::TestSignal;
+use chime_runtime::supervisor::Supervisor;
+use chime_runtime::topology::{Topology, TopologyError};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -95,7 +95,7 @@ impl Links {
             .with_context(|| {
                 format!(
                     "cannot open the store at {}",
-                    chime_common::secret::redact_url(&config.database_url)
+                    chime_runtime::secret::redact_url(&config.database_url)
                 )
             })?;
         // async-nats holds at most 5,000 publishes awaiting their ack by

@@ -1,5 +1,5 @@
 //! What a replica's services report for tests to wait on (see
-//! `chime_common::signal`): with no test listening, emitting costs nothing.
+//! `chime_runtime::signal`): with no test listening, emitting costs nothing.
 //!
 //! Every periodic service reports each pass ([`Pass`]); the message-driven
 //! services report what they applied.
@@ -11,8 +11,8 @@ use crate::recovery::expiry_monitor::ExpiryOutcome;
 use crate::recovery::housekeeping::HousekeepingOutcome;
 use crate::recovery::limit_release::LimitReleaseOutcome;
 use crate::recovery::republisher::RepublishOutcome;
-use chime_common::service::Pass;
-use chime_common::signal::TestSignal;
+use chime_runtime::service::Pass;
+use chime_runtime::signal::TestSignal;
 
 /// The test signals of one replica. Cheap to clone; clones share listeners.
 #[derive(Debug, Clone, Default)]

@@ -63,7 +63,7 @@
 //!
 //! A test waits for what it expects to happen: a condition polled by
 //! [`eventually`] or [`until_ok`], a log line ([`ChimeProcess::wait_for_log_line`]),
-//! or a service's test signal (`chime_common::signal`, River's pattern:
+//! or a service's test signal (`chime_runtime::signal`, River's pattern:
 //! a pass reports what it did). Tests of one service call its `run_once(now)`
 //! with the time they want, or run under tokio's paused time. A fixed sleep
 //! is left only where the time itself is the subject, in five kinds:

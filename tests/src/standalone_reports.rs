@@ -6,8 +6,8 @@
 use crate::NatsServer;
 use async_nats::jetstream::{self, consumer::PullConsumer};
 use chime_common::protocol::{Finished, Outcome};
-use chime_common::topology::{Topology, TopologyConfig};
 use chime_common::{FiringId, Subjects};
+use chime_runtime::topology::{Topology, TopologyConfig};
 use chime_scheduler::intake::replies::Replies;
 use chime_scheduler::nats::Nats;
 use chime_scheduler::ops::alerts::Alerts;

@@ -3,8 +3,8 @@
 //! for a scheduler to create their group's consumers (docs/PROTOCOL.md).
 
 use async_nats::jetstream::{self, consumer};
-use chime_common::topology::TopologyConfig;
 use chime_common::{Band, Subjects};
+use chime_runtime::topology::TopologyConfig;
 
 /// Creates `group`'s three firing consumers (one per band) with the
 /// settings of docs/PROTOCOL.md, as a scheduler does for the groups it sees.

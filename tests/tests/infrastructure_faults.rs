@@ -78,7 +78,7 @@ async fn consumers(nats: &NatsServer) {
     chime_tests::create_group_consumers(
         &jetstream::new(nats.connect().await),
         &Subjects::default(),
-        &chime_common::topology::TopologyConfig::default(),
+        &chime_runtime::topology::TopologyConfig::default(),
         GROUP,
     )
     .await;
@@ -438,7 +438,7 @@ async fn a_crash_loop_ends_failed_and_alerted_once_the_infrastructure_budget_is_
 /// worker writes its heartbeat again, and the run goes on as attempt 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_heartbeat_deleted_once_does_not_requeue_a_running_firing() {
-    use chime_common::service::Pass;
+    use chime_runtime::service::Pass;
     init_tracing();
     let nats = NatsServer::start().await;
     let db = SqliteDatabase::create();

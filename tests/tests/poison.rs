@@ -9,10 +9,10 @@
 //! lock held past `lock_timeout`, a terminated connection).
 
 use async_nats::jetstream;
-use chime_common::connection::confirm_subscriptions;
 use chime_common::error::ErrorReply;
 use chime_common::protocol::{Alert, AlertKind, Finished, Outcome, StartReply, StartRequest};
 use chime_common::{ErrorCode, FiringId, FiringState, Subjects};
+use chime_runtime::connection::confirm_subscriptions;
 use chime_scheduler::ops::dead_letter::{DELIVERIES_HEADER, SUBJECT_HEADER};
 use chime_scheduler::recovery::expiry_monitor::{ExpiryMonitor, ExpiryMonitorConfig};
 use chime_scheduler::store::{FiringFilter, Store, StoreError};

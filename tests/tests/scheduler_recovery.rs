@@ -4,8 +4,8 @@
 //! passes on its test signals.
 
 use chime_common::client::Client;
-use chime_common::service::Pass;
 use chime_common::{JobSpec, Limits};
+use chime_runtime::service::Pass;
 use chime_scheduler::firing::wheel::Wheel;
 use chime_scheduler::lease::Lease;
 use chime_scheduler::ops::metrics::Metrics;

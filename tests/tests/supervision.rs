@@ -3,9 +3,9 @@
 //! keeps failing and recovers with it, and firings keep flowing meanwhile.
 
 use chime_common::client::Client;
-use chime_common::supervisor::SupervisorConfig;
-use chime_common::topology::Topology;
 use chime_common::Subjects;
+use chime_runtime::supervisor::SupervisorConfig;
+use chime_runtime::topology::Topology;
 use chime_scheduler::{Replica, SchedulerConfig};
 use chime_tests::*;
 use chime_tests::{init_tracing, NatsServer, SqliteDatabase};

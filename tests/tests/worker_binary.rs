@@ -4,8 +4,8 @@
 //! clean exit on SIGTERM.
 
 use chime_common::protocol::{Outcome, WorkerInfo};
-use chime_common::topology::Topology;
 use chime_common::Subjects;
+use chime_runtime::topology::Topology;
 use chime_tests::worker_env::*;
 use chime_tests::{eventually, free_port, Binary, ChimeProcess};
 use serde_json::json;

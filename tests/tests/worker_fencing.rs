@@ -116,7 +116,7 @@ async fn a_worker_cut_off_from_nats_stops_its_run_before_the_next_attempt_starts
     chime_tests::create_group_consumers(
         &jetstream,
         &chime_common::Subjects::default(),
-        &chime_common::topology::TopologyConfig::default(),
+        &chime_runtime::topology::TopologyConfig::default(),
         GROUP,
     )
     .await;

@@ -1,9 +1,9 @@
 //! The `chime-worker` command line: every flag has a `CHIME_…` twin.
 
 use crate::config::{validate_group, validate_worker_id, WorkerConfig, DEFAULT_GROUP};
-use chime_common::connection::NatsConnection;
-use chime_common::topology::TopologyConfig;
 use chime_common::Subjects;
+use chime_runtime::connection::NatsConnection;
+use chime_runtime::topology::TopologyConfig;
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Parser, ValueEnum};
 use std::net::SocketAddr;

@@ -3,7 +3,7 @@
 use crate::error::WorkerError;
 use crate::output::DEFAULT_MAX_OUTPUT_BYTES;
 use chime_common::bounds::{check_name, MAX_GROUP_LEN};
-use chime_common::supervisor::SupervisorConfig;
+use chime_runtime::supervisor::SupervisorConfig;
 use std::time::Duration;
 
 /// Default group.

@@ -12,7 +12,7 @@ use crate::running::Running;
 use crate::services::heartbeat::Heartbeat;
 use crate::slots::Slots;
 use crate::status::WorkerStatus;
-use chime_common::supervisor::{Supervisor, SupervisorConfig};
+use chime_runtime::supervisor::{Supervisor, SupervisorConfig};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 

@@ -2,7 +2,7 @@
 //! objects, taking firings, fenced, or draining; and for `/healthz`, which
 //! of its services keep failing.
 
-use chime_common::supervisor::Health;
+use chime_runtime::supervisor::Health;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 

@@ -17,14 +17,14 @@
 
 use crate::firing::wheel::Wheel;
 use crate::store::{Store, StoreError};
-use chime_common::service::Service;
 use chime_common::FiringId;
+use chime_runtime::service::Service;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-pub use chime_common::service::Wake;
+pub use chime_runtime::service::Wake;
 
 /// Immediate publishing settings.
 #[derive(Debug, Clone)]

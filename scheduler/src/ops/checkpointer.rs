@@ -22,7 +22,7 @@
 //! SQLite only.
 
 use crate::store::{Store, StoreError};
-use chime_common::service::Service;
+use chime_runtime::service::Service;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 

@@ -16,7 +16,7 @@ use crate::ops::alerts::Alerts;
 use crate::ops::metrics::Metrics;
 use crate::store::{Store, StoreError};
 use chime_common::protocol::{Alert, AlertKind};
-use chime_common::service::Service;
+use chime_runtime::service::Service;
 use chrono::{DateTime, Utc};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! Creates and reconciles the firing consumers of every group.
 //!
-//! Schedulers own the NATS topology (see `chime_common::topology`): workers
+//! Schedulers own the NATS topology (see `chime_runtime::topology`): workers
 //! only wait for their group's consumers. A group needs its three band
 //! consumers once it has a stored job or a live worker, so each pass reads
 //! the groups of stored jobs (one index step per group) and of the heartbeat
@@ -12,9 +12,9 @@ use crate::ops::metrics::Metrics;
 use crate::store::{Store, StoreError};
 use chime_common::bounds::check_name;
 use chime_common::protocol::{heartbeat_matches_key, WorkerInfo};
-use chime_common::service::{Service, ServiceError};
-use chime_common::topology::{Topology, TopologyError};
 use chime_common::Band;
+use chime_runtime::service::{Service, ServiceError};
+use chime_runtime::topology::{Topology, TopologyError};
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use std::collections::{BTreeSet, HashMap};

@@ -6,7 +6,7 @@
 //! (actor `maintenance`), next to the pause that opened the window.
 
 use crate::store::{AuditRecord, Store, StoreError};
-use chime_common::service::Service;
+use chime_runtime::service::Service;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 

@@ -9,7 +9,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use chime_common::supervisor::Health;
+use chime_runtime::supervisor::Health;
 use std::net::SocketAddr;
 use tokio_util::sync::CancellationToken;
 

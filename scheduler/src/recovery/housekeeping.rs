@@ -12,8 +12,8 @@
 use crate::firing::wheel::Wheel;
 use crate::ops::metrics::Metrics;
 use crate::store::{RetentionCursor, Store, StoreError};
-use chime_common::service::Service;
 use chime_common::FiringId;
+use chime_runtime::service::Service;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::time::Duration;

@@ -8,8 +8,8 @@
 
 use crate::firing::immediate::Wake;
 use crate::store::{Store, StoreError};
-use chime_common::service::Service;
 use chime_common::FiringId;
+use chime_runtime::service::Service;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 

@@ -157,7 +157,7 @@ impl From<StoreError> for ApiError {
 
 /// A periodic service's pass fails with the store's error: whether the next
 /// pass may simply try again is the store's to say.
-impl chime_common::service::ServiceError for StoreError {
+impl chime_runtime::service::ServiceError for StoreError {
     fn is_retryable(&self) -> bool {
         StoreError::is_retryable(self)
     }

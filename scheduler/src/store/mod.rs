@@ -180,7 +180,7 @@ impl Store {
                 "database_url",
                 format!(
                     "{:?} is not a database URL this store supports; use postgres://… or sqlite://…",
-                    chime_common::secret::redact_url(url)
+                    chime_runtime::secret::redact_url(url)
                 ),
             )
         })?;

@@ -5,8 +5,8 @@
 use async_nats::jetstream::consumer::PullConsumer;
 use chime_common::headers;
 use chime_common::protocol::{Finished, Outcome};
-use chime_common::topology::Topology;
 use chime_common::FiringId;
+use chime_runtime::topology::Topology;
 use futures::StreamExt;
 use std::collections::HashMap;
 use std::time::Duration;

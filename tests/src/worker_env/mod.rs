@@ -15,8 +15,8 @@ pub use test_firing::{publish, TestFiring};
 use crate::{init_tracing, NatsServer};
 use async_nats::jetstream;
 use async_nats::Client;
-use chime_common::topology::{Topology, TopologyConfig};
 use chime_common::{FiringId, Subjects};
+use chime_runtime::topology::{Topology, TopologyConfig};
 use chime_worker::{Worker, WorkerBuilder};
 use std::time::Duration;
 

@@ -5,9 +5,9 @@
 //! unless told to refuse or fail everything.
 
 use async_nats::Client;
-use chime_common::connection::confirm_subscriptions;
 use chime_common::protocol::{StartRefusal, StartReply, StartRequest};
 use chime_common::{FiringId, Subjects};
+use chime_runtime::connection::confirm_subscriptions;
 use chrono::Utc;
 use futures::StreamExt;
 use std::collections::HashMap;

@@ -24,7 +24,7 @@ use crate::intake::api::Api;
 use crate::intake::http_server::HttpServerConfig;
 use axum::http::{header, HeaderValue};
 use axum::Router;
-use chime_common::secret::Secret;
+use chime_runtime::secret::Secret;
 use host::AllowedHosts;
 use std::net::SocketAddr;
 use std::sync::Arc;

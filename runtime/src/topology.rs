@@ -13,9 +13,9 @@
 //! (the scheduler keeps the firing staged, retries it and raises a
 //! `stream_full` alert) rather than an unconsumed firing being dropped.
 
-use crate::band::Band;
-use crate::subjects::Subjects;
 use async_nats::jetstream::{self, consumer, kv, stream};
+use chime_common::band::Band;
+use chime_common::subjects::Subjects;
 use std::time::Duration;
 
 /// Settings of the NATS objects.
