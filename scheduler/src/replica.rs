@@ -11,7 +11,7 @@ use crate::intake::submit::SubmitConfig;
 use crate::intake::web::WebConfig;
 use crate::ops::checkpointer::CheckpointerConfig;
 use crate::ops::clock_monitor::{ClockMonitor, ClockMonitorConfig, ClockStatus};
-use crate::ops::consumers::ConsumersConfig;
+use crate::ops::consumers::{Consumers, ConsumersConfig};
 use crate::ops::maintenance_windows::MaintenanceWindowsConfig;
 use crate::ops::metrics::Metrics;
 use crate::recovery::expiry_monitor::ExpiryMonitorConfig;
@@ -208,9 +208,24 @@ impl Replica {
         let metrics_addr = parts.serve_probes(&config, &links, &clock).await?;
         let api = parts.api(&config, &links);
         let http_addr = parts.serve_http(&config, &api).await?;
+        let consumers = Arc::new(
+            Consumers::new(
+                config.consumers.clone(),
+                links.topology.clone(),
+                links.workers.clone(),
+                links.store.clone(),
+            )
+            .with_metrics(parts.metrics.clone()),
+        );
+        // Made before the replica reports ready: workers of every known
+        // group find their consumers, as the settings say, at once.
+        consumers
+            .run_once(chrono::Utc::now())
+            .await
+            .context("cannot create the firing consumers of the known groups")?;
         let streaming = Streaming::new(&config, &links, &parts, api, &clock).await?;
         streaming.spawn(&config, &parts);
-        spawn_periodic_services(&config, &links, &parts, clock.clone());
+        spawn_periodic_services(&config, &links, &parts, clock.clone(), consumers);
         parts.supervisor.close();
         parts.tracker.close();
 

@@ -585,12 +585,14 @@ const PERIODIC: [PeriodicSpec; 9] = [
 ];
 
 /// Spawns every periodic service of [`PERIODIC`] (the checkpointer on
-/// SQLite only).
+/// SQLite only); the clock monitor and the consumers service ran their
+/// first pass during start-up.
 pub(crate) fn spawn_periodic_services(
     config: &SchedulerConfig,
     links: &Links,
     parts: &Parts,
     clock: Arc<ClockMonitor>,
+    consumers: Arc<Consumers>,
 ) {
     let (store, metrics, signals) = (&links.store, &parts.metrics, &parts.signals);
     let spawner = Spawner {
@@ -677,17 +679,7 @@ pub(crate) fn spawn_periodic_services(
         signals.immediate.clone(),
     );
     spawner.spawn_arc(spec("clock"), clock, signals.clock.clone());
-    spawner.spawn(
-        spec("consumers"),
-        Consumers::new(
-            config.consumers.clone(),
-            links.topology.clone(),
-            links.workers.clone(),
-            store.clone(),
-        )
-        .with_metrics(metrics.clone()),
-        signals.consumers.clone(),
-    );
+    spawner.spawn_arc(spec("consumers"), consumers, signals.consumers.clone());
 }
 
 /// Spawns periodic services as their [`PeriodicSpec`] says.
