@@ -28,7 +28,8 @@ use std::collections::BTreeMap;
 use chime_tests::DatabaseKind;
 use sqlx::AnyPool;
 
-use crate::env::{clock_ticks, proc_ticks, Env};
+use crate::env::Env;
+use crate::proc::{clock_ticks, proc_ticks};
 use crate::report::{MachineCpu, Row};
 
 /// The note with the machine's CPU seconds per 1,000 firings of a window.

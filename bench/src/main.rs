@@ -33,6 +33,7 @@ mod failover;
 mod floor;
 mod flush;
 mod immediate;
+mod proc;
 mod record;
 mod report;
 mod saturation;

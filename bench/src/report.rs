@@ -6,7 +6,7 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::env::clock_ticks;
+use crate::proc::clock_ticks;
 use crate::record::Window;
 
 #[derive(Debug, Clone, Default, Serialize)]

@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::env::{now_ms, proc_rss_kib, second_after, sleep_until_ms, Env};
+use crate::env::{now_ms, second_after, sleep_until_ms, Env};
+use crate::proc::proc_rss_kib;
 use crate::report::Row;
 use crate::steady::{every_second, payload};
 use crate::Args;
