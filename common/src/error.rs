@@ -62,7 +62,11 @@ impl FieldError {
 
 impl fmt::Display for FieldError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
+        if self.field.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.field, self.message)
+        }
     }
 }
 
@@ -95,17 +99,29 @@ impl ApiError {
         }
     }
 
-    /// `invalid_argument` for one field.
+    /// `invalid_argument` for one field; an empty `field` (the request as a
+    /// whole: not JSON, not an object) makes [`ApiError::invalid_request`].
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        let field = field.into();
+        if field.is_empty() {
+            return Self::invalid_request(message);
+        }
         Self::from_field_errors(vec![FieldError::new(field, message)])
     }
 
-    /// `invalid_argument` listing every problem; `field` and `message` come from the first.
+    /// `invalid_argument` for the request as a whole, naming no field.
+    pub fn invalid_request(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidArgument, message)
+    }
+
+    /// `invalid_argument` listing every problem; `field` and `message` come
+    /// from the first (no `field` if the first names none).
     pub fn from_field_errors(errors: Vec<FieldError>) -> Self {
+        let named = |first: &FieldError| Some(first.field.clone()).filter(|f| !f.is_empty());
         let (field, message) = match errors.first() {
-            Some(first) if errors.len() == 1 => (Some(first.field.clone()), first.to_string()),
+            Some(first) if errors.len() == 1 => (named(first), first.to_string()),
             Some(first) => (
-                Some(first.field.clone()),
+                named(first),
                 format!("{} (and {} more problems)", first, errors.len() - 1),
             ),
             None => (None, "invalid request".to_string()),
@@ -143,4 +159,26 @@ impl ApiError {
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorReply {
     pub error: ApiError,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_of_the_whole_request_names_no_field_and_starts_with_its_words() {
+        let error = ApiError::invalid("", "the request is not valid JSON");
+        assert_eq!(error.field, None);
+        assert_eq!(error.message, "the request is not valid JSON");
+        assert!(error.details.is_empty());
+        let json = serde_json::to_value(&error).expect("json");
+        assert!(json.get("field").is_none(), "{json}");
+    }
+
+    #[test]
+    fn an_error_of_one_field_names_it() {
+        let error = ApiError::invalid("schedule.cron", "bad expression");
+        assert_eq!(error.field.as_deref(), Some("schedule.cron"));
+        assert_eq!(error.message, "schedule.cron: bad expression");
+    }
 }

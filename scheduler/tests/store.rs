@@ -447,6 +447,9 @@ async fn start(store: &Store, id: &FiringId, worker: &str, now: DateTime<Utc>) -
     decisions.pop().expect("one decision")
 }
 
+/// A report of a run that lasted until it was reported: the recorded end
+/// (the start plus the run time, at most when the report is applied) is
+/// the time the test finishes it at.
 fn finished(id: &FiringId, worker: &str, outcome: Outcome, error: Option<&str>) -> Finished {
     Finished {
         firing_id: id.clone(),
@@ -456,7 +459,7 @@ fn finished(id: &FiringId, worker: &str, outcome: Outcome, error: Option<&str>) 
         interrupted: None,
         output: Some("out".to_string()),
         started_at: t(0),
-        finished_at: t(0),
+        finished_at: t(365 * 86_400),
     }
 }
 
@@ -2431,18 +2434,30 @@ async fn exhausted_retries_fail_and_alert(db: &TestDb) {
 
 async fn timed_out_firings_say_so(db: &TestDb) {
     let store = db.store().await;
-    let id = put_and_trigger(&store, &every("a", "1h", json!({})), t(0)).await;
-    assert!(start(&store, &id, "w", t(1)).await.reply.accepted);
-    let done = store
-        .finish(&[finished(&id, "w", Outcome::TimedOut, None)], t(2), &delay)
-        .await
-        .expect("finish");
-    assert_eq!(done[0].state, Some(FiringState::Failed));
-    let row = firing(&store, &id).await;
-    assert!(
-        row.error.as_deref().unwrap_or("").starts_with("timed out"),
-        "{row:?}"
-    );
+    // The errors the reference worker sends with `timed_out`, and none.
+    let cases = [
+        (None, "timed out"),
+        (
+            Some("timed out: the deadline 2030-01-01T00:00:02.000Z passed after 1.000s"),
+            "timed out: the deadline 2030-01-01T00:00:02.000Z passed after 1.000s",
+        ),
+        (
+            Some("the deadline 2030-01-01T00:00:02.000Z passed before the run started"),
+            "timed out: the deadline 2030-01-01T00:00:02.000Z passed before the run started",
+        ),
+    ];
+    for (i, (sent, recorded)) in cases.into_iter().enumerate() {
+        let job = format!("a{i}");
+        let id = put_and_trigger(&store, &every(&job, "1h", json!({})), t(0)).await;
+        assert!(start(&store, &id, "w", t(1)).await.reply.accepted);
+        let done = store
+            .finish(&[finished(&id, "w", Outcome::TimedOut, sent)], t(2), &delay)
+            .await
+            .expect("finish");
+        assert_eq!(done[0].state, Some(FiringState::Failed));
+        let row = firing(&store, &id).await;
+        assert_eq!(row.error.as_deref(), Some(recorded), "{row:?}");
+    }
 }
 
 async fn on_success_triggers_named_jobs(db: &TestDb) {

@@ -6,8 +6,9 @@ language. It serves one group with a few handlers (`echo` returns the
 payload, `sleep` sleeps `payload["seconds"]`, `fail` fails, `shard` returns
 `<shard>/<shards>` of a sharded job's firing), and follows the
 protocol's steps: setup, pulling by free threads highest band first, start
-request, ack/NAK, deadline, finished event with retries, heartbeat, cancel,
-shutdown.
+request, ack/NAK, deadline, finished event with retries, heartbeat (with
+the firings it runs), cancel, shutdown (runs it stops are reported
+interrupted).
 
     pip install nats-py
     python3 worker.py --nats-url nats://127.0.0.1:4222 --group default --count 1
@@ -176,6 +177,9 @@ class Worker:
         self.in_flight = 0
         self.started_at = now()
         self.running = {}  # firing id -> (task, cancel reason holder)
+        # Firings whose start was asked and not given up on, or accepted,
+        # until their finished event is stored: the heartbeat's `running`.
+        self.listed = set()
         self.recent = set()  # firing ids finished here
         self.wake = asyncio.Event()
         self.stopping = asyncio.Event()
@@ -232,6 +236,10 @@ class Worker:
                         print("heartbeat failed: %s" % e, file=sys.stderr, flush=True)
 
     # --- 7. heartbeat ---
+    def heartbeat_key(self):
+        """`<group>.<worker id>`: NATS permissions confine a group's workers to its keys."""
+        return "%s.%s" % (self.group, self.worker_id)
+
     async def heartbeat_once(self):
         info = {
             "id": self.worker_id,
@@ -241,7 +249,9 @@ class Worker:
             "version": VERSION,
             "started_at": fmt_time(self.started_at),
         }
-        await self.kv.put(self.worker_id, json.dumps(info).encode())
+        if len(self.listed) <= 1000:  # past the bound, left out
+            info["running"] = sorted(self.listed)
+        await self.kv.put(self.heartbeat_key(), json.dumps(info).encode())
 
     async def heartbeat_loop(self):
         while not self.stopping.is_set():
@@ -284,6 +294,9 @@ class Worker:
 
     async def pull_loop(self):
         while not self.stopping.is_set():
+            # Cleared before fetching, not after: a doorbell that rings
+            # while a fetch is in flight is remembered and fetched for.
+            self.wake.clear()
             fetched = 0
             for consumer in self.consumers:
                 free = self.threads - self.in_flight
@@ -300,7 +313,6 @@ class Worker:
                 fetched += len(messages)
             if fetched and self.threads - self.in_flight > 0:
                 continue
-            self.wake.clear()
             try:
                 await asyncio.wait_for(self.wake.wait(), timeout=1.0)  # doorbell, firing end, or poll interval
             except asyncio.TimeoutError:
@@ -332,6 +344,7 @@ class Worker:
             await self.ack(msg, b"+ACK")  # a second delivery of an attempt we hold
             return
 
+        self.listed.add(fid)
         request = json.dumps({
             "firing_id": fid,
             "worker_id": self.worker_id,
@@ -359,6 +372,7 @@ class Worker:
                 delivered = msg.metadata.num_delivered
             except Exception:
                 delivered = 1
+            self.listed.discard(fid)
             if delivered >= 8:
                 print("the scheduler keeps rejecting %s; dropping it" % fid, file=sys.stderr, flush=True)
                 await self.ack(msg, b"+TERM")
@@ -367,9 +381,11 @@ class Worker:
                 await self.ack(msg, b'-NAK {"delay": %d}' % delay_ns)
             return
         if not isinstance(reply, dict) or "accepted" not in reply:
+            self.listed.discard(fid)
             await self.ack(msg, b'-NAK {"delay": 1000000000}')
             return
         if not reply["accepted"]:
+            self.listed.discard(fid)
             await self.ack(msg, b"+ACK")
             return
         await self.ack(msg, b"+ACK")
@@ -384,7 +400,7 @@ class Worker:
 
         cancel_reason = {}
         handler = HANDLERS.get(firing["handler"])
-        outcome, error, output = "succeeded", None, None
+        outcome, error, output, interrupted = "succeeded", None, None, None
         if handler is None:
             outcome, error = "failed", "no handler named %s on this worker" % firing["handler"]
         else:
@@ -405,6 +421,10 @@ class Worker:
                 self.running.pop(fid, None)
                 if task.cancelled() and "reason" in cancel_reason:
                     outcome, error = "cancelled", cancel_reason["reason"]
+                if task.cancelled() and cancel_reason.get("interrupted"):
+                    # Stopped by the worker, not by a cancel request: `failed`
+                    # and interrupted, so it runs again elsewhere (section 6).
+                    outcome, interrupted = "failed", cancel_reason["interrupted"]
         self.recent.add(fid)
         finished = {
             "firing_id": fid,
@@ -417,6 +437,8 @@ class Worker:
             finished["error"] = error[:8192]
         if output:
             finished["output"] = tail(output)
+        if interrupted:
+            finished["interrupted"] = interrupted
         report = asyncio.ensure_future(self.report(finished))
         self.reports.add(report)
         report.add_done_callback(self.reports.discard)
@@ -436,6 +458,7 @@ class Worker:
                 print("finished event not stored yet: %s" % e, file=sys.stderr, flush=True)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+        self.listed.discard(finished["firing_id"])
         self.done += 1
         if self.args.count and self.done >= self.args.count:
             self.stopping.set()
@@ -471,6 +494,7 @@ class Worker:
             await asyncio.sleep(0.05)
         for task, reason in list(self.running.values()):
             reason["reason"] = "worker shutting down"
+            reason["interrupted"] = "shutdown"
             task.cancel()
         while self.in_flight and loop.time() < grace_end + 5:
             await asyncio.sleep(0.05)
@@ -478,7 +502,7 @@ class Worker:
             await asyncio.wait(list(self.reports), timeout=10)
         await beats
         try:
-            await self.kv.delete(self.worker_id)
+            await self.kv.delete(self.heartbeat_key())
         except Exception as e:
             print("cannot delete the heartbeat key: %s" % e, file=sys.stderr, flush=True)
         await self.nc.drain()

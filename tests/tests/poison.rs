@@ -380,6 +380,139 @@ backend_tests! {
     }
 }
 
+/// What a malformed message's error says: the field named where serde
+/// could tell (`None` for a body that is not JSON, or not an object), and a
+/// message that begins with `prefix`, never with punctuation.
+fn assert_names(error: &chime_common::ApiError, field: Option<&str>, prefix: &str) {
+    assert_eq!(error.code, ErrorCode::InvalidArgument, "{error:?}");
+    assert_eq!(error.field.as_deref(), field, "{error:?}");
+    assert!(error.message.starts_with(prefix), "{error:?}");
+    if let Some(field) = field {
+        assert!(error.message.contains(field), "{error:?}");
+    }
+}
+
+/// Start requests and finished events that are not what they claim to be:
+/// the start's error reply and each dead letter name the field at fault
+/// (missing, of the wrong type, not a firing id, an unknown outcome), or
+/// none for a body that is not JSON or not an object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_start_requests_and_finished_events_name_the_field_at_fault() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = TestDatabase::create(DatabaseKind::Sqlite).await;
+    let standalone = StandaloneReports::connect(&nats, &db.url()).await;
+    let (client, js, subjects) = (
+        standalone.client.clone(),
+        standalone.jetstream.clone(),
+        standalone.subjects.clone(),
+    );
+
+    let starts: Vec<(&str, Option<&str>)> = vec![
+        (
+            r#"{"worker_id": "w1", "group": "default"}"#,
+            Some("firing_id"),
+        ),
+        (
+            r#"{"firing_id": "no-attempt", "worker_id": "w1", "group": "default"}"#,
+            Some("firing_id"),
+        ),
+        (
+            r#"{"firing_id": "job@1000#1", "worker_id": 7, "group": "default"}"#,
+            Some("worker_id"),
+        ),
+        ("not a start request", None),
+        ("[1, 2]", None),
+    ];
+    let mut inbox = client
+        .subscribe(subjects.worker_start())
+        .await
+        .expect("subscribe");
+    confirm_subscriptions(&jetstream::new(client.clone()))
+        .await
+        .expect("subscriptions confirmed");
+    let asked: Vec<_> = starts
+        .iter()
+        .map(|(body, _)| {
+            let (client, subject) = (client.clone(), subjects.worker_start());
+            let body = body.as_bytes().to_vec().into();
+            tokio::spawn(async move { client.request(subject, body).await.expect("a reply") })
+        })
+        .collect();
+    let mut batch = Vec::new();
+    while batch.len() < starts.len() {
+        batch.push(
+            tokio::time::timeout(Duration::from_secs(10), inbox.next())
+                .await
+                .expect("the requests arrive")
+                .expect("subscription open"),
+        );
+    }
+    standalone
+        .starts(StartsConfig::default())
+        .answer(batch)
+        .await;
+    for ((body, field), reply) in starts.iter().zip(asked) {
+        let reply = reply.await.expect("request task");
+        let error: ErrorReply = serde_json::from_slice(&reply.payload)
+            .unwrap_or_else(|e| panic!("{body}: not an error reply: {e}"));
+        assert_names(&error.error, *field, "not a start request: ");
+    }
+
+    let events: Vec<(&str, Option<&str>)> = vec![
+        (r#"{"firing_id": 42, "worker_id": "w1"}"#, Some("firing_id")),
+        (
+            r#"{"firing_id": "job@1000#1", "worker_id": "w1", "outcome": "exploded", "finished_at": "2026-03-28T01:30:04.870Z"}"#,
+            Some("outcome"),
+        ),
+        (
+            r#"{"firing_id": "job@1000#1", "worker_id": "w1", "outcome": "succeeded", "finished_at": "yesterday"}"#,
+            Some("finished_at"),
+        ),
+        ("{not json", None),
+        (r#""a string""#, None),
+    ];
+    for (body, _) in &events {
+        js.publish(subjects.finished(), body.as_bytes().to_vec().into())
+            .await
+            .expect("publish")
+            .await
+            .expect("ack");
+    }
+    let consumer = standalone.finished_consumer().await;
+    let mut batch = Vec::new();
+    while batch.len() < events.len() {
+        let mut pulled = consumer
+            .fetch()
+            .max_messages(events.len() - batch.len())
+            .expires(Duration::from_secs(2))
+            .messages()
+            .await
+            .expect("pull");
+        while let Some(message) = pulled.next().await {
+            batch.push(Ok(message.expect("a message")));
+        }
+    }
+    standalone
+        .finishes(FinishesConfig::default())
+        .apply_batch(batch)
+        .await
+        .expect("no pull error");
+    let letters = dead_letters(&js).await;
+    let finished: Vec<&Stored> = letters
+        .iter()
+        .filter(|l| l.subject == "chime.dead.finished")
+        .collect();
+    assert_eq!(finished.len(), events.len(), "{letters:?}");
+    for (body, field) in &events {
+        let letter = finished
+            .iter()
+            .find(|l| l.body == body.as_bytes())
+            .unwrap_or_else(|| panic!("{body} dead-lettered"));
+        assert_names(&letter.error.error, *field, "not a finished event: ");
+    }
+}
+
 backend_tests! {
     /// An executing firing the store refuses to re-queue does not keep the
     /// expiry monitor from re-queuing the rows after it.

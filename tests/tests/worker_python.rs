@@ -1,9 +1,12 @@
 //! A worker in another language, written from docs/PROTOCOL.md alone
 //! (tests/python/worker.py, nats-py), runs a firing end to end against a
 //! real nats-server: pull, start request, ack, run (a shard told which it
-//! is), finished event, heartbeat, clean exit.
+//! is), finished event, heartbeat under `<group>.<worker id>` listing the
+//! firings it runs, a run stopped by its shutdown reported interrupted,
+//! clean exit.
 
-use chime_common::protocol::{Outcome, WorkerInfo};
+use chime_common::protocol::{Interruption, Outcome, WorkerInfo};
+use chime_tests::eventually;
 use chime_tests::worker_env::*;
 use serde_json::json;
 use std::path::PathBuf;
@@ -46,8 +49,8 @@ async fn python_worker_runs_a_firing_end_to_end() {
             "py",
             "--worker-id",
             "py-worker-1",
-            "--count",
-            "2",
+            "--drain-grace",
+            "0.5",
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -68,15 +71,21 @@ async fn python_worker_runs_a_firing_end_to_end() {
     .expect("the python worker gets ready within 20 s");
     assert!(ready.contains("py-worker-1"), "{ready}");
 
-    // Registered in the heartbeat bucket.
+    // Registered in the heartbeat bucket, under its group.
     let kv = env.topology.workers().await.unwrap();
-    let info: WorkerInfo =
-        serde_json::from_slice(&kv.get("py-worker-1").await.unwrap().expect("heartbeat key"))
-            .unwrap();
+    let key = "py.py-worker-1";
+    let beat = || async {
+        kv.get(key)
+            .await
+            .unwrap()
+            .map(|bytes| serde_json::from_slice::<WorkerInfo>(&bytes).unwrap())
+    };
+    let info = beat().await.expect("heartbeat key");
     assert_eq!(
         (info.group.as_str(), info.threads, info.in_flight),
         ("py", 2, 0)
     );
+    assert_eq!(info.running, Some(vec![]), "it runs nothing yet");
 
     let firing = TestFiring::new("py", "from-rust", "echo")
         .payload(json!({"hello": "world", "n": [1, 2, 3]}));
@@ -112,16 +121,37 @@ async fn python_worker_runs_a_firing_end_to_end() {
     assert_eq!(event.outcome, Outcome::Succeeded, "{event:?}");
     assert_eq!(event.output.as_deref(), Some("3/8"));
 
-    // --count 2: it exits cleanly and deregisters.
+    // A long run is listed in its heartbeats while it runs.
+    let long = TestFiring::new("py", "long", "sleep").payload(json!({"seconds": 20}));
+    let long_id = env.publish(&long).await;
+    env.ring("py").await;
+    eventually(Duration::from_secs(10), "the long run listed", || async {
+        beat()
+            .await
+            .and_then(|info| info.running)
+            .is_some_and(|running| running.contains(&long_id))
+    })
+    .await;
+
+    // SIGTERM: the run outlives the drain grace, is stopped and reported
+    // failed, interrupted by the shutdown; the worker exits cleanly and
+    // deregisters.
+    let pid = child.id().expect("running") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let event = events.of(&long_id, Duration::from_secs(20)).await;
+    assert_eq!(event.outcome, Outcome::Failed, "{event:?}");
+    assert_eq!(event.interrupted, Some(Interruption::Shutdown), "{event:?}");
+    assert_eq!(event.error.as_deref(), Some("worker shutting down"));
     let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
         .await
-        .expect("the python worker exits after its firing")
+        .expect("the python worker exits after SIGTERM")
         .unwrap();
     assert!(status.success(), "{status}");
-    assert!(
-        kv.get("py-worker-1").await.unwrap().is_none(),
-        "heartbeat key deleted"
-    );
+    assert!(beat().await.is_none(), "heartbeat key deleted");
     // Acked: nothing left in the work queue.
     let mut stream = env.jetstream.get_stream("CHIME_FIRE").await.unwrap();
     assert_eq!(stream.info().await.unwrap().state.messages, 0);

@@ -39,12 +39,14 @@ pub struct ClaimValue {
 }
 
 impl ClaimValue {
-    /// True when a replica other than `me` may take this claim over at
-    /// `now_ms`; `owner_gone` says the owner's liveness has lapsed.
-    pub fn takeable_by(&self, me: &str, now_ms: i64, owner_gone: bool) -> bool {
+    /// True when a replica other than `me` may take this claim over;
+    /// `owner_gone` says the owner's liveness has lapsed, `lease_over` that
+    /// the claim's lease (`until_ms`, longer for an owner seen alive after
+    /// a stall, see `slicer.rs`) has ended.
+    pub fn takeable_by(&self, me: &str, owner_gone: bool, lease_over: bool) -> bool {
         self.owner != me
             && match self.state {
-                ClaimState::Claimed => owner_gone || self.until_ms < now_ms,
+                ClaimState::Claimed => owner_gone || lease_over,
                 ClaimState::Released => true,
                 ClaimState::Published => false,
             }
@@ -150,12 +152,12 @@ mod tests {
             state,
             until_ms,
         };
-        assert!(claim("a", ClaimState::Claimed, 100).takeable_by("b", 101, false));
-        assert!(!claim("a", ClaimState::Claimed, 100).takeable_by("b", 100, false));
-        assert!(claim("a", ClaimState::Claimed, 100).takeable_by("b", 0, true));
-        assert!(!claim("a", ClaimState::Claimed, 100).takeable_by("a", 500, true));
-        assert!(!claim("a", ClaimState::Published, 100).takeable_by("b", 500, true));
-        assert!(claim("a", ClaimState::Released, 10_000).takeable_by("b", 0, false));
+        assert!(claim("a", ClaimState::Claimed, 100).takeable_by("b", false, true));
+        assert!(!claim("a", ClaimState::Claimed, 100).takeable_by("b", false, false));
+        assert!(claim("a", ClaimState::Claimed, 100).takeable_by("b", true, false));
+        assert!(!claim("a", ClaimState::Claimed, 100).takeable_by("a", true, true));
+        assert!(!claim("a", ClaimState::Published, 100).takeable_by("b", true, true));
+        assert!(claim("a", ClaimState::Released, 10_000).takeable_by("b", false, false));
         assert_eq!(liveness_owner(&liveness_key("r1-2")), Some("r1-2"));
         assert_eq!(liveness_owner("slice.1.0"), None);
     }

@@ -14,6 +14,32 @@
 //! runs out, or whose owner's liveness key has lapsed (the owner died), is
 //! taken over with a revision-checked `update`, and its unpublished firings
 //! are published from the store.
+//!
+//! A takeover doubles the publishes of a slice whose owner is alive, so an
+//! owner seen alive is given time, measured from the watch (see
+//! [`Seen`]), to renew its key and mark its slices after a stall of the
+//! bucket (a leader election, or a watch that stopped delivering): for
+//! [`LIVE_GRACE_LIVENESSES`] (2) times the liveness, 2 s by default.
+//!
+//! - A lapsed liveness key proves its owner gone only while this replica has
+//!   seen its own key renewed without a gap for that long: after a stall
+//!   every key seen has lapsed, and the other replicas' first renewals may
+//!   arrive after this one's.
+//! - The lease of a claim whose owner's key is seen fresh ends that much
+//!   later, counted from the lease's end or from the owner's first renewal
+//!   after a gap, whichever is later: a live owner whose slice-published
+//!   mark failed during the stall marks it again in the meantime. An owner
+//!   alive but stuck (its publishes failing) is still taken over then.
+//! - A failed published mark is tried again with a backoff (100 ms doubling
+//!   to 1 s) until it holds, the claim is no longer this replica's, or the
+//!   claim is forgotten.
+//! - A claim value that cannot be read (not a claim: anyone who may publish
+//!   with a reply subject can aim a JetStream ack at a slice key) is taken
+//!   over once the lease a claim of that slice would have had is over, so
+//!   no slice waits on it forever. Its firings, if its writer staged any,
+//!   are published from the store as for any takeover; jobs nobody staged
+//!   in it were staged by the next slice's claim, which takes every job due
+//!   before its end.
 
 use crate::firing::claim::{
     liveness_key, liveness_owner, slice_key, slice_start, ClaimState, ClaimValue, Liveness,
@@ -206,8 +232,11 @@ pub struct Slicer {
     progress: SliceProgress,
     metrics: Metrics,
     claims: Arc<Mutex<HashMap<String, Known>>>,
-    /// Each replica's liveness instant (UTC ms), as last seen in the bucket.
-    alive: Arc<Mutex<HashMap<String, i64>>>,
+    /// Each replica's liveness, as last seen in the bucket.
+    alive: Arc<Mutex<HashMap<String, Seen>>>,
+    /// Owned slices whose published mark failed: when to try again, and
+    /// the delay after that.
+    unmarked: Mutex<HashMap<String, (tokio::time::Instant, Duration)>>,
     /// Slices starting before this (UTC ms) were checked for density once,
     /// as they came within the dense horizon.
     dense_checked: Mutex<i64>,
@@ -242,6 +271,7 @@ impl Slicer {
             metrics,
             claims: Arc::new(Mutex::new(HashMap::new())),
             alive: Arc::new(Mutex::new(HashMap::new())),
+            unmarked: Mutex::new(HashMap::new()),
             dense_checked: Mutex::new(i64::MIN),
             claimed_early: Mutex::new(HashSet::new()),
             clock: ClockStatus::default(),
@@ -266,14 +296,17 @@ impl Slicer {
     /// that died before its first beat) is judged by its claims' leases only.
     ///
     /// Only while this replica's own key, as seen through the same watch,
-    /// has at least half its liveness to run: a lapsed key proves its owner
-    /// dead only if keys are being renewed and the watch shows renewals.
-    /// When a NATS node dies, the watch whose consumer lived there stalls
-    /// until a missed heartbeat restarts it (about ten seconds), and while
-    /// the bucket has no leader no key can be renewed: either way every
-    /// key seen lapses, this replica's own with them, and judging by them
-    /// would make each replica take over the other's slices while both are
-    /// alive and publishing. Then the claims' leases decide.
+    /// has at least half its liveness to run and has been seen renewed
+    /// without a gap for [`LIVE_GRACE_LIVENESSES`] livenesses: a lapsed key
+    /// proves its owner dead only if keys are being renewed and the watch
+    /// shows renewals. When a NATS node dies, the watch whose consumer lived
+    /// there stalls until a missed heartbeat restarts it (about ten
+    /// seconds), and while the bucket has no leader no key can be renewed:
+    /// either way every key seen lapses, this replica's own with them, and
+    /// judging by them would make each replica take over the other's slices
+    /// while both are alive and publishing. Once renewals show again, the
+    /// others' may arrive a moment after this replica's own, hence the
+    /// grace. Meanwhile the claims' leases decide.
     fn gone(&self, owner: &str, now_ms: i64) -> bool {
         let alive = self.alive.lock().unwrap_or_else(|p| p.into_inner());
         owner_gone(
@@ -281,7 +314,27 @@ impl Slicer {
             alive.get(owner).copied(),
             now_ms,
             i64::try_from(self.config.liveness.as_millis() / 2).unwrap_or(i64::MAX),
+            self.live_grace_ms(),
         )
+    }
+
+    /// Whether the lease of a claim of `owner` that ends at `until_ms` is
+    /// over at `now_ms` (see [`lease_over`]).
+    fn lease_over(&self, owner: &str, until_ms: i64, now_ms: i64) -> bool {
+        let alive = self.alive.lock().unwrap_or_else(|p| p.into_inner());
+        lease_over(
+            until_ms,
+            alive.get(owner).copied(),
+            now_ms,
+            self.live_grace_ms(),
+        )
+    }
+
+    /// How long an owner seen alive is given after a stall, in ms.
+    fn live_grace_ms(&self) -> i64 {
+        i64::try_from(self.config.liveness.as_millis())
+            .unwrap_or(i64::MAX / 4)
+            .saturating_mul(LIVE_GRACE_LIVENESSES)
     }
 
     fn claims(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {
@@ -346,6 +399,7 @@ impl Slicer {
 
     /// Takes over the stale claims of other replicas and forgets old ones.
     async fn takeover_pass(&self, now: DateTime<Utc>, outcome: &mut SlicerOutcome) {
+        self.retry_marks().await;
         if !self.clock.in_sync() {
             outcome.clock_off = true;
             return;
@@ -554,15 +608,25 @@ impl Slicer {
 
     async fn take_over_stale(&self, now: DateTime<Utc>, outcome: &mut SlicerOutcome) {
         let now_ms = now.timestamp_millis();
-        let known: Vec<(String, u64, ClaimValue)> = self
+        let unread_lease = self.slice_ms() + self.config.takeover_after.as_millis() as i64;
+        let known: Vec<(String, u64, Option<ClaimValue>)> = self
             .claims()
             .iter()
-            .filter_map(|(key, k)| Some((key.clone(), k.revision, k.value.clone()?)))
+            // Revision 0: a claim lost to `create`, not seen by the watch yet.
+            .filter(|(_, k)| k.revision > 0)
+            .map(|(key, k)| (key.clone(), k.revision, k.value.clone()))
             .collect();
-        let stale = stale_due_first(known, &self.replica, now_ms, |owner| {
-            self.gone(owner, now_ms)
+        let stale = stale_due_first(known, |claim| match claim {
+            Claim::Read(value) => value.takeable_by(
+                &self.replica,
+                self.gone(&value.owner, now_ms),
+                self.lease_over(&value.owner, value.until_ms, now_ms),
+            ),
+            Claim::Unread(key) => {
+                slice_start(key).is_some_and(|start| start.saturating_add(unread_lease) < now_ms)
+            }
         });
-        for (key, revision) in stale {
+        for (key, revision, unread) in stale {
             let value = ClaimValue {
                 owner: self.replica.clone(),
                 state: ClaimState::Claimed,
@@ -597,6 +661,9 @@ impl Slicer {
                             tracing::error!(key, error = %e, "took over a slice but cannot read its firings; housekeeping will rescue them");
                         }
                     }
+                    if unread {
+                        tracing::warn!(key, "took over a slice whose claim could not be read");
+                    }
                     outcome.taken_over.push(key);
                 }
                 // Another replica was faster; the watch will tell us.
@@ -607,30 +674,85 @@ impl Slicer {
 
     fn forget_old(&self, now_ms: i64) {
         let horizon = now_ms - self.config.takeover_window.as_millis() as i64;
-        self.claims()
-            .retain(|key, _| slice_start(key).is_some_and(|s| s >= horizon));
+        let recent = |key: &String| slice_start(key).is_some_and(|s| s >= horizon);
+        self.claims().retain(|key, _| recent(key));
         self.claimed_early
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|key| slice_start(key).is_some_and(|s| s >= horizon));
+            .retain(recent);
+        self.unmarked_marks().retain(|key, _| recent(key));
     }
 
-    /// Marks an owned slice published once all its firings are acknowledged.
-    pub async fn mark_published(&self, key: &str) {
+    fn unmarked_marks(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, (tokio::time::Instant, Duration)>> {
+        self.unmarked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks an owned slice published once all its firings are
+    /// acknowledged. A mark that fails (the bucket between leaders, NATS
+    /// unreachable) is tried again by the next passes, with a backoff
+    /// (see [`Slicer::retry_marks`]); returns whether it holds now.
+    pub async fn mark_published(&self, key: &str) -> bool {
+        let marked = self.try_mark(key).await;
+        let mut unmarked = self.unmarked_marks();
+        match marked {
+            Mark::Failed => {
+                let delay = unmarked
+                    .get(key)
+                    .map_or(MARK_RETRY_FIRST, |(_, delay)| *delay);
+                unmarked.insert(
+                    key.to_string(),
+                    (
+                        tokio::time::Instant::now() + delay,
+                        (delay * 2).min(MARK_RETRY_MAX),
+                    ),
+                );
+                false
+            }
+            Mark::Done | Mark::NotOurs => {
+                unmarked.remove(key);
+                marked == Mark::Done
+            }
+        }
+    }
+
+    /// Tries again each failed published mark that is due.
+    pub async fn retry_marks(&self) {
+        let now = tokio::time::Instant::now();
+        let due: Vec<String> = self
+            .unmarked_marks()
+            .iter()
+            .filter(|(_, (at, _))| *at <= now)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in due {
+            if self.mark_published(&key).await {
+                tracing::info!(key, "marked a slice published on a later try");
+            }
+        }
+    }
+
+    /// One try at marking `key` published.
+    async fn try_mark(&self, key: &str) -> Mark {
         let known = self.claims().get(key).cloned();
         let Some(Known {
             value: Some(mut value),
             revision,
         }) = known
         else {
-            return;
+            return Mark::NotOurs;
         };
         if value.owner != self.replica {
-            return;
+            return Mark::NotOurs;
+        }
+        if value.state == ClaimState::Published {
+            // An earlier try that seemed to fail held after all.
+            return Mark::Done;
         }
         value.state = ClaimState::Published;
         let Ok(bytes) = serde_json::to_vec(&value) else {
-            return;
+            return Mark::NotOurs;
         };
         match self.kv.update(key, bytes.into(), revision).await {
             Ok(new_revision) => {
@@ -641,8 +763,14 @@ impl Slicer {
                         revision: new_revision,
                     },
                 );
+                Mark::Done
             }
-            Err(e) => tracing::debug!(key, error = %e, "cannot mark slice published (taken over?)"),
+            Err(e) => {
+                // Taken over, or the bucket did not answer: the watch
+                // tells which before the next try.
+                tracing::debug!(key, error = %e, "cannot mark slice published; trying again");
+                Mark::Failed
+            }
         }
     }
 
@@ -688,15 +816,21 @@ impl Slicer {
     }
 
     /// Follows the bucket so every replica knows every claim's owner and
-    /// revision, and every replica's liveness.
+    /// revision, and every replica's liveness. Each (re)start of the watch
+    /// delivers every key's current value first: claims made before this
+    /// replica started, or changed while its watch was down, are known too,
+    /// and a takeover or a mark is never tried with a revision that can no
+    /// longer match.
     async fn watch(
         claims: Arc<Mutex<HashMap<String, Known>>>,
-        alive: Arc<Mutex<HashMap<String, i64>>>,
+        alive: Arc<Mutex<HashMap<String, Seen>>>,
         kv: kv::Store,
+        liveness: Duration,
         shutdown: CancellationToken,
     ) {
+        let liveness_ms = i64::try_from(liveness.as_millis()).unwrap_or(i64::MAX);
         loop {
-            let mut watch = match kv.watch_all().await {
+            let mut watch = match kv.watch_with_history(">").await {
                 Ok(w) => w,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot watch slice claims; retrying");
@@ -719,7 +853,13 @@ impl Slicer {
                             Operation::Put => {
                                 if let Ok(value) = serde_json::from_slice::<Liveness>(&entry.value)
                                 {
-                                    alive.insert(owner, value.alive_until_ms);
+                                    let seen = Seen::renewed(
+                                        alive.get(&owner).copied(),
+                                        value.alive_until_ms,
+                                        Utc::now().timestamp_millis(),
+                                        liveness_ms,
+                                    );
+                                    alive.insert(owner, seen);
                                 }
                             }
                             Operation::Delete | Operation::Purge => {
@@ -760,6 +900,28 @@ impl Slicer {
         }
     }
 
+    /// Follows the bucket (claims and liveness) and keeps this replica's
+    /// liveness key fresh until `stop` or until the handles are dropped:
+    /// what [`Slicer::run`] runs beside its passes, for tests that call
+    /// [`Slicer::run_once`] themselves.
+    pub fn follow(&self, stop: CancellationToken) -> [AbortOnDropHandle<()>; 2] {
+        [
+            AbortOnDropHandle::new(tokio::spawn(Self::watch(
+                self.claims.clone(),
+                self.alive.clone(),
+                self.kv.clone(),
+                self.config.liveness,
+                stop.clone(),
+            ))),
+            AbortOnDropHandle::new(tokio::spawn(Self::beat(
+                self.replica.clone(),
+                self.kv.clone(),
+                self.config.liveness,
+                stop,
+            ))),
+        ]
+    }
+
     /// Runs until `shutdown`: a pass every tick, marking finished slices in
     /// between. After `shutdown` it keeps marking slices while the publisher
     /// drains the wheel, and once `drained` it releases whatever slice is
@@ -774,18 +936,7 @@ impl Slicer {
         shutdown: CancellationToken,
         drained: CancellationToken,
     ) {
-        let _watching = AbortOnDropHandle::new(tokio::spawn(Self::watch(
-            self.claims.clone(),
-            self.alive.clone(),
-            self.kv.clone(),
-            drained.clone(),
-        )));
-        let _beating = AbortOnDropHandle::new(tokio::spawn(Self::beat(
-            self.replica.clone(),
-            self.kv.clone(),
-            self.config.liveness,
-            drained.clone(),
-        )));
+        let _following = self.follow(drained.clone());
         // Claims and takeovers run side by side: a claim pass waits for its
         // staging, spread over up to half a slice (`stage_spread`), and a
         // dead replica's slices must not wait behind that.
@@ -839,42 +990,122 @@ impl Slicer {
                         tracing::debug!(?outcome, "slicer takeover pass");
                     }
                 }
-                Some(key) = done.recv() => self.mark_published(&key).await,
+                Some(key) = done.recv() => {
+                    self.mark_published(&key).await;
+                }
                 _ = drained.cancelled() => return,
             }
         }
     }
 }
 
-/// Whether a claim's owner whose liveness key was last seen holding
-/// `owner_alive_until` is gone at `now_ms`, judged by a replica that last
-/// saw its own key hold `own_alive_until` (`None`: never seen), which must
-/// have at least `margin_ms` to run (see [`Slicer::gone`]).
-fn owner_gone(
-    own_alive_until: Option<i64>,
-    owner_alive_until: Option<i64>,
-    now_ms: i64,
-    margin_ms: i64,
-) -> bool {
-    own_alive_until.is_some_and(|own| own >= now_ms.saturating_add(margin_ms))
-        && owner_alive_until.is_some_and(|until| until < now_ms)
+/// How many livenesses an owner seen alive is given after a stall of the
+/// bucket or of the watch (see the module docs).
+pub const LIVE_GRACE_LIVENESSES: i64 = 2;
+
+/// The first delay before a failed published mark is tried again; it
+/// doubles up to [`MARK_RETRY_MAX`].
+const MARK_RETRY_FIRST: Duration = Duration::from_millis(100);
+const MARK_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// What one try at marking a slice published did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mark {
+    Done,
+    /// Not this replica's claim (any more): nothing to mark.
+    NotOurs,
+    /// The bucket did not take it: try again.
+    Failed,
 }
 
-/// The claims of `known` that `me` may take over (their owner `gone` or
-/// their lease over), with their revisions, the slice due first first: a
-/// dead replica leaves several, and the later ones can wait.
-fn stale_due_first(
-    known: Vec<(String, u64, ClaimValue)>,
-    me: &str,
+/// A replica's liveness key as this replica's watch saw it. Instants are UTC
+/// ms; `received_ms` and `steady_since_ms` are this replica's clock, at the
+/// time the watch delivered a renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    /// What the key says: the owner counts as gone after this.
+    alive_until_ms: i64,
+    /// When the last renewal was seen.
+    received_ms: i64,
+    /// When the renewals seen since without a gap began: a gap is a
+    /// liveness without a renewal seen (renewals come four times as often),
+    /// so after a leader election of the bucket or a stalled watch this is
+    /// the first renewal seen after it.
+    steady_since_ms: i64,
+}
+
+impl Seen {
+    /// The record after a renewal holding `alive_until_ms` was seen at
+    /// `now_ms`, following `before`.
+    fn renewed(before: Option<Seen>, alive_until_ms: i64, now_ms: i64, liveness_ms: i64) -> Seen {
+        let steady_since_ms = match before {
+            Some(before) if now_ms.saturating_sub(before.received_ms) <= liveness_ms => {
+                before.steady_since_ms
+            }
+            _ => now_ms,
+        };
+        Seen {
+            alive_until_ms,
+            received_ms: now_ms,
+            steady_since_ms,
+        }
+    }
+}
+
+/// Whether a claim's owner, seen as `owner` (`None`: never seen), is gone at
+/// `now_ms`, judged by a replica that sees its own key as `own`: its own key
+/// must have at least `margin_ms` to run and have been renewed without a gap
+/// for `grace_ms` (see [`Slicer::gone`]).
+fn owner_gone(
+    own: Option<Seen>,
+    owner: Option<Seen>,
     now_ms: i64,
-    gone: impl Fn(&str) -> bool,
-) -> Vec<(String, u64)> {
-    let mut stale: Vec<(String, u64)> = known
+    margin_ms: i64,
+    grace_ms: i64,
+) -> bool {
+    own.is_some_and(|own| {
+        own.alive_until_ms >= now_ms.saturating_add(margin_ms)
+            && own.steady_since_ms.saturating_add(grace_ms) <= now_ms
+    }) && owner.is_some_and(|owner| owner.alive_until_ms < now_ms)
+}
+
+/// Whether the lease of a claim that ends at `until_ms` is over at `now_ms`,
+/// for an owner seen as `owner`. An owner whose key is seen fresh keeps its
+/// claim `grace_ms` longer, counted from the lease's end or from the first
+/// renewal seen after a gap, whichever is later: after a stall it can mark
+/// the slices it published meanwhile before anyone publishes them again.
+fn lease_over(until_ms: i64, owner: Option<Seen>, now_ms: i64, grace_ms: i64) -> bool {
+    match owner {
+        Some(owner) if owner.alive_until_ms >= now_ms => {
+            until_ms.max(owner.steady_since_ms).saturating_add(grace_ms) < now_ms
+        }
+        _ => until_ms < now_ms,
+    }
+}
+
+/// A claim as the takeover pass judges it.
+enum Claim<'a> {
+    Read(&'a ClaimValue),
+    /// A value that is not a claim; its key.
+    Unread(&'a str),
+}
+
+/// The claims of `known` this replica may take over (`takeable`), with their
+/// revisions and whether their value could not be read, the slice due first
+/// first: a dead replica leaves several, and the later ones can wait.
+fn stale_due_first(
+    known: Vec<(String, u64, Option<ClaimValue>)>,
+    takeable: impl Fn(Claim<'_>) -> bool,
+) -> Vec<(String, u64, bool)> {
+    let mut stale: Vec<(String, u64, bool)> = known
         .into_iter()
-        .filter(|(_, _, v)| v.takeable_by(me, now_ms, gone(&v.owner)))
-        .map(|(key, revision, _)| (key, revision))
+        .filter(|(key, _, value)| match value {
+            Some(value) => takeable(Claim::Read(value)),
+            None => takeable(Claim::Unread(key)),
+        })
+        .map(|(key, revision, value)| (key, revision, value.is_none()))
         .collect();
-    stale.sort_by_key(|(key, _)| slice_start(key));
+    stale.sort_by_key(|(key, _, _)| slice_start(key));
     stale
 }
 
@@ -884,12 +1115,23 @@ mod tests {
 
     const SECOND: i64 = 1_000;
 
+    /// A key seen renewed steadily since `since`, now holding `until`.
+    fn seen(until: i64, since: i64) -> Option<Seen> {
+        Some(Seen {
+            alive_until_ms: until,
+            received_ms: until - SECOND,
+            steady_since_ms: since,
+        })
+    }
+
     #[test]
     fn a_dead_replicas_slices_are_taken_over_the_first_due_first() {
-        let claim = |owner: &str| ClaimValue {
-            owner: owner.to_string(),
-            state: ClaimState::Claimed,
-            until_ms: 10 * SECOND,
+        let claim = |owner: &str| {
+            Some(ClaimValue {
+                owner: owner.to_string(),
+                state: ClaimState::Claimed,
+                until_ms: 10 * SECOND,
+            })
         };
         let known = vec![
             (slice_key(3 * SECOND, 0), 7, claim("dead")),
@@ -898,45 +1140,149 @@ mod tests {
             (slice_key(2 * SECOND, 0), 6, claim("dead")),
             (slice_key(0, 0), 4, claim("me")),
         ];
-        let stale = stale_due_first(known, "me", 2 * SECOND, |owner| owner == "dead");
+        let stale = stale_due_first(known, |claim| match claim {
+            Claim::Read(value) => value.takeable_by("me", value.owner == "dead", false),
+            Claim::Unread(_) => false,
+        });
         assert_eq!(
             stale,
             [
-                (slice_key(SECOND, 0), 5),
-                (slice_key(2 * SECOND, 0), 6),
-                (slice_key(3 * SECOND, 0), 7)
+                (slice_key(SECOND, 0), 5, false),
+                (slice_key(2 * SECOND, 0), 6, false),
+                (slice_key(3 * SECOND, 0), 7, false)
             ]
         );
     }
 
     #[test]
+    fn an_unreadable_claim_is_judged_by_its_slice() {
+        let known = vec![
+            (slice_key(2 * SECOND, 0), 3, None),
+            (slice_key(SECOND, 0), 2, None),
+        ];
+        let stale = stale_due_first(known, |claim| match claim {
+            Claim::Unread(key) => slice_start(key) == Some(SECOND),
+            Claim::Read(_) => true,
+        });
+        assert_eq!(stale, [(slice_key(SECOND, 0), 2, true)]);
+    }
+
+    #[test]
     fn a_lapsed_key_proves_its_owner_gone_only_while_the_judge_sees_its_own_renewed() {
-        let margin = 500;
+        let (margin, grace) = (500, 2 * SECOND);
         // Its own key seen fresh (until 4.8 s at 4 s): the other's, lapsed at 3 s, is gone.
         assert!(owner_gone(
-            Some(4_800),
-            Some(3 * SECOND),
+            seen(4_800, 0),
+            seen(3 * SECOND, 0),
             4 * SECOND,
-            margin
+            margin,
+            grace
         ));
         assert!(!owner_gone(
-            Some(4_800),
-            Some(6 * SECOND),
+            seen(4_800, 0),
+            seen(6 * SECOND, 0),
             4 * SECOND,
-            margin
+            margin,
+            grace
         ));
         assert!(
-            !owner_gone(Some(4_800), None, 4 * SECOND, margin),
+            !owner_gone(seen(4_800, 0), None, 4 * SECOND, margin, grace),
             "never seen"
         );
         // The watch stalled (or no key can be renewed): every key seen
         // lapses, its own a moment after the other's. Nobody is gone.
-        assert!(!owner_gone(Some(4_200), Some(3_950), 4 * SECOND, margin));
-        assert!(!owner_gone(Some(3_900), Some(3_800), 4 * SECOND, margin));
+        assert!(!owner_gone(
+            seen(4_200, 0),
+            seen(3_950, 0),
+            4 * SECOND,
+            margin,
+            grace
+        ));
+        assert!(!owner_gone(
+            seen(3_900, 0),
+            seen(3_800, 0),
+            4 * SECOND,
+            margin,
+            grace
+        ));
         assert!(
-            !owner_gone(None, Some(SECOND), 4 * SECOND, margin),
+            !owner_gone(None, seen(SECOND, 0), 4 * SECOND, margin, grace),
             "its own never seen"
         );
+    }
+
+    #[test]
+    fn after_a_stall_the_others_have_two_livenesses_to_renew_before_they_are_judged() {
+        let (margin, grace) = (500, 2 * SECOND);
+        // The bucket had no leader until 10 s. The judge's own renewals show
+        // again from 10 s; the owner's last renewal seen lapsed at 3 s, and
+        // its next one is on its way.
+        let owner = seen(3 * SECOND, 0);
+        for now in [10_100, 11_000, 11_900] {
+            let own = seen(now + 900, 10 * SECOND);
+            assert!(
+                !owner_gone(own, owner, now, margin, grace),
+                "judged at {now} ms"
+            );
+        }
+        // A replica that stays silent two livenesses after the stall is gone.
+        assert!(owner_gone(
+            seen(12_900, 10 * SECOND),
+            owner,
+            12 * SECOND,
+            margin,
+            grace
+        ));
+    }
+
+    #[test]
+    fn an_owner_seen_alive_keeps_its_claim_two_livenesses_past_its_lease() {
+        let grace = 2 * SECOND;
+        let lease_end = 5 * SECOND;
+        // Not seen, or seen lapsed: the lease alone.
+        assert!(lease_over(lease_end, None, 5_001, grace));
+        assert!(lease_over(lease_end, seen(4 * SECOND, 0), 5_001, grace));
+        assert!(!lease_over(lease_end, None, lease_end, grace));
+        // Seen alive, renewing steadily: two livenesses more.
+        assert!(!lease_over(
+            lease_end,
+            seen(8 * SECOND, 0),
+            6 * SECOND,
+            grace
+        ));
+        assert!(!lease_over(
+            lease_end,
+            seen(8 * SECOND, 0),
+            7 * SECOND,
+            grace
+        ));
+        assert!(lease_over(lease_end, seen(8 * SECOND, 0), 7_001, grace));
+        // Seen alive again after a stall that outlasted the lease: counted
+        // from its first renewal after it.
+        assert!(!lease_over(
+            lease_end,
+            seen(12 * SECOND, 10 * SECOND),
+            11 * SECOND,
+            grace
+        ));
+        assert!(lease_over(
+            lease_end,
+            seen(13 * SECOND, 10 * SECOND),
+            12_001,
+            grace
+        ));
+    }
+
+    #[test]
+    fn renewals_without_a_gap_keep_their_start() {
+        let liveness = SECOND;
+        let first = Seen::renewed(None, 2 * SECOND, SECOND, liveness);
+        assert_eq!(first.steady_since_ms, SECOND);
+        let next = Seen::renewed(Some(first), 2_250, 1_250, liveness);
+        assert_eq!((next.steady_since_ms, next.received_ms), (SECOND, 1_250));
+        // Nothing seen for more than a liveness: steady again only from now.
+        let after_gap = Seen::renewed(Some(next), 9 * SECOND, 8 * SECOND, liveness);
+        assert_eq!(after_gap.steady_since_ms, 8 * SECOND);
     }
 
     #[test]

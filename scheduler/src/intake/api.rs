@@ -120,7 +120,9 @@ impl Caller {
     }
 }
 
-/// Parses a request body into `T`, naming the offending field on failure.
+/// Parses a request body (an API request, a worker's start request or
+/// finished event) into `T`, naming the offending field on failure; a body
+/// that is not JSON, or not of the right shape as a whole, names none.
 pub fn parse_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         b"{}".as_slice()
@@ -129,6 +131,12 @@ pub fn parse_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     };
     let de = &mut serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(de).map_err(|e| {
+        // serde reads a struct from an array too, and would name its items
+        // (`[0]`) as the fields at fault. Looked at only on failure: the
+        // body is parsed once when it is right.
+        if serde_json::from_slice::<Value>(body).is_ok_and(|v| !v.is_object()) {
+            return ApiError::invalid_request("the request is not a JSON object");
+        }
         let path = e.path().to_string();
         let inner = e.into_inner();
         let text = inner.to_string();
@@ -146,7 +154,7 @@ pub fn parse_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             (None, _) => String::new(),
         };
         if inner.is_syntax() || inner.is_eof() {
-            ApiError::invalid("", format!("the request is not valid JSON: {text}"))
+            ApiError::invalid_request(format!("the request is not valid JSON: {text}"))
         } else {
             ApiError::invalid(field, text)
         }
@@ -155,7 +163,7 @@ pub fn parse_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 
 fn parse_value(body: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(body)
-        .map_err(|e| ApiError::invalid("", format!("the request is not valid JSON: {e}")))
+        .map_err(|e| ApiError::invalid_request(format!("the request is not valid JSON: {e}")))
 }
 
 fn check_id(id: &str) -> Result<(), ApiError> {

@@ -79,10 +79,9 @@ impl Submit {
         let value: serde_json::Value = match serde_json::from_slice(body) {
             Ok(v) => v,
             Err(e) => {
-                return Applied::Rejected(ApiError::invalid(
-                    "",
-                    format!("the submission is not valid JSON: {e}"),
-                ))
+                return Applied::Rejected(ApiError::invalid_request(format!(
+                    "the submission is not valid JSON: {e}"
+                )))
             }
         };
         let (spec, expected) = match (

@@ -33,10 +33,34 @@ use serde::Serialize;
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-/// What a success sets on the firing row, from the batch row `r` (`id`,
-/// `output`) at `$3`.
-const SET_SUCCEEDED: &str =
-    "state = 'succeeded', finished_at = $3, error = NULL, output = r.output";
+/// What a success sets on firing row `firing` (the table or its alias),
+/// from the batch row `r` (`id`, `output`, `ran_ms`), applied at `$3`.
+fn set_succeeded(backend: Backend, firing: &str) -> String {
+    format!(
+        "state = 'succeeded', finished_at = {}, error = NULL, output = r.output",
+        ended_at(backend, &format!("{firing}.started_at"), "r.ran_ms", "$3")
+    )
+}
+
+/// The instant a reported run ended, as history records it: the firing's
+/// accepted start (`started`) plus the run time its worker measured
+/// (`ran`, ms: its `finished_at` minus its `started_at`, both read on the
+/// worker's clock, so an offset between the clocks cancels out), never
+/// after the event is applied (`now`) nor before the start.
+fn ended_at(backend: Backend, started: &str, ran: &str, now: &str) -> String {
+    let start = format!("COALESCE({started}, {now})");
+    match backend {
+        Backend::Postgres => format!("GREATEST(LEAST({start} + {ran}, {now}), {start})"),
+        Backend::Sqlite => format!("MAX(MIN({start} + {ran}, {now}), {start})"),
+    }
+}
+
+/// The run time an event reports, in ms (0 for times in the wrong order).
+fn ran_ms(event: &Finished) -> i64 {
+    (event.finished_at - event.started_at)
+        .num_milliseconds()
+        .max(0)
+}
 
 /// Resets the failure count of the jobs the appended subquery names.
 const RESET_FAILURES: &str =
@@ -118,9 +142,12 @@ fn ending(event: &Finished) -> (FiringState, Option<String>) {
             FiringState::Failed,
             Some(detail.unwrap_or("failed").to_string()),
         ),
+        // A worker's own words may already say so (the reference worker's
+        // do): the error says it once.
         Outcome::TimedOut => (
             FiringState::Failed,
             Some(match detail {
+                Some(d) if d.starts_with("timed out") => d.to_string(),
                 Some(d) => format!("timed out: {d}"),
                 None => "timed out".to_string(),
             }),
@@ -138,6 +165,7 @@ struct Succeeded<'a> {
     id: &'a str,
     job_id: &'a str,
     output: Option<&'a str>,
+    ran_ms: i64,
 }
 
 impl Store {
@@ -189,6 +217,7 @@ impl Store {
             id: String,
             worker_id: &'a str,
             output: Option<&'a str>,
+            ran_ms: i64,
             /// Which event it records (not sent).
             #[serde(skip)]
             event: usize,
@@ -201,6 +230,7 @@ impl Store {
                 id: events[i].firing_id.to_string(),
                 worker_id: events[i].worker_id.as_str(),
                 output: events[i].output.as_deref(),
+                ran_ms: ran_ms(&events[i]),
                 event: i,
             })
             .collect();
@@ -215,8 +245,10 @@ impl Store {
                 ("id", Col::Text),
                 ("worker_id", Col::Text),
                 ("output", Col::Text),
+                ("ran_ms", Col::Int),
             ],
         );
+        let set_succeeded = set_succeeded(self.backend, "f");
         // Of firing `f` of batch row `r`, its job joined as `j`.
         let plain = format!(
             "f.state IN {} \
@@ -234,7 +266,7 @@ impl Store {
             // looked up again.
             Backend::Postgres => format!(
                 "WITH succeeded AS ( \
-                     UPDATE firings f SET {SET_SUCCEEDED} \
+                     UPDATE firings f SET {set_succeeded} \
                      FROM {done_rows}, jobs j \
                      WHERE f.id = r.id AND j.id = f.job_id AND {plain} \
                      RETURNING f.id, f.job_id, j.consecutive_failures <> 0 AS failed_before), \
@@ -251,7 +283,7 @@ impl Store {
                  {RESET_FAILURES} (SELECT f.job_id FROM {done_rows} \
                      JOIN firings f ON f.id = r.id JOIN jobs j ON j.id = f.job_id \
                      WHERE {plain}); \
-                 UPDATE firings AS f SET {SET_SUCCEEDED} \
+                 UPDATE firings AS f SET {set_succeeded} \
                  FROM {done_rows}, jobs j WHERE f.id = r.id AND j.id = f.job_id AND {plain} \
                  RETURNING id; \
                  DELETE FROM executing WHERE firing_id IN (SELECT r.id FROM {done_rows}) \
@@ -312,6 +344,7 @@ impl Store {
                         id: row.firing.text.as_str(),
                         job_id: row.firing.id.job_id.as_str(),
                         output: event.output.as_deref(),
+                        ran_ms: ran_ms(event),
                     });
                     leases.push(Lease {
                         id: row.firing.text.as_str(),
@@ -360,9 +393,16 @@ impl Store {
         }
         let batch = json_text(done)?;
         let update = format!(
-            "UPDATE firings SET {SET_SUCCEEDED} FROM {} WHERE firings.id = r.id",
-            self.backend
-                .json_rows(1, &[("id", Col::Text), ("output", Col::Text)])
+            "UPDATE firings SET {} FROM {} WHERE firings.id = r.id",
+            set_succeeded(self.backend, "firings"),
+            self.backend.json_rows(
+                1,
+                &[
+                    ("id", Col::Text),
+                    ("output", Col::Text),
+                    ("ran_ms", Col::Int)
+                ]
+            )
         );
         sqlx::query(&update)
             .bind_rows(&batch)
@@ -378,6 +418,35 @@ impl Store {
             .execute(&mut **tx)
             .await?;
         Ok(())
+    }
+
+    /// Ends firing `id` in a final `state` as reported by `event`: its
+    /// output, and the end its worker measured (see [`ended_at`]), which it
+    /// returns (UTC ms).
+    async fn end_reported(
+        &self,
+        tx: &mut Tx,
+        id: &str,
+        state: FiringState,
+        error: Option<&str>,
+        event: &Finished,
+        now: i64,
+    ) -> Result<i64, StoreError> {
+        let sql = format!(
+            "UPDATE firings SET state = $2, finished_at = {}, error = $4, output = $5 \
+             WHERE id = $1 RETURNING finished_at",
+            ended_at(self.backend, "started_at", "$6", "$3")
+        );
+        let ended: Option<i64> = sqlx::query_scalar(&sql)
+            .bind(id)
+            .bind(state.as_str())
+            .bind(now)
+            .bind(error)
+            .bind(event.output.as_deref())
+            .bind(ran_ms(event))
+            .fetch_optional(&mut **tx)
+            .await?;
+        Ok(ended.unwrap_or(now))
     }
 
     /// Applies one finished event with every policy.
@@ -406,24 +475,20 @@ impl Store {
         let (state, error) = ending(event);
         let mut outcome = FinishOutcome::new(event.firing_id.clone(), true, Some(state));
         let job_id = firing.id.job_id.as_str();
-        if state == FiringState::Succeeded {
+        // When the run ended, as recorded: a retry's delay counts from it.
+        let ended = if state == FiringState::Succeeded {
             let done = Succeeded {
                 id,
                 job_id,
                 output: event.output.as_deref(),
+                ran_ms: ran_ms(event),
             };
             self.succeed(tx, &[done], now).await?;
+            now
         } else {
-            end_firing(
-                tx,
-                id,
-                state,
-                error.as_deref(),
-                event.output.as_deref(),
-                now,
-            )
-            .await?;
-        }
+            self.end_reported(tx, id, state, error.as_deref(), event, now)
+                .await?
+        };
 
         // A shard's success decides its instant's: the job row is locked
         // first, so two last shards finishing at once decide one after the
@@ -443,13 +508,14 @@ impl Store {
                 None => Ended::ByTheJob,
             };
             outcome.retry = self
-                .retry(tx, &firing, job.as_ref(), now, retry_delay, by)
+                .retry(tx, &firing, job.as_ref(), now, ended, retry_delay, by)
                 .await?;
             let mut error = error.unwrap_or_else(|| "failed".to_string());
             if outcome.retry.is_none() && interrupted.is_some() && job.is_some() {
                 outcome.exhausted = true;
                 error = exhausted(&error, firing.infra_retries);
-                end_firing(tx, id, state, Some(&error), event.output.as_deref(), now).await?;
+                self.end_reported(tx, id, state, Some(&error), event, now)
+                    .await?;
             }
             if outcome.retry.is_none() {
                 outcome.alerts.push(firing.alert(
@@ -642,6 +708,90 @@ mod tests {
         let event = run(&test, &next, Outcome::Succeeded).await;
         succeed_on_the_fast_path(&test, event).await;
         assert_eq!(failures().await, 0);
+    }
+
+    /// The recorded end of firing `id` (UTC ms).
+    async fn recorded_end(test: &TestStore, id: &FiringId) -> i64 {
+        let (at,): (i64,) = sqlx::query_as("SELECT finished_at FROM firings WHERE id = $1")
+            .bind(id.to_string())
+            .fetch_one(&test.store.read)
+            .await
+            .expect("the firing's end");
+        at
+    }
+
+    /// History records when a run ended as the accepted start plus the run
+    /// time its worker measured, whatever the worker's clock says, bounded
+    /// by the start and by when the event is applied; on the fast path (a
+    /// plain success) and the transaction path (a failure, a timeout) alike.
+    async fn the_end_is_the_start_plus_the_reported_run_time(test: TestStore) {
+        let second = chrono::Duration::seconds(1);
+        let applied = now() + second * 60;
+        let retry_later =
+            |_: &chime_common::RetryPolicy, _: u32| std::time::Duration::from_secs(3600);
+        // A worker whose clock is an hour behind ran it for 3 s.
+        let behind = now() - second * 3600;
+        let cases = [
+            (
+                Outcome::Succeeded,
+                behind,
+                behind + second * 3,
+                ms(now()) + 3_000,
+            ),
+            (
+                Outcome::Failed,
+                behind,
+                behind + second * 3,
+                ms(now()) + 3_000,
+            ),
+            (
+                Outcome::TimedOut,
+                behind,
+                behind + second * 3,
+                ms(now()) + 3_000,
+            ),
+            // A run longer than the time since the start: the end is when
+            // the event is applied.
+            (
+                Outcome::Succeeded,
+                now(),
+                now() + second * 3600,
+                ms(applied),
+            ),
+            (Outcome::Failed, now(), now() + second * 3600, ms(applied)),
+            // Times in the wrong order: the end is the start.
+            (Outcome::Succeeded, now(), now() - second * 5, ms(now())),
+            (Outcome::Failed, now(), now() - second * 5, ms(now())),
+        ];
+        for (i, (outcome, started_at, finished_at, expected)) in cases.into_iter().enumerate() {
+            let id = test.triggered_job(&format!("job-{i}"), now()).await;
+            let event = Finished {
+                started_at,
+                finished_at,
+                ..run(&test, &id, outcome).await
+            };
+            let applied_events = test
+                .store
+                .finish(&[event], applied, &retry_later)
+                .await
+                .expect("applied");
+            assert!(applied_events[0].applied, "{applied_events:?}");
+            assert_eq!(
+                recorded_end(&test, &id).await,
+                expected,
+                "case {i}: {outcome:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn postgres_records_the_start_plus_the_reported_run_time() {
+        the_end_is_the_start_plus_the_reported_run_time(TestStore::postgres().await).await;
+    }
+
+    #[tokio::test]
+    async fn sqlite_records_the_start_plus_the_reported_run_time() {
+        the_end_is_the_start_plus_the_reported_run_time(TestStore::sqlite().await).await;
     }
 
     #[tokio::test]

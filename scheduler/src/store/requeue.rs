@@ -82,6 +82,7 @@ impl Store {
                 &firing,
                 job.as_ref(),
                 now,
+                now,
                 retry_delay,
                 Ended::ByTheInfrastructure,
             )

@@ -38,7 +38,7 @@ pub(super) enum Ended {
     ByTheInfrastructure,
 }
 
-/// When the next attempt is due, `delay` after `now`; `None` when that does
+/// When the next attempt is due, `delay` after `now` (its attempt's end); `None` when that does
 /// not fit (a delay validation never lets in), which ends the firing
 /// instead of retrying it.
 fn retry_due(now: i64, delay: Duration) -> Option<i64> {
@@ -59,13 +59,16 @@ impl Store {
     /// unreadable) allows another, `by` the job's retry policy or the
     /// infrastructure budget; returns it and when it is due, or `None` when
     /// no attempt remains. Either waits the job's retry delay for the
-    /// retries of its kind so far.
+    /// retries of its kind so far, counted from `ended_at`, when the
+    /// attempt ended (`now` for an attempt the scheduler ended itself).
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn retry(
         &self,
         tx: &mut Tx,
         ended: &FiringRow,
         job: Option<&JobRow>,
         now: i64,
+        ended_at: i64,
         retry_delay: &RetryDelay,
         by: Ended,
     ) -> Result<Option<(FiringId, DateTime<Utc>)>, StoreError> {
@@ -85,7 +88,7 @@ impl Store {
         let due = job
             .map(|j| &j.spec.retry)
             .filter(|_| allowed)
-            .and_then(|policy| retry_due(now, retry_delay(policy, nth)));
+            .and_then(|policy| retry_due(ended_at, retry_delay(policy, nth)));
         let Some(due) = due else {
             return Ok(None);
         };

@@ -18,6 +18,7 @@
 //! nobody's fault: events wait, without limit.
 
 use crate::firing::immediate::Wake;
+use crate::intake::api::parse_request;
 use crate::ops::alerts::Alerts;
 use crate::ops::dead_letter::{exhausted, DeadLetter, DeadLetterKind};
 use crate::ops::metrics::Metrics;
@@ -199,7 +200,7 @@ impl Finishes {
                     continue;
                 }
             };
-            match serde_json::from_slice::<Finished>(&message.payload) {
+            match parse_request::<Finished>(&message.payload) {
                 Ok(event) if !self.reports_as_itself(&message.subject, &event) => {
                     let error = ApiError::invalid(
                         "worker_id",
@@ -214,9 +215,10 @@ impl Finishes {
                     events.push(event);
                     messages.push(message);
                 }
-                Err(e) => {
-                    // No delivery will ever parse it: dead-letter it at once.
-                    let error = ApiError::invalid("", format!("not a finished event: {e}"));
+                Err(mut error) => {
+                    // No delivery will ever parse it: dead-letter it at once,
+                    // naming the field serde stopped at.
+                    error.message = format!("not a finished event: {}", error.message);
                     self.give_up(&message, error).await;
                 }
             }

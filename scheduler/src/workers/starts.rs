@@ -15,6 +15,7 @@
 //! nobody's fault: workers are told `unavailable` and ask again.
 
 use crate::firing::unstarted::Unstarted;
+use crate::intake::api::parse_request;
 use crate::intake::replies::{Replies, ReplyKind};
 use crate::ops::alerts::Alerts;
 use crate::ops::dead_letter::{DeadLetter, DeadLetterKind};
@@ -289,7 +290,7 @@ impl Starts {
         let mut asked = Vec::new();
         for message in batch {
             let Some(reply) = message.reply.clone() else {
-                let error = ApiError::invalid("", "a start request needs a reply subject");
+                let error = ApiError::invalid_request("a start request needs a reply subject");
                 self.dead_letter(DeadLetter::of_core(DeadLetterKind::Start, &message, error))
                     .await;
                 continue;
@@ -299,7 +300,7 @@ impl Starts {
             if !self.replies.accepts(ReplyKind::Start, &reply) {
                 continue;
             }
-            match serde_json::from_slice::<StartRequest>(&message.payload) {
+            match parse_request::<StartRequest>(&message.payload) {
                 Ok(request) if !self.asks_as_itself(&message.subject, &request) => {
                     self.refuse_forged(&request, StartRefusal::WrongWorker);
                     self.reply(reply, &StartReply::refused(StartRefusal::WrongWorker))
@@ -309,8 +310,9 @@ impl Starts {
                     valid.push(request);
                     asked.push((message, reply));
                 }
-                Err(e) => {
-                    let error = ApiError::invalid("", format!("not a start request: {e}"));
+                Err(mut error) => {
+                    // The field serde stopped at stays named in `field`.
+                    error.message = format!("not a start request: {}", error.message);
                     self.reply(
                         reply,
                         &ErrorReply {

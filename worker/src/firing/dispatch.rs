@@ -92,9 +92,12 @@ impl Dispatcher {
             return;
         };
         if control.token().is_cancelled() {
-            // Shutting down past the drain grace, or fenced: leave it to another worker.
+            // Shutting down past the drain grace, or fenced: leave it to
+            // another worker. With a delay, as every NAK of a firing this
+            // worker will not start (docs/PROTOCOL.md §4): a bare NAK is
+            // redelivered at once, to whichever worker asks first.
             self.running.release(&id);
-            ack(&message, AckKind::Nak(None)).await;
+            ack(&message, AckKind::Nak(Some(self.nak_delay))).await;
             return;
         }
 

@@ -23,6 +23,11 @@
 //! - Otherwise the loop sleeps until the doorbell, the poll interval, a
 //!   thread freeing up (when threads were all busy), an open request ending
 //!   or shutdown.
+//! - A doorbell that rings while a fetch is in flight stays queued in the
+//!   subscription and is read after the round (`take_doorbells` or the
+//!   sleep's `select!`): its firings may have come just after the server
+//!   answered the fetch, so the loop does not sleep on it: the band is
+//!   fetched again, or served by a pull request opened on it.
 //! - While the worker is fenced (`fence.rs`) it fetches nothing.
 //! - Each fetched message's JetStream timestamp feeds the clock offset
 //!   estimate (`clock.rs`).

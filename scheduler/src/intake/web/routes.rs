@@ -185,7 +185,7 @@ pub async fn json_refusals(response: Response) -> Response {
     let error = match response.status() {
         _ if is_json => return response,
         StatusCode::PAYLOAD_TOO_LARGE => {
-            ApiError::invalid("", "the request body is larger than this server accepts")
+            ApiError::invalid_request("the request body is larger than this server accepts")
         }
         StatusCode::SERVICE_UNAVAILABLE | StatusCode::REQUEST_TIMEOUT => {
             ApiError::unavailable("the request took too long; retry later")
@@ -286,14 +286,12 @@ fn body_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     }
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(ApiError::invalid(
-            "",
+        Ok(_) => Err(ApiError::invalid_request(
             "the request body must be a JSON object",
         )),
-        Err(e) => Err(ApiError::invalid(
-            "",
-            format!("the request is not valid JSON: {e}"),
-        )),
+        Err(e) => Err(ApiError::invalid_request(format!(
+            "the request is not valid JSON: {e}"
+        ))),
     }
 }
 
