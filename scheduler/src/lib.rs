@@ -13,10 +13,13 @@
 //!   checkpoints and maintenance windows;
 //! - [`store`]: every state transition, in SQL (PostgreSQL or SQLite).
 //!
-//! [`replica`] wires them; [`lease`] elects the single-active services;
+//! [`replica`] starts them in order from [`config`], with the wiring in
+//! [`services`] (a table of the periodic ones); [`nats`] holds the NATS
+//! handles they share; [`lease`] elects the single-active services;
 //! [`pull`] reads the scheduler's own durable consumers; [`signals`] tells
 //! tests what the services did.
 
+pub mod config;
 pub mod firing;
 pub mod intake;
 pub mod lease;
@@ -30,4 +33,5 @@ pub mod signals;
 pub mod store;
 pub mod workers;
 
-pub use replica::{Replica, SchedulerConfig};
+pub use config::SchedulerConfig;
+pub use replica::Replica;

@@ -9,6 +9,7 @@
 //! one replica at a time runs it, and whether a failed pass is a store
 //! error.
 
+use crate::config::SchedulerConfig;
 use crate::firing::claim::SliceProgress;
 use crate::firing::immediate::{Immediate, Wake};
 use crate::firing::publisher::Publisher;
@@ -30,7 +31,6 @@ use crate::recovery::expiry_monitor::ExpiryMonitor;
 use crate::recovery::housekeeping::Housekeeping;
 use crate::recovery::limit_release::LimitRelease;
 use crate::recovery::republisher::Republisher;
-use crate::replica::SchedulerConfig;
 use crate::signals::Signals;
 use crate::store::{Backend, Store};
 use crate::workers::finishes::Finishes;

@@ -25,7 +25,7 @@ fn slicer(id: &str, store: &Store, kv: &kv::Store) -> (Slicer, [AbortOnDropHandl
     let metrics = Metrics::new();
     let (progress, done) = SliceProgress::new();
     // Nothing drains the finished slices: the test marks them itself.
-    std::mem::forget(done);
+    Box::leak(Box::new(done));
     let slicer = Slicer::new(
         SlicerConfig::default(),
         id,
@@ -54,10 +54,10 @@ async fn setup() -> (
         .await
         .expect("store");
     let js = jetstream::new(nats.connect().await);
-    let topology = chime_common::topology::Topology::new(
+    let topology = chime_runtime::topology::Topology::new(
         js.clone(),
         chime_common::Subjects::default(),
-        chime_common::topology::TopologyConfig::default(),
+        chime_runtime::topology::TopologyConfig::default(),
     );
     topology.ensure().await.expect("streams and buckets");
     let kv = topology.slices().await.expect("slices bucket");
