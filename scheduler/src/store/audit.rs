@@ -1,8 +1,11 @@
 //! The audit trail: one row per mutating API request, whoever sent it.
 
+use super::error::StoreError;
+use super::handle::Store;
 use super::listing::{page_of, Conditions};
 use super::types::Page;
-use super::{at_ms, ms, page_limit, RowExt, Store, StoreError};
+use super::values::{at_ms, ms, RowExt};
+use chime_common::api::page_limit;
 use chime_common::api::AuditEntry;
 use chrono::{DateTime, Utc};
 

@@ -5,11 +5,13 @@
 //! adopts and publishes it like a retry; from there the job's overlap
 //! policy (at start) and retries (at finish) apply as to any firing.
 
+use super::error::StoreError;
+use super::handle::Store;
 use super::rows;
 use super::schedule::{compile, next_ms};
 use super::stage::NewFiring;
+use super::values::{ms, RowExt};
 use super::waiting::Waiting;
-use super::{ms, RowExt, Store, StoreError};
 use chime_common::api::BACKFILL_LIMIT_MAX;
 use chime_common::{FiringId, FiringState};
 use chrono::{DateTime, Utc};

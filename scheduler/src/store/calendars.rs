@@ -7,7 +7,9 @@
 //! silently loses its exclusions.
 
 use super::dialect::{BindRows, Col};
-use super::{id_batch, ms, truncate, RowExt, Store, StoreError};
+use super::error::StoreError;
+use super::handle::Store;
+use super::values::{id_batch, ms, truncate, RowExt};
 use chime_common::calendars::Calendar;
 use chime_common::JobSpec;
 use chrono::{DateTime, Utc};

@@ -3,11 +3,13 @@
 //! refused (`start.rs` refuses cancelled firings); a running one is handed
 //! back to be cancelled on its worker, which reports it `cancelled`.
 
+use super::error::StoreError;
+use super::handle::Store;
 use super::locks::Tx;
 use super::rows::{self, FIRING_COLUMNS};
 use super::states::{sources, sources_sql, Transition};
 use super::types::RunningFiring;
-use super::{ms, Store, StoreError};
+use super::values::ms;
 use chime_common::{Firing, FiringId, FiringState};
 use chrono::{DateTime, Utc};
 

@@ -1,7 +1,8 @@
 //! The database's clock and what the replicas' own clocks are measured
 //! against (see `crate::ops::clock_monitor`).
 
-use super::{Store, StoreError};
+use super::error::StoreError;
+use super::handle::Store;
 
 impl Store {
     /// The database clock minus this process's clock, at the midpoint of the

@@ -12,7 +12,9 @@
 //! later is.
 
 use super::dialect::{BindRows, Col};
-use super::{id_batch, RowExt, Store, StoreError};
+use super::error::StoreError;
+use super::handle::Store;
+use super::values::{id_batch, RowExt};
 use chime_common::JobSpec;
 use serde::Deserialize;
 use std::collections::{HashMap, VecDeque};

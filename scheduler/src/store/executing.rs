@@ -4,10 +4,12 @@
 //! and only for the worker that holds it.
 
 use super::dialect::{BindRows, Col};
+use super::error::StoreError;
+use super::handle::Store;
 use super::locks::Tx;
 use super::rows::{self, EXECUTING_COLUMNS};
 use super::types::{ExecutingRow, RunningFiring};
-use super::{json_text, RowExt, Store, StoreError};
+use super::values::{json_text, RowExt};
 use serde::Serialize;
 use std::collections::HashSet;
 

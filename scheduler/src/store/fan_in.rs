@@ -11,8 +11,10 @@
 //! the path `on_success` takes and clears its rows.
 
 use super::dialect::{BindRows, Col};
+use super::error::StoreError;
+use super::handle::Store;
 use super::locks::Tx;
-use super::{id_batch, RowExt, Store, StoreError};
+use super::values::{id_batch, RowExt};
 use chime_common::schedule::ScheduleSpec;
 use chime_common::{FiringId, Job, JobSpec, JobState};
 use std::collections::HashSet;

@@ -18,13 +18,15 @@
 
 use super::conditions::{NOTHING_HELD_IN_GROUP, NO_FAN_IN_DEPENDENTS};
 use super::dialect::{Backend, BindRows, Col};
+use super::error::StoreError;
 use super::executing::Lease;
+use super::handle::Store;
 use super::jobs::write_spec_and_state;
 use super::locks::{complete, split_batch, FiringRow, JobRow, Tx};
 use super::retry::{exhausted, Ended, RetryDelay};
 use super::states::{sources_sql, Transition};
 use super::types::FinishOutcome;
-use super::{json_text, ms, Store, StoreError};
+use super::values::{json_text, ms};
 use chime_common::protocol::{Alert, AlertKind, Finished, Interruption, Outcome};
 use chime_common::text;
 use chime_common::{FiringId, FiringState, JobState};

@@ -7,8 +7,10 @@
 //! replicas deciding starts of one group at once decide one after the
 //! other, and the count they judge on is exact.
 
+use super::error::StoreError;
+use super::handle::Store;
 use super::locks::Tx;
-use super::{ms, truncate, RowExt, Store, StoreError};
+use super::values::{ms, truncate, RowExt};
 use chime_common::concurrency::{Group, GroupLimits};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;

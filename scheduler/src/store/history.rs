@@ -1,10 +1,13 @@
 //! Firing history: listing, retention, gauges, recent activity.
 
 use super::dialect::{BindRows, Col};
+use super::error::StoreError;
+use super::handle::Store;
 use super::listing::{page_of, Conditions};
 use super::rows::{self, FIRING_COLUMNS};
 use super::types::{FiringFilter, Page};
-use super::{id_batch, ms, page_limit, RowExt, Store, StoreError};
+use super::values::{id_batch, ms, RowExt};
+use chime_common::api::page_limit;
 use chime_common::{Firing, FiringId, FiringState};
 use chrono::{DateTime, Utc};
 

@@ -24,11 +24,13 @@
 //! anything a crash left behind).
 
 use super::dialect::{BindRows, Col};
+use super::error::StoreError;
+use super::handle::Store;
 use super::locks::Tx;
 use super::rows;
 use super::states::{sources_sql, Transition};
 use super::types::HoldCause as Cause;
-use super::{id_batch, Store, StoreError};
+use super::values::id_batch;
 use chime_common::FiringId;
 
 /// A firing's held row.
@@ -332,7 +334,7 @@ impl Store {
         group: &str,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<FiringId>, StoreError> {
-        let now = super::ms(now);
+        let now = super::values::ms(now);
         self.retrying(|| async {
             let mut tx = self.begin().await?;
             // The job row lock orders this with the job's starts.

@@ -2,6 +2,8 @@
 //! in `pause.rs`).
 
 use super::dialect::Backend;
+use super::error::StoreError;
+use super::handle::Store;
 use super::listing::{page_of, Conditions};
 use super::locks::Tx;
 use super::rows::{self, JOB_COLUMNS, JOB_TABLES};
@@ -10,8 +12,9 @@ use super::selection::selector_condition;
 use super::stage::NewFiring;
 use super::states::{sources_sql, Transition};
 use super::types::{Deleted, JobFilter, Page};
+use super::values::{at_ms, ms, truncate, RowExt};
 use super::waiting::Waiting;
-use super::{at_ms, ms, page_limit, truncate, RowExt, Store, StoreError};
+use chime_common::api::page_limit;
 use chime_common::{FiringId, FiringState, Job, JobSpec, JobState};
 use chrono::{DateTime, Utc};
 use sqlx::any::AnyRow;
@@ -256,7 +259,7 @@ impl Store {
                     .await?;
             until
                 .flatten()
-                .map(|ms| super::instant(&spec.id, "paused_until", ms))
+                .map(|ms| super::values::instant(&spec.id, "paused_until", ms))
                 .transpose()?
         } else {
             None
@@ -268,7 +271,7 @@ impl Store {
             next_fire_at: next.map(at_ms),
             paused_until,
             version: row.int(&spec.id, "version")?,
-            created_at: super::instant(&spec.id, "created_at", created_ms)?,
+            created_at: super::values::instant(&spec.id, "created_at", created_ms)?,
             updated_at: now,
             upstream_missing: Vec::new(),
         }];

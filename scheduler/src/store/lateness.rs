@@ -71,7 +71,7 @@ impl Due {
         StartOutcome {
             lateness: Some(lateness),
             late,
-            ..StartOutcome::accepted(super::at_ms(deadline_ms))
+            ..StartOutcome::accepted(super::values::at_ms(deadline_ms))
         }
     }
 }
@@ -88,7 +88,7 @@ fn late_alert(id: &FiringId, group: &str, lateness: Duration, max: Duration, now
             format_duration(lateness),
             format_duration(max)
         ),
-        at: super::at_ms(now),
+        at: super::values::at_ms(now),
         consecutive_failures: None,
         paused: false,
         lateness_ms: u64::try_from(lateness.as_millis()).ok(),

@@ -7,10 +7,12 @@
 
 use super::conditions::{NOTHING_HELD_IN_GROUP, NO_FAN_IN_DEPENDENTS, PLAIN_START};
 use super::dialect::{BindRows, Col};
+use super::error::StoreError;
+use super::handle::Store;
 use super::lateness::{due_instant, Due, LATENESS_SPEC};
 use super::rows;
 use super::rows::JOB_TABLES;
-use super::{at_ms, id_batch, RowExt, Store, StoreError};
+use super::values::{at_ms, id_batch, RowExt};
 use chime_common::protocol::{Alert, AlertKind, Finished, Outcome, StartRefusal, StartRequest};
 use chime_common::{FiringId, FiringState, JobSpec, JobState};
 use serde::de::IgnoredAny;

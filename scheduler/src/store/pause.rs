@@ -6,9 +6,11 @@
 //! policy to the instants the pause covered. Firings already staged still
 //! fire.
 
+use super::error::StoreError;
+use super::handle::Store;
 use super::jobs::{unpaused_state, write_spec_and_state};
 use super::types::JobFilter;
-use super::{ms, truncate, Store, StoreError};
+use super::values::{ms, truncate};
 use chime_common::bounds::check_time;
 use chime_common::labels::Selector;
 use chime_common::{Job, JobState};

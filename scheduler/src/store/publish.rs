@@ -2,9 +2,11 @@
 //! has the firing, with the stream sequence of its message.
 
 use super::dialect::{Backend, BindRows, Col, JsonRows};
+use super::error::StoreError;
+use super::handle::Store;
 use super::stage::BATCH_ROWS;
 use super::states::{sources_sql, Transition};
-use super::{id_batch, json_text, ms, Store, StoreError};
+use super::values::{id_batch, json_text, ms};
 use chime_common::FiringId;
 use chrono::{DateTime, Utc};
 

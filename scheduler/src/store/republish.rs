@@ -8,11 +8,13 @@
 //! a firing that already started is refused like any second delivery.
 
 use super::dialect::{BindRows, Col};
+use super::error::StoreError;
+use super::handle::Store;
 use super::rows::STAGED_COLUMNS;
 use super::stage::decode_staged;
 use super::states::{sources, Transition};
-use super::{id_batch, ms, RowExt, Store, StoreError};
-use crate::store::StagedFiring;
+use super::types::StagedFiring;
+use super::values::{id_batch, ms, RowExt};
 use chime_common::protocol::{Alert, AlertKind};
 use chime_common::FiringId;
 use chrono::{DateTime, Utc};

@@ -4,12 +4,14 @@
 //! while the infrastructure budget lasts (`retry.rs`). The expiry service
 //! finds such attempts with [`Store::executing`].
 
+use super::error::StoreError;
 use super::executing::Lease;
 use super::finish::end_firing;
+use super::handle::Store;
 use super::locks::Tx;
 use super::retry::{exhausted, Ended, RetryDelay};
 use super::types::{ExecutingRow, RequeueOutcome};
-use super::{ms, Store, StoreError};
+use super::values::ms;
 use chime_common::protocol::AlertKind;
 use chime_common::FiringState;
 use chrono::{DateTime, Utc};

@@ -9,9 +9,11 @@
 //! retries led to it, so the job's attempts spent are
 //! `attempt - infra_retries`.
 
+use super::error::StoreError;
+use super::handle::Store;
 use super::locks::{FiringRow, JobRow, Tx};
+use super::values::at_ms;
 use super::waiting::Waiting;
-use super::{at_ms, Store, StoreError};
 use chime_common::{FiringId, RetryPolicy};
 use chrono::{DateTime, Utc};
 use std::time::Duration;

@@ -1,8 +1,9 @@
 //! Reading stored rows back into contract types. Anything that does not fit
 //! is a [`StoreError::Corrupt`] naming the row.
 
+use super::error::StoreError;
 use super::types::{ExecutingRow, StagedFiring};
-use super::{instant, RowExt, StoreError};
+use super::values::{instant, RowExt};
 use chime_common::{Firing, FiringId, FiringState, Job, JobSpec, JobState, Limits};
 use sqlx::any::AnyRow;
 use sqlx::Row;

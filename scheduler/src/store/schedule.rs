@@ -2,7 +2,8 @@
 //! job was put with, and enumerated in the store's milliseconds. Staging,
 //! backfills, puts and the definition cache all ask the same question.
 
-use super::{at_ms, StoreError};
+use super::error::StoreError;
+use super::values::at_ms;
 use chime_common::schedule::Schedule;
 use chime_common::JobSpec;
 use chrono::{DateTime, Utc};

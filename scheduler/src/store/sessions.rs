@@ -1,7 +1,9 @@
 //! Console login sessions, kept in the store so every replica behind a load
 //! balancer knows them and a logout ends them everywhere.
 
-use super::{ms, RowExt, Store, StoreError};
+use super::error::StoreError;
+use super::handle::Store;
+use super::values::{ms, RowExt};
 use chrono::{DateTime, Utc};
 
 /// A live session: whose it is and its CSRF token.

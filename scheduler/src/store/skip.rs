@@ -2,9 +2,10 @@
 //! full queue, or
 //! failed because they cannot start (refused `already_finished`).
 
+use super::error::StoreError;
 use super::finish::end_firing;
+use super::handle::Store;
 use super::locks::Tx;
-use super::{Store, StoreError};
 use chime_common::FiringState;
 
 impl Store {

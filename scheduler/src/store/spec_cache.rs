@@ -14,8 +14,9 @@
 //! because a payload may be up to `max_payload_bytes`: a definition too
 //! large for its share of the budget is parsed every time, as before.
 
+use super::error::StoreError;
+use super::rows;
 use super::schedule::compile;
-use super::{rows, StoreError};
 use chime_common::schedule::Schedule;
 use chime_common::JobSpec;
 use quick_cache::sync::Cache;

@@ -4,14 +4,16 @@
 //! the reads that find staged firings to publish.
 
 use super::dialect::{Backend, BindRows, Col};
+use super::error::StoreError;
+use super::handle::Store;
 use super::locks::Tx;
 use super::plan::{plan, PlanInput};
 use super::rows::{self, STAGED_COLUMNS};
 use super::schedule::next_ms;
 use super::spec_cache::ParsedJob;
 use super::types::{MissCause, Missed, StageOutcome, StagePace, StageRequest, StagedFiring};
+use super::values::{at_ms, id_batch, json_text, ms, RowExt};
 use super::waiting::Waiting;
-use super::{at_ms, id_batch, json_text, ms, RowExt, Store, StoreError};
 use chime_common::calendars::{excluded_by, Calendar};
 use chime_common::duration::format_duration;
 use chime_common::protocol::{payload_sha256, Alert, AlertKind};

@@ -14,12 +14,14 @@
 
 use super::conditions::{MAX_TIMEOUT_MS, PLAIN_START};
 use super::dialect::{Backend, BindRows, Col};
+use super::error::StoreError;
 use super::executing::Started;
+use super::handle::Store;
 use super::lateness::{due_instant, Due, LATENESS_SPEC};
 use super::locks::{complete, split_batch, FiringRow, JobRow, Tx};
 use super::types::HoldCause as Cause;
 use super::types::StartOutcome;
-use super::{instant, json_text, ms, RowExt, Store, StoreError};
+use super::values::{instant, json_text, ms, RowExt};
 use chime_common::bounds::MAX_TIMEOUT;
 use chime_common::duration::format_duration;
 use chime_common::protocol::{AlertKind, StartRefusal, StartRequest};

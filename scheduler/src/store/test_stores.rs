@@ -2,7 +2,8 @@
 //! in a temporary directory, and a fresh database on the test PostgreSQL
 //! (`CHIME_TEST_PG_URL`), dropped afterwards.
 
-use super::{Store, StoreOptions};
+use super::handle::Store;
+use super::types::StoreOptions;
 use chime_common::{FiringId, JobSpec, Limits};
 use chrono::{DateTime, Utc};
 use sqlx::{Connection, PgConnection};

@@ -9,7 +9,9 @@
 //! row first (see the migration `20261123120000_waiting.sql`).
 
 use super::dialect::{BindRows, Col};
-use super::{id_batch, json_text, Store, StoreError};
+use super::error::StoreError;
+use super::handle::Store;
+use super::values::{id_batch, json_text};
 use serde::Serialize;
 use sqlx::{Any, Transaction};
 

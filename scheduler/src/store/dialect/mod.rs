@@ -23,12 +23,12 @@
 mod postgres;
 mod sqlite;
 
-pub(crate) use sqlite::Checkpoints;
+pub(crate) use sqlite::{in_one_command, Checkpoints};
 
-use super::{Store, StoreError};
-use sqlx::any::{AnyArguments, AnyRow};
+use super::error::StoreError;
+use sqlx::any::AnyArguments;
 use sqlx::query::{Query, QueryAs, QueryScalar};
-use sqlx::{Any, AnyPool, FromRow};
+use sqlx::{Any, AnyPool};
 
 /// Which database the store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -251,56 +251,6 @@ pub(crate) struct Pools {
     /// The checkpoints of a SQLite file; none on PostgreSQL, which
     /// checkpoints by itself, nor for an in-memory database, which has no log.
     pub checkpoints: Option<Checkpoints>,
-}
-
-impl Store {
-    /// Runs a fast path of start or finish, `query` as its backend writes
-    /// it (on PostgreSQL one statement, on the held connections, which only
-    /// PostgreSQL has; on SQLite `BEGIN IMMEDIATE; …; COMMIT`, on the writer
-    /// in one command), and returns the rows it selects.
-    pub(crate) async fn fast_path<'q, O>(
-        &self,
-        query: QueryAs<'q, Any, O, AnyArguments<'q>>,
-    ) -> Result<Vec<O>, sqlx::Error>
-    where
-        O: Send + Unpin + for<'r> FromRow<'r, AnyRow>,
-    {
-        match &self.fast_path_connections {
-            Some(held) => held.fetch_all(query).await,
-            None => sqlite::in_one_command(&self.write, query).await,
-        }
-    }
-
-    /// Runs `statements` (`BEGIN IMMEDIATE; …; COMMIT`) on SQLite's writer
-    /// in one command, and returns the rows they select. SQLite only: a
-    /// PostgreSQL store refuses it.
-    pub(crate) async fn in_one_command<'q, O>(
-        &self,
-        statements: QueryAs<'q, Any, O, AnyArguments<'q>>,
-    ) -> Result<Vec<O>, StoreError>
-    where
-        O: Send + Unpin + for<'r> FromRow<'r, AnyRow>,
-    {
-        match self.backend {
-            Backend::Sqlite => Ok(sqlite::in_one_command(&self.write, statements).await?),
-            Backend::Postgres => Err(StoreError::Internal(
-                "a command of several statements runs on SQLite only".into(),
-            )),
-        }
-    }
-
-    /// Copies what SQLite's write-ahead log holds into the database file,
-    /// on a connection of its own, without stopping the one writer (which
-    /// still checkpoints itself now and then: `ops/checkpointer.rs`), and syncs
-    /// what it copied (`sqlite/checkpoint.rs`); returns how many of the
-    /// log's pages the file now holds. PostgreSQL checkpoints by itself, and
-    /// an in-memory SQLite database has no log: 0.
-    pub async fn checkpoint(&self) -> Result<u64, StoreError> {
-        match &self.checkpoints {
-            Some(checkpoints) => checkpoints.run().await,
-            None => Ok(0),
-        }
-    }
 }
 
 #[cfg(test)]

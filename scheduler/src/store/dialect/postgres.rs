@@ -2,7 +2,7 @@
 //! statements that combine several writes in one (data-modifying `WITH`),
 //! which SQLite cannot run.
 
-use super::super::StoreError;
+use super::super::error::StoreError;
 use super::{Col, Pools};
 use chrono::Utc;
 use sqlx::any::AnyPoolOptions;

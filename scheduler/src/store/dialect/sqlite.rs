@@ -2,7 +2,7 @@
 //! `IMMEDIATE`), readers beside it, batches as `json_each`, and a
 //! transaction where PostgreSQL combines writes in one statement.
 
-use super::super::StoreError;
+use super::super::error::StoreError;
 use super::{Col, Pools};
 use sqlx::any::{AnyArguments, AnyPoolOptions, AnyRow};
 use sqlx::pool::PoolConnection;
@@ -139,7 +139,7 @@ fn creating(url: &str) -> String {
 /// `BEGIN` and `COMMIT` (a statement failed, or its caller went away) leaves
 /// its transaction open on the connection, so it is rolled back before the
 /// connection serves anyone else.
-pub(super) async fn in_one_command<'q, O>(
+pub(crate) async fn in_one_command<'q, O>(
     write: &AnyPool,
     statements: QueryAs<'q, Any, O, AnyArguments<'q>>,
 ) -> Result<Vec<O>, sqlx::Error>

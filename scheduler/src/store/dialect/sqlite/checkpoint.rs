@@ -15,8 +15,8 @@
 //! holds on it, SQLite's included
 //! (<https://www.sqlite.org/howtocorrupt.html>, section 2.2).
 
+use super::super::super::error::StoreError;
 use super::PRAGMAS;
-use crate::store::StoreError;
 use libsqlite3_sys as ffi;
 use sqlx::sqlite::SqliteConnection;
 use sqlx::Connection;
