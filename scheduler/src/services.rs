@@ -1,11 +1,11 @@
 //! The replica's services: what each is built from and how it runs.
 //!
 //! [`Replica::start`](crate::Replica::start) reads as the order of start-up;
-//! this file holds the parts it wires. The connections ([`Links`]) and the
-//! handles every service shares ([`Parts`]) are made once. The streaming
-//! services ([`Streaming`]) each serve a subscription or a durable consumer
+//! this file holds the parts it wires. The connections (`Links`) and the
+//! handles every service shares (`Parts`) are made once. The streaming
+//! services (`Streaming`) each serve a subscription or a durable consumer
 //! whose first run is subscribed before the replica reports ready. The
-//! periodic services are one table, [`PERIODIC`]: name, interval, whether
+//! periodic services are one table, `PERIODIC`: name, interval, whether
 //! one replica at a time runs it, and whether a failed pass is a store
 //! error.
 
