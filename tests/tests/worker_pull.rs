@@ -187,7 +187,7 @@ async fn an_idle_worker_sleeps_until_the_doorbell_rings() {
     let worker = echo_worker(&env, "idle", 2).await;
     // The first round found every band empty; nothing is fetched until a doorbell
     // (or the 30 s poll), so a firing published silently waits.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    worker.waiting().await;
     let quiet = env.publish(&TestFiring::new("idle", "quiet", "echo")).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
@@ -222,7 +222,7 @@ async fn an_idle_worker_with_a_thread_for_every_band_takes_a_firing_as_it_is_pub
     let responder = env.responder().await;
     let mut events = env.events().await;
     let worker = echo_worker(&env, "waiting", 3).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    worker.waiting().await;
     for band in [1, 5, 8] {
         let published = Instant::now();
         let quiet = env
@@ -271,7 +271,7 @@ async fn a_band_with_work_takes_the_threads_set_aside_for_the_others() {
         .start()
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    worker.waiting().await;
     for i in 0..6 {
         env.publish(&TestFiring::new("burst", &format!("slow-{i}"), "slow"))
             .await;
@@ -297,7 +297,7 @@ async fn a_worker_stopped_while_holding_requests_open_strands_nothing() {
     let _responder = env.responder().await;
     let mut events = env.events().await;
     let stopped = echo_worker(&env, "handover", 3).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    stopped.waiting().await;
     stopped.shutdown().await;
 
     let firing = env
@@ -338,7 +338,7 @@ async fn a_worker_too_busy_to_hold_requests_open_answers_the_doorbell_again() {
         .unwrap();
     // Idle, with a request open on every band, it does not listen to the
     // doorbell. Two long runs leave one thread: too few for three requests.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    worker.waiting().await;
     for i in 0..2 {
         env.publish(&TestFiring::new(
             "doorbell-again",
@@ -380,7 +380,7 @@ async fn one_open_request_serves_a_band_s_trickle_of_firings() {
     env.client.flush().await.unwrap();
     // 48 threads: a request for 12 messages on each band.
     let worker = echo_worker(&env, "trickle", 48).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    worker.waiting().await;
     let mut count_pulls = move || {
         let mut n = 0;
         while let Some(Some(_)) = pulls.next().now_or_never() {

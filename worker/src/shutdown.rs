@@ -76,6 +76,8 @@ pub struct WorkerHandle {
     /// The heartbeat, the fence and the cancel listener: stopped once the
     /// runs have ended, so they keep the lease and honour cancels meanwhile.
     pub(crate) background: Stage,
+    /// Whether the fetch loop waits with nothing to fetch now.
+    pub(crate) waiting: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl WorkerHandle {
@@ -92,6 +94,17 @@ impl WorkerHandle {
     /// Firings held now (being started or running).
     pub fn in_flight(&self) -> usize {
         self.slots.in_flight()
+    }
+
+    /// Returns once the fetch loop waits with nothing it can fetch now:
+    /// every band drained or held open by a pull request, until a doorbell,
+    /// the poll interval, a freed thread or an open request's end wakes it.
+    /// A worker just started is there once its first round found its bands
+    /// empty. For tests and embedders that must know the worker settled.
+    pub async fn waiting(&self) {
+        let mut waiting = self.waiting.subscribe();
+        // The sender lives as long as this handle, so this cannot fail.
+        let _ = waiting.wait_for(|waiting| *waiting).await;
     }
 
     /// Its metrics.

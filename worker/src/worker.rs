@@ -213,6 +213,7 @@ impl Worker {
             metrics.clone(),
         );
         let firings = TaskTracker::new();
+        let waiting = Arc::new(tokio::sync::watch::Sender::new(false));
         let puller = Puller {
             source,
             dispatcher: Arc::new(dispatcher),
@@ -223,6 +224,7 @@ impl Worker {
             fetch_errors: metrics.fetch_errors.clone(),
             poll_interval: config.poll_interval,
             fetch_expiry: config.fetch_expiry,
+            waiting: waiting.clone(),
         };
         // The first runs use what start-up made; a restarted one makes its own.
         let first_feeds = Mutex::new(Some(Feeds {
@@ -259,6 +261,7 @@ impl Worker {
             heartbeat,
             fetching,
             background,
+            waiting,
         })
     }
 }

@@ -150,6 +150,9 @@ pub(crate) struct Puller {
     pub(crate) poll_interval: Duration,
     /// See [`WorkerConfig::fetch_expiry`](crate::WorkerConfig::fetch_expiry).
     pub(crate) fetch_expiry: Duration,
+    /// True while the loop waits with nothing it can fetch now
+    /// ([`WorkerHandle::waiting`](crate::WorkerHandle::waiting)).
+    pub(crate) waiting: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl Puller {
@@ -229,6 +232,7 @@ impl Pulling {
                 continue;
             }
             let all_busy = slots.free() == 0;
+            self.puller.waiting.send_replace(true);
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = slots.freed(), if all_busy => {}
@@ -242,6 +246,7 @@ impl Pulling {
                 },
                 (i, event) = next_event(&mut self.open) => self.on_open_pull(i, event),
             }
+            self.puller.waiting.send_replace(false);
         }
         self.close_open_pulls().await;
         if let Some(doorbell) = self.doorbell.as_mut() {
