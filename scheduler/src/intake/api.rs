@@ -161,6 +161,65 @@ pub fn parse_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     })
 }
 
+/// `jobs.put`: the spec and its `if_version`, every error of both at once.
+fn parse_put(body: &[u8], config: &ApiConfig) -> Result<ApiRequest, ApiError> {
+    let body = parse_value(body)?;
+    let spec = JobSpec::from_json(&body, &config.limits);
+    match (spec, if_version(&body)) {
+        (Ok(spec), Ok(expected)) => Ok(ApiRequest::PutJob(Box::new(spec), expected)),
+        (spec, expected) => {
+            let mut errors = spec.err().unwrap_or_default();
+            errors.extend(expected.err());
+            Err(ApiError::from_field_errors(errors))
+        }
+    }
+}
+
+/// `jobs.pause` or `jobs.resume`: one job by id, or many by group or selector.
+fn parse_pause(verb: Verb, body: &[u8]) -> Result<ApiRequest, ApiError> {
+    let req: PauseRequest = parse_request(body)?;
+    let pause = match (verb, req.until) {
+        (Verb::JobsPause, until) => Pause::Until(until),
+        (_, None) => Pause::Resume,
+        (_, Some(_)) => return Err(ApiError::invalid("until", "only jobs.pause takes until")),
+    };
+    let target = match (req.id, req.group, req.selector) {
+        (Some(id), None, None) => {
+            check_id(&id)?;
+            PauseTarget::One(id)
+        }
+        (Some(_), _, _) => {
+            return Err(ApiError::invalid(
+                "id",
+                "names one job, group and selector choose many: give one or the other",
+            ))
+        }
+        (None, None, None) => {
+            return Err(ApiError::invalid(
+                "id",
+                "is required (or group or selector, to choose many jobs)",
+            ))
+        }
+        (None, group, selector) => PauseTarget::Many(JobSelection {
+            selector: requested_selector(selector.as_deref(), "selector")?,
+            group,
+        }),
+    };
+    Ok(ApiRequest::SetPaused(target, pause))
+}
+
+/// The firing a `firings.cancel` names.
+fn parse_firing_id(body: &[u8]) -> Result<FiringId, ApiError> {
+    let req: IdRequest = parse_request(body)?;
+    let id: FiringId = req
+        .id
+        .parse()
+        .map_err(|e: String| ApiError::invalid("id", e))?;
+    check_name(&id.job_id, MAX_ID_LEN)
+        .map_err(|e| ApiError::invalid("id", format!("names no job id that can exist: {e}")))?;
+    Ok(id)
+}
+
 fn parse_value(body: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid_request(format!("the request is not valid JSON: {e}")))
@@ -225,18 +284,7 @@ impl ApiRequest {
             Ok(req.id)
         };
         Ok(match verb.parse::<Verb>()? {
-            Verb::JobsPut => {
-                let body = parse_value(body)?;
-                let spec = JobSpec::from_json(&body, &config.limits);
-                match (spec, if_version(&body)) {
-                    (Ok(spec), Ok(expected)) => ApiRequest::PutJob(Box::new(spec), expected),
-                    (spec, expected) => {
-                        let mut errors = spec.err().unwrap_or_default();
-                        errors.extend(expected.err());
-                        return Err(ApiError::from_field_errors(errors));
-                    }
-                }
-            }
+            Verb::JobsPut => parse_put(body, config)?,
             Verb::JobsGet => ApiRequest::GetJob(id_request()?),
             Verb::JobsList => {
                 let req: ListJobsRequest = parse_request(body)?;
@@ -249,38 +297,7 @@ impl ApiRequest {
                 })
             }
             Verb::JobsDelete => ApiRequest::DeleteJob(id_request()?),
-            verb @ (Verb::JobsPause | Verb::JobsResume) => {
-                let req: PauseRequest = parse_request(body)?;
-                let pause = match (verb, req.until) {
-                    (Verb::JobsPause, until) => Pause::Until(until),
-                    (_, None) => Pause::Resume,
-                    (_, Some(_)) => {
-                        return Err(ApiError::invalid("until", "only jobs.pause takes until"))
-                    }
-                };
-                let target =
-                    match (req.id, req.group, req.selector) {
-                        (Some(id), None, None) => {
-                            check_id(&id)?;
-                            PauseTarget::One(id)
-                        }
-                        (Some(_), _, _) => return Err(ApiError::invalid(
-                            "id",
-                            "names one job, group and selector choose many: give one or the other",
-                        )),
-                        (None, None, None) => {
-                            return Err(ApiError::invalid(
-                                "id",
-                                "is required (or group or selector, to choose many jobs)",
-                            ))
-                        }
-                        (None, group, selector) => PauseTarget::Many(JobSelection {
-                            selector: requested_selector(selector.as_deref(), "selector")?,
-                            group,
-                        }),
-                    };
-                ApiRequest::SetPaused(target, pause)
-            }
+            verb @ (Verb::JobsPause | Verb::JobsResume) => parse_pause(verb, body)?,
             Verb::JobsTrigger => {
                 let req: TriggerRequest = parse_request(body)?;
                 check_id(&req.id)?;
@@ -320,17 +337,7 @@ impl ApiRequest {
                     after: req.after,
                 })
             }
-            Verb::FiringsCancel => {
-                let req: IdRequest = parse_request(body)?;
-                let id: FiringId = req
-                    .id
-                    .parse()
-                    .map_err(|e: String| ApiError::invalid("id", e))?;
-                check_name(&id.job_id, MAX_ID_LEN).map_err(|e| {
-                    ApiError::invalid("id", format!("names no job id that can exist: {e}"))
-                })?;
-                ApiRequest::CancelFiring(id)
-            }
+            Verb::FiringsCancel => ApiRequest::CancelFiring(parse_firing_id(body)?),
             Verb::WorkersList => ApiRequest::ListWorkers(parse_request(body)?),
             Verb::AlertsList => {
                 let mut req: ListAlertsRequest = parse_request(body)?;
@@ -533,20 +540,7 @@ impl Api {
 
     async fn execute(&self, request: ApiRequest, now: DateTime<Utc>) -> Result<Reply, ApiError> {
         match request {
-            ApiRequest::PutJob(spec, expected) => {
-                let job = self
-                    .store
-                    .put_job_if(&spec, expected, now)
-                    .await
-                    .map_err(|e| match ApiError::from(e) {
-                        e if e.code == ErrorCode::Conflict && expected.is_some() => ApiError {
-                            field: Some(IF_VERSION_FIELD.to_string()),
-                            ..e
-                        },
-                        e => e,
-                    })?;
-                Ok(Reply::job(job))
-            }
+            ApiRequest::PutJob(spec, expected) => self.put_job(&spec, expected, now).await,
             ApiRequest::GetJob(id) => {
                 let job = self
                     .store
@@ -562,18 +556,7 @@ impl Api {
                     next: page.next,
                 }))
             }
-            ApiRequest::DeleteJob(id) => {
-                let deleted = self
-                    .store
-                    .delete_job(&id, now)
-                    .await?
-                    .ok_or_else(|| not_found(&id))?;
-                for running in &deleted.cancel {
-                    self.cancel(&running.worker_id, &running.firing_id, "job deleted")
-                        .await;
-                }
-                Ok(Reply::job(deleted.job))
-            }
+            ApiRequest::DeleteJob(id) => self.delete_job(&id, now).await,
             ApiRequest::SetPaused(PauseTarget::One(id), pause) => {
                 let job = self
                     .store
@@ -597,38 +580,8 @@ impl Api {
                     firing_id: id.to_string(),
                 }))
             }
-            ApiRequest::Backfill(req) => {
-                let ids = self
-                    .store
-                    .backfill(
-                        &req.id,
-                        req.from,
-                        req.to,
-                        req.limit.unwrap_or(BACKFILL_LIMIT_DEFAULT),
-                        now,
-                    )
-                    .await?
-                    .ok_or_else(|| not_found(&req.id))?;
-                self.immediate.wake();
-                Ok(Reply::Backfill(BackfillReply {
-                    firing_ids: ids.iter().map(ToString::to_string).collect(),
-                }))
-            }
-            ApiRequest::Preview(preview) => {
-                let calendars = self.store.calendars(&preview.exclude).await?;
-                if let Some((i, id)) = preview
-                    .exclude
-                    .iter()
-                    .enumerate()
-                    .find(|(_, id)| !calendars.iter().any(|c| &c.id == *id))
-                {
-                    return Err(ApiError::invalid(
-                        format!("exclude[{i}]"),
-                        format!("no calendar {id:?}"),
-                    ));
-                }
-                Ok(Reply::Preview(preview.reply(&calendars)))
-            }
+            ApiRequest::Backfill(req) => self.backfill(&req, now).await,
+            ApiRequest::Preview(preview) => self.preview(&preview).await,
             ApiRequest::ListFirings(filter) => {
                 let page = self.store.list_firings(&filter).await?;
                 Ok(Reply::Firings(ListFiringsReply {
@@ -636,24 +589,7 @@ impl Api {
                     next: page.next,
                 }))
             }
-            ApiRequest::CancelFiring(id) => {
-                let outcome = self
-                    .store
-                    .cancel_firing(&id, now)
-                    .await?
-                    .ok_or_else(|| ApiError::not_found(format!("no firing with id {id}")))?;
-                if let Some(running) = &outcome.running {
-                    self.cancel(
-                        &running.worker_id,
-                        &running.firing_id,
-                        CANCELLED_BY_OPERATOR,
-                    )
-                    .await;
-                }
-                Ok(Reply::Firing(Box::new(FiringReply {
-                    firing: outcome.firing,
-                })))
-            }
+            ApiRequest::CancelFiring(id) => self.cancel_firing(&id, now).await,
             ApiRequest::ListWorkers(req) => {
                 let workers = self.workers(req.group.as_deref()).await?;
                 Ok(Reply::Workers(ListWorkersReply { workers }))
@@ -698,6 +634,97 @@ impl Api {
                 groups: self.store.list_groups().await?,
             })),
         }
+    }
+
+    /// `jobs.put`: a conflict with `if_version` names that field.
+    async fn put_job(
+        &self,
+        spec: &JobSpec,
+        expected: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> Result<Reply, ApiError> {
+        let job =
+            self.store
+                .put_job_if(spec, expected, now)
+                .await
+                .map_err(|e| match ApiError::from(e) {
+                    e if e.code == ErrorCode::Conflict && expected.is_some() => ApiError {
+                        field: Some(IF_VERSION_FIELD.to_string()),
+                        ..e
+                    },
+                    e => e,
+                })?;
+        Ok(Reply::job(job))
+    }
+
+    /// `jobs.delete`, cancelling what still runs of the job.
+    async fn delete_job(&self, id: &str, now: DateTime<Utc>) -> Result<Reply, ApiError> {
+        let deleted = self
+            .store
+            .delete_job(id, now)
+            .await?
+            .ok_or_else(|| not_found(id))?;
+        for running in &deleted.cancel {
+            self.cancel(&running.worker_id, &running.firing_id, "job deleted")
+                .await;
+        }
+        Ok(Reply::job(deleted.job))
+    }
+
+    /// `jobs.backfill`: the firings staged, published at once.
+    async fn backfill(&self, req: &BackfillRequest, now: DateTime<Utc>) -> Result<Reply, ApiError> {
+        let ids = self
+            .store
+            .backfill(
+                &req.id,
+                req.from,
+                req.to,
+                req.limit.unwrap_or(BACKFILL_LIMIT_DEFAULT),
+                now,
+            )
+            .await?
+            .ok_or_else(|| not_found(&req.id))?;
+        self.immediate.wake();
+        Ok(Reply::Backfill(BackfillReply {
+            firing_ids: ids.iter().map(ToString::to_string).collect(),
+        }))
+    }
+
+    /// `jobs.preview`: the instants less the excluded calendars' dates.
+    async fn preview(&self, preview: &Preview) -> Result<Reply, ApiError> {
+        let calendars = self.store.calendars(&preview.exclude).await?;
+        if let Some((i, id)) = preview
+            .exclude
+            .iter()
+            .enumerate()
+            .find(|(_, id)| !calendars.iter().any(|c| &c.id == *id))
+        {
+            return Err(ApiError::invalid(
+                format!("exclude[{i}]"),
+                format!("no calendar {id:?}"),
+            ));
+        }
+        Ok(Reply::Preview(preview.reply(&calendars)))
+    }
+
+    /// `firings.cancel`, telling the worker that runs it.
+    async fn cancel_firing(&self, id: &FiringId, now: DateTime<Utc>) -> Result<Reply, ApiError> {
+        let outcome = self
+            .store
+            .cancel_firing(id, now)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("no firing with id {id}")))?;
+        if let Some(running) = &outcome.running {
+            self.cancel(
+                &running.worker_id,
+                &running.firing_id,
+                CANCELLED_BY_OPERATOR,
+            )
+            .await;
+        }
+        Ok(Reply::Firing(Box::new(FiringReply {
+            firing: outcome.firing,
+        })))
     }
 
     /// The newest alerts matching `req`, newest first, read backwards from
