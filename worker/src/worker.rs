@@ -131,64 +131,16 @@ impl Worker {
         let abandoned = background.stop.clone().drop_guard();
         status.watch(fetching.supervisor.health());
         status.watch(background.supervisor.health());
-        {
-            let (heartbeat, fence, stop) =
-                (heartbeat.clone(), fence.clone(), background.stop.clone());
-            background.supervisor.spawn("heartbeat", move || {
-                let run = heartbeat.clone().run(fence.clone(), stop.clone());
-                async move {
-                    run.await;
-                    Ok::<(), Infallible>(())
-                }
-            });
-        }
-        {
-            let (fence, stop) = (fence.clone(), background.stop.clone());
-            background.supervisor.spawn("fence", move || {
-                let run = fence.clone().run(stop.clone());
-                async move {
-                    run.await;
-                    Ok::<(), Infallible>(())
-                }
-            });
-        }
+        spawn_heartbeat_and_fence(&background, &heartbeat, &fence);
 
-        for stream in [subjects.fire_stream(), subjects.events_stream()] {
-            wait_for(&status, &awaited("stream", &stream), || {
-                find_stream(&jetstream, &stream)
-            })
-            .await;
-        }
         let source = Source::new(
             client.clone(),
             jetstream.clone(),
             subjects.clone(),
             config.group.clone(),
         );
-        let consumer = async |band| {
-            let name = subjects.fire_consumer(&config.group, band);
-            wait_for(&status, &awaited("consumer", &name), || {
-                source.consumer(band)
-            })
-            .await
-        };
-        let consumers = [
-            consumer(Band::High).await,
-            consumer(Band::Normal).await,
-            consumer(Band::Low).await,
-        ];
-
-        let doorbell = source
-            .doorbell()
-            .await
-            .map_err(|e| WorkerError::nats("subscribe to the doorbell")(e.into()))?;
-        let cancels = client
-            .subscribe(subjects.cancel(&config.worker_id))
-            .await
-            .map_err(|e| WorkerError::nats("subscribe to cancel requests")(e.into()))?;
-        confirm_subscriptions(&jetstream)
-            .await
-            .map_err(|e| WorkerError::nats("confirm subscriptions")(e.into()))?;
+        let (consumers, doorbell, cancels) =
+            open_feeds(&status, &source, &config, &subjects).await?;
 
         let handler_names: Vec<String> = handlers.names().into_iter().map(String::from).collect();
         let reporter = Reporter::new(
@@ -264,4 +216,78 @@ impl Worker {
             waiting,
         })
     }
+}
+
+/// Spawns the heartbeat and the fence on the background stage: they keep
+/// the lease, and stop the runs when it is lost.
+fn spawn_heartbeat_and_fence(background: &Stage, heartbeat: &Heartbeat, fence: &Fence) {
+    {
+        let (heartbeat, fence, stop) = (heartbeat.clone(), fence.clone(), background.stop.clone());
+        background.supervisor.spawn("heartbeat", move || {
+            let run = heartbeat.clone().run(fence.clone(), stop.clone());
+            async move {
+                run.await;
+                Ok::<(), Infallible>(())
+            }
+        });
+    }
+    let (fence, stop) = (fence.clone(), background.stop.clone());
+    background.supervisor.spawn("fence", move || {
+        let run = fence.clone().run(stop.clone());
+        async move {
+            run.await;
+            Ok::<(), Infallible>(())
+        }
+    });
+}
+
+/// Waits for the streams and the group's consumers a scheduler makes,
+/// subscribes to the group's doorbell and to this worker's cancels, and
+/// confirms the subscriptions with the server, so nothing sent once the
+/// worker reports started is missed.
+async fn open_feeds(
+    status: &WorkerStatus,
+    source: &Source,
+    config: &WorkerConfig,
+    subjects: &Subjects,
+) -> Result<
+    (
+        [async_nats::jetstream::consumer::PullConsumer; 3],
+        async_nats::Subscriber,
+        async_nats::Subscriber,
+    ),
+    WorkerError,
+> {
+    let jetstream = &source.jetstream;
+    for stream in [subjects.fire_stream(), subjects.events_stream()] {
+        wait_for(status, &awaited("stream", &stream), || {
+            find_stream(jetstream, &stream)
+        })
+        .await;
+    }
+    let consumer = async |band| {
+        let name = subjects.fire_consumer(&config.group, band);
+        wait_for(status, &awaited("consumer", &name), || {
+            source.consumer(band)
+        })
+        .await
+    };
+    let consumers = [
+        consumer(Band::High).await,
+        consumer(Band::Normal).await,
+        consumer(Band::Low).await,
+    ];
+    let doorbell = source
+        .doorbell()
+        .await
+        .map_err(|e| WorkerError::nats("subscribe to the doorbell")(e.into()))?;
+    let cancels = source
+        .client
+        .subscribe(subjects.cancel(&config.worker_id))
+        .await
+        .map_err(|e| WorkerError::nats("subscribe to cancel requests")(e.into()))?;
+    confirm_subscriptions(jetstream)
+        .await
+        .map_err(|e| WorkerError::nats("confirm subscriptions")(e.into()))?;
+    Ok((consumers, doorbell, cancels))
 }

@@ -74,8 +74,8 @@ impl Round {
 /// doorbell that says which bands got firings.
 #[derive(Clone)]
 pub(crate) struct Source {
-    client: Client,
-    jetstream: jetstream::Context,
+    pub(crate) client: Client,
+    pub(crate) jetstream: jetstream::Context,
     subjects: Subjects,
     group: String,
 }
