@@ -165,41 +165,7 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
         ApiCommand::Get { id } => job(client.get_job(id).await.map_err(api_failure)?)?,
         ApiCommand::Delete { id } => job(client.delete_job(id).await.map_err(api_failure)?)?,
         ApiCommand::Pause(args) | ApiCommand::Resume(args) => {
-            let paused = matches!(command, ApiCommand::Pause(_));
-            let until = args
-                .until
-                .as_deref()
-                .map(parse_time_str)
-                .transpose()
-                .map_err(|e| usage(format!("--until: {e}")))?;
-            if !paused && until.is_some() {
-                return Err(usage("--until: only pause takes --until"));
-            }
-            match (&args.id, &args.selector, &args.group) {
-                (Some(id), None, None) if paused => {
-                    job(client.pause_job(id, until).await.map_err(api_failure)?)?
-                }
-                (Some(id), None, None) => job(client.resume_job(id).await.map_err(api_failure)?)?,
-                (Some(_), _, _) => {
-                    return Err(usage("give a job ID or -l/--group, not both"));
-                }
-                (None, None, None) => {
-                    return Err(usage("give a job ID, -l SELECTOR or --group GROUP"));
-                }
-                (None, selector, group) => {
-                    let request = PauseRequest {
-                        id: None,
-                        group: group.clone(),
-                        selector: selector.clone(),
-                        until,
-                    };
-                    let jobs = client
-                        .set_paused_many(&request, paused)
-                        .await
-                        .map_err(api_failure)?;
-                    to_json(&JobsReply { jobs })?
-                }
-            }
+            pause_or_resume(matches!(command, ApiCommand::Pause(_)), args, client).await?
         }
         ApiCommand::Trigger { id, payload } => {
             let payload = payload
@@ -311,4 +277,47 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
         },
     }
     Ok(())
+}
+
+/// `pause` or `resume`: one job by id, or many by `-l` or `--group`.
+async fn pause_or_resume(
+    paused: bool,
+    args: &PauseArgs,
+    client: &Client,
+) -> Result<Value, Failure> {
+    let job = |job| to_json(&JobReply { job });
+    let until = args
+        .until
+        .as_deref()
+        .map(parse_time_str)
+        .transpose()
+        .map_err(|e| usage(format!("--until: {e}")))?;
+    if !paused && until.is_some() {
+        return Err(usage("--until: only pause takes --until"));
+    }
+    Ok(match (&args.id, &args.selector, &args.group) {
+        (Some(id), None, None) if paused => {
+            job(client.pause_job(id, until).await.map_err(api_failure)?)?
+        }
+        (Some(id), None, None) => job(client.resume_job(id).await.map_err(api_failure)?)?,
+        (Some(_), _, _) => {
+            return Err(usage("give a job ID or -l/--group, not both"));
+        }
+        (None, None, None) => {
+            return Err(usage("give a job ID, -l SELECTOR or --group GROUP"));
+        }
+        (None, selector, group) => {
+            let request = PauseRequest {
+                id: None,
+                group: group.clone(),
+                selector: selector.clone(),
+                until,
+            };
+            let jobs = client
+                .set_paused_many(&request, paused)
+                .await
+                .map_err(api_failure)?;
+            to_json(&JobsReply { jobs })?
+        }
+    })
 }
