@@ -17,12 +17,14 @@ use super::dialect::{Backend, BindRows, Col};
 use super::error::StoreError;
 use super::executing::Started;
 use super::handle::Store;
+use super::hold::Hold;
 use super::lateness::{due_instant, Due, LATENESS_SPEC};
 use super::locks::{complete, split_batch, FiringRow, JobRow, Tx};
 use super::types::HoldCause as Cause;
 use super::types::StartOutcome;
 use super::values::{instant, json_text, ms, RowExt};
 use chime_common::bounds::MAX_TIMEOUT;
+use chime_common::concurrency::GroupLimits;
 use chime_common::duration::format_duration;
 use chime_common::protocol::{AlertKind, StartRefusal, StartRequest};
 use chime_common::{FiringId, FiringState, Overlap};
@@ -407,27 +409,11 @@ impl Store {
             }
         }
         let limits = self.lock_group_limits(tx, group).await?;
-        if let Some(limits) = &limits {
-            if let Some(max) = limits.max_concurrent {
-                let running = self.running_in(tx, "group_name", group).await?;
-                let held = self.held_count(tx, Cause::Group, job_id, group, id).await?;
-                let released = own_hold.is_some_and(|h| h.is_released(Cause::Group));
-                if running.saturating_add(held.released) >= i64::from(max)
-                    || (!released && held.waiting > 0)
-                {
-                    return self.hold_start(tx, &firing, Cause::Group, now).await;
-                }
-            }
-            if let Some(max) = limits.max_per_second {
-                let started = self.starts_in_window(tx, group, now).await?;
-                let held = self.held_count(tx, Cause::Rate, job_id, group, id).await?;
-                let released = own_hold.is_some_and(|h| h.is_released(Cause::Rate));
-                if started.saturating_add(held.released) >= i64::from(max)
-                    || (!released && held.waiting > 0)
-                {
-                    return self.hold_start(tx, &firing, Cause::Rate, now).await;
-                }
-            }
+        if let Some(cause) = self
+            .group_holds(tx, limits.as_ref(), (job_id, group, id), own_hold, now)
+            .await?
+        {
+            return self.hold_start(tx, &firing, cause, now).await;
         }
 
         let started = Started {
@@ -463,6 +449,43 @@ impl Store {
             outcome.limit_wait = Some((hold.cause, Duration::from_millis(waited)));
         }
         Ok(outcome)
+    }
+
+    /// The limit of the firing's group (`max_concurrent`, then
+    /// `max_per_second`) that holds it back, if any. A firing that was not
+    /// released into a slot waits behind those held before it.
+    async fn group_holds(
+        &self,
+        tx: &mut Tx,
+        limits: Option<&GroupLimits>,
+        (job_id, group, id): (&str, &str, &str),
+        own_hold: Option<Hold>,
+        now: i64,
+    ) -> Result<Option<Cause>, StoreError> {
+        let Some(limits) = limits else {
+            return Ok(None);
+        };
+        if let Some(max) = limits.max_concurrent {
+            let running = self.running_in(tx, "group_name", group).await?;
+            let held = self.held_count(tx, Cause::Group, job_id, group, id).await?;
+            let released = own_hold.is_some_and(|h| h.is_released(Cause::Group));
+            if running.saturating_add(held.released) >= i64::from(max)
+                || (!released && held.waiting > 0)
+            {
+                return Ok(Some(Cause::Group));
+            }
+        }
+        if let Some(max) = limits.max_per_second {
+            let started = self.starts_in_window(tx, group, now).await?;
+            let held = self.held_count(tx, Cause::Rate, job_id, group, id).await?;
+            let released = own_hold.is_some_and(|h| h.is_released(Cause::Rate));
+            if started.saturating_add(held.released) >= i64::from(max)
+                || (!released && held.waiting > 0)
+            {
+                return Ok(Some(Cause::Rate));
+            }
+        }
+        Ok(None)
     }
 
     /// Holds a firing over a limit: it waits (`queued`) until a slot frees.
