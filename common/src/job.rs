@@ -181,6 +181,174 @@ pub fn if_version(body: &Value) -> Result<Option<i64>, FieldError> {
     }
 }
 
+/// Every field a job spec may hold: its own, the read-only ones a reply
+/// echoes, and those of its time rules and concurrency limits.
+fn known_fields() -> Vec<&'static str> {
+    let mut known: Vec<&'static str> = vec![
+        "id",
+        "group",
+        "schedule",
+        "handler",
+        "payload",
+        "priority",
+        "timeout",
+        "retry",
+        "overlap",
+        "misfire",
+        "misfire_threshold",
+        "paused",
+        "on_success",
+        "alert_after_failures",
+        "pause_after_alert",
+        "labels",
+        IF_VERSION_FIELD,
+    ];
+    known.extend(READ_ONLY_FIELDS);
+    known.extend(TimeRules::FIELDS);
+    known.extend(Concurrency::FIELDS);
+    known
+}
+
+/// A part of the spec read by its own parser: its default when absent or
+/// null, its errors added to `errors`.
+fn optional_part<T>(
+    obj: &Map<String, Value>,
+    key: &str,
+    errors: &mut Vec<FieldError>,
+    default: impl FnOnce() -> T,
+    parse: impl FnOnce(&Value) -> Result<T, Vec<FieldError>>,
+) -> Option<T> {
+    match obj.get(key).filter(|v| !v.is_null()) {
+        None => Some(default()),
+        Some(v) => parse(v).map_err(|mut e| errors.append(&mut e)).ok(),
+    }
+}
+
+/// A part of the spec that must be there, read by its own parser.
+fn required_part<T>(
+    obj: &Map<String, Value>,
+    key: &str,
+    errors: &mut Vec<FieldError>,
+    parse: impl FnOnce(&Value) -> Result<T, Vec<FieldError>>,
+) -> Option<T> {
+    match obj.get(key).filter(|v| !v.is_null()) {
+        None => {
+            errors.push(FieldError::new(key, "is required"));
+            None
+        }
+        Some(v) => parse(v).map_err(|mut e| errors.append(&mut e)).ok(),
+    }
+}
+
+/// `on_success`: the ids of the jobs a success triggers, each once, never
+/// the job itself (`id`); `None` when the field is wrong.
+fn on_success(w: &mut Walk<'_>, id: Option<&str>) -> Option<Vec<String>> {
+    match w.present("on_success") {
+        None => Some(Vec::new()),
+        Some(Value::Array(items)) if items.len() <= MAX_ON_SUCCESS => {
+            // Naming a job twice triggers it once: duplicates are dropped.
+            let mut ids: Vec<String> = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                match item.as_str().map(|s| (s, check_name(s, MAX_ID_LEN))) {
+                    Some((s, Ok(()))) if id == Some(s) => w.fail(
+                        &format!("on_success[{i}]"),
+                        "names the job itself; a job cannot trigger itself on success",
+                    ),
+                    Some((s, Ok(()))) if ids.iter().any(|known| known == s) => {}
+                    Some((s, Ok(()))) => ids.push(s.to_string()),
+                    Some((_, Err(e))) => w.fail(&format!("on_success[{i}]"), e),
+                    None => w.fail(&format!("on_success[{i}]"), "expected a job id string"),
+                }
+            }
+            Some(ids)
+        }
+        Some(Value::Array(_)) => {
+            w.fail(
+                "on_success",
+                format!("may name at most {MAX_ON_SUCCESS} jobs"),
+            );
+            None
+        }
+        Some(other) => {
+            let msg = format!("expected an array of job ids, found {}", json_kind(other));
+            w.fail("on_success", msg);
+            None
+        }
+    }
+}
+
+/// `retry`: the policy, its defaults filled in; `None` when it is wrong.
+fn retry_policy(w: &mut Walk<'_>) -> Option<RetryPolicy> {
+    match w.present("retry") {
+        None => Some(RetryPolicy::default()),
+        Some(Value::Object(r)) => {
+            let before = w.errors.len();
+            let mut rw = Walk {
+                obj: r,
+                path: "retry",
+                errors: w.errors,
+            };
+            rw.unknown_fields(&["max_attempts", "initial", "max", "multiplier"]);
+            let d = RetryPolicy::default();
+            let max_attempts = rw.integer("max_attempts", 1, MAX_ATTEMPTS as u64, Some(1));
+            let initial = rw.duration("initial", d.initial, false, MAX_RETRY_DELAY);
+            let max = rw.duration("max", d.max, false, MAX_RETRY_DELAY);
+            let multiplier = match rw.present("multiplier") {
+                None => Some(d.multiplier),
+                Some(v) => match v.as_f64() {
+                    Some(m) if (1.0..=100.0).contains(&m) => Some(m),
+                    _ => {
+                        rw.fail(
+                            "multiplier",
+                            format!("must be a number from 1 to 100, found {v}"),
+                        );
+                        None
+                    }
+                },
+            };
+            if let (Some(i), Some(m)) = (initial, max) {
+                if m < i {
+                    rw.fail("max", "must not be shorter than retry.initial");
+                }
+            }
+            match (max_attempts, initial, max, multiplier) {
+                (Some(a), Some(i), Some(m), Some(x)) if w.errors.len() == before => {
+                    Some(RetryPolicy {
+                        max_attempts: a as u32,
+                        initial: i,
+                        max: m,
+                        multiplier: x,
+                    })
+                }
+                _ => None,
+            }
+        }
+        Some(other) => {
+            let msg = format!("expected an object, found {}", json_kind(other));
+            w.fail("retry", msg);
+            None
+        }
+    }
+}
+
+/// `payload`: any JSON value within the payload size limit.
+fn payload(w: &mut Walk<'_>, limits: &Limits) -> Value {
+    let payload = w.present("payload").cloned().unwrap_or(Value::Null);
+    let encoded = serde_json::to_vec(&payload)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX);
+    if encoded > limits.max_payload_bytes {
+        w.fail(
+            "payload",
+            format!(
+                "is {encoded} bytes encoded; the limit is {} bytes",
+                limits.max_payload_bytes
+            ),
+        );
+    }
+    payload
+}
+
 /// Collects problems while walking one JSON object.
 struct Walk<'a> {
     obj: &'a Map<String, Value>,
@@ -365,28 +533,7 @@ impl JobSpec {
             path: "",
             errors: &mut errors,
         };
-        let mut known: Vec<&str> = vec![
-            "id",
-            "group",
-            "schedule",
-            "handler",
-            "payload",
-            "priority",
-            "timeout",
-            "retry",
-            "overlap",
-            "misfire",
-            "misfire_threshold",
-            "paused",
-            "on_success",
-            "alert_after_failures",
-            "pause_after_alert",
-            "labels",
-            IF_VERSION_FIELD,
-        ];
-        known.extend(READ_ONLY_FIELDS);
-        known.extend(TimeRules::FIELDS);
-        known.extend(Concurrency::FIELDS);
+        let known = known_fields();
         w.unknown_fields(&known);
 
         let id = w.name("id", MAX_ID_LEN, None);
@@ -417,128 +564,18 @@ impl JobSpec {
                 .map(|n| Some(n as u32)),
         };
 
-        let payload = w.present("payload").cloned().unwrap_or(Value::Null);
-        let encoded = serde_json::to_vec(&payload)
-            .map(|v| v.len())
-            .unwrap_or(usize::MAX);
-        if encoded > limits.max_payload_bytes {
-            w.fail(
-                "payload",
-                format!(
-                    "is {encoded} bytes encoded; the limit is {} bytes",
-                    limits.max_payload_bytes
-                ),
-            );
-        }
+        let payload = payload(&mut w, limits);
 
-        let on_success = match w.present("on_success") {
-            None => Some(Vec::new()),
-            Some(Value::Array(items)) if items.len() <= MAX_ON_SUCCESS => {
-                // Naming a job twice triggers it once: duplicates are dropped.
-                let mut ids: Vec<String> = Vec::new();
-                for (i, item) in items.iter().enumerate() {
-                    match item.as_str().map(|s| (s, check_name(s, MAX_ID_LEN))) {
-                        Some((s, Ok(()))) if id.as_deref() == Some(s) => w.fail(
-                            &format!("on_success[{i}]"),
-                            "names the job itself; a job cannot trigger itself on success",
-                        ),
-                        Some((s, Ok(()))) if ids.iter().any(|known| known == s) => {}
-                        Some((s, Ok(()))) => ids.push(s.to_string()),
-                        Some((_, Err(e))) => w.fail(&format!("on_success[{i}]"), e),
-                        None => w.fail(&format!("on_success[{i}]"), "expected a job id string"),
-                    }
-                }
-                Some(ids)
-            }
-            Some(Value::Array(_)) => {
-                w.fail(
-                    "on_success",
-                    format!("may name at most {MAX_ON_SUCCESS} jobs"),
-                );
-                None
-            }
-            Some(other) => {
-                let msg = format!("expected an array of job ids, found {}", json_kind(other));
-                w.fail("on_success", msg);
-                None
-            }
-        };
+        let on_success = on_success(&mut w, id.as_deref());
 
-        let retry = match w.present("retry") {
-            None => Some(RetryPolicy::default()),
-            Some(Value::Object(r)) => {
-                let before = w.errors.len();
-                let mut rw = Walk {
-                    obj: r,
-                    path: "retry",
-                    errors: w.errors,
-                };
-                rw.unknown_fields(&["max_attempts", "initial", "max", "multiplier"]);
-                let d = RetryPolicy::default();
-                let max_attempts = rw.integer("max_attempts", 1, MAX_ATTEMPTS as u64, Some(1));
-                let initial = rw.duration("initial", d.initial, false, MAX_RETRY_DELAY);
-                let max = rw.duration("max", d.max, false, MAX_RETRY_DELAY);
-                let multiplier = match rw.present("multiplier") {
-                    None => Some(d.multiplier),
-                    Some(v) => match v.as_f64() {
-                        Some(m) if (1.0..=100.0).contains(&m) => Some(m),
-                        _ => {
-                            rw.fail(
-                                "multiplier",
-                                format!("must be a number from 1 to 100, found {v}"),
-                            );
-                            None
-                        }
-                    },
-                };
-                if let (Some(i), Some(m)) = (initial, max) {
-                    if m < i {
-                        rw.fail("max", "must not be shorter than retry.initial");
-                    }
-                }
-                match (max_attempts, initial, max, multiplier) {
-                    (Some(a), Some(i), Some(m), Some(x)) if w.errors.len() == before => {
-                        Some(RetryPolicy {
-                            max_attempts: a as u32,
-                            initial: i,
-                            max: m,
-                            multiplier: x,
-                        })
-                    }
-                    _ => None,
-                }
-            }
-            Some(other) => {
-                let msg = format!("expected an object, found {}", json_kind(other));
-                w.fail("retry", msg);
-                None
-            }
-        };
+        let retry = retry_policy(&mut w);
 
-        let labels = match obj.get("labels").filter(|v| !v.is_null()) {
-            None => Some(Labels::new()),
-            Some(v) => match labels_from_json(v, "labels") {
-                Ok(labels) => Some(labels),
-                Err(mut e) => {
-                    errors.append(&mut e);
-                    None
-                }
-            },
-        };
-
-        let schedule = match obj.get("schedule").filter(|v| !v.is_null()) {
-            None => {
-                errors.push(FieldError::new("schedule", "is required"));
-                None
-            }
-            Some(v) => match ScheduleSpec::from_json(v, "schedule") {
-                Ok(s) => Some(s),
-                Err(mut e) => {
-                    errors.append(&mut e);
-                    None
-                }
-            },
-        };
+        let labels = optional_part(obj, "labels", &mut errors, Labels::new, |v| {
+            labels_from_json(v, "labels")
+        });
+        let schedule = required_part(obj, "schedule", &mut errors, |v| {
+            ScheduleSpec::from_json(v, "schedule")
+        });
 
         let time = TimeRules::from_json(obj)
             .map_err(|mut e| errors.append(&mut e))
