@@ -82,51 +82,7 @@ impl ScheduleSpec {
         };
         let mut errors = Vec::new();
 
-        for key in obj.keys() {
-            if !KINDS
-                .iter()
-                .any(|(kind, extra)| kind == key || extra.contains(&key.as_str()))
-            {
-                errors.push(FieldError::new(
-                    at(key),
-                    "unknown field; a schedule is {\"cron\", \"tz\"?}, \
-                     {\"every\", \"start_at\"?, \"end_at\"?, \"count\"?}, {\"at\"} \
-                     or {\"after\", \"within\"?}",
-                ));
-            }
-        }
-        let kinds: Vec<&str> = KINDS
-            .iter()
-            .map(|(kind, _)| *kind)
-            .filter(|kind| obj.contains_key(*kind))
-            .collect();
-        match kinds.as_slice() {
-            [] => errors.push(FieldError::new(
-                whole,
-                format!("needs exactly one of {KIND_NAMES}"),
-            )),
-            [kind] => {
-                // Options of the other kinds are mistakes, not silently ignored.
-                for (other, extra) in KINDS.iter().filter(|(k, _)| k != kind) {
-                    for key in extra.iter().filter(|k| obj.contains_key(**k)) {
-                        errors.push(FieldError::new(
-                            at(key),
-                            format!("only applies to an \"{other}\" schedule, not \"{kind}\""),
-                        ));
-                    }
-                }
-            }
-            many => errors.push(FieldError::new(
-                whole,
-                format!(
-                    "has {}; give exactly one of {KIND_NAMES}",
-                    many.iter()
-                        .map(|k| format!("\"{k}\""))
-                        .collect::<Vec<_>>()
-                        .join(" and ")
-                ),
-            )),
-        }
+        let kinds = kinds_of(obj, whole, &at, &mut errors);
 
         let cron = obj.get("cron").and_then(|v| {
             let text = string(v, "a cron expression string such as \"0 30 2 * * *\"")
@@ -416,6 +372,63 @@ impl utoipa::PartialSchema for ScheduleSpec {
 }
 
 impl utoipa::ToSchema for ScheduleSpec {}
+
+/// Which of the kinds (`cron`, `every`, `at`, `after`) `obj` gives, with an
+/// error for each unknown field, for options of a kind it does not give,
+/// and unless exactly one kind is given.
+fn kinds_of(
+    obj: &serde_json::Map<String, Value>,
+    whole: &str,
+    at: &dyn Fn(&str) -> String,
+    errors: &mut Vec<FieldError>,
+) -> Vec<&'static str> {
+    for key in obj.keys() {
+        if !KINDS
+            .iter()
+            .any(|(kind, extra)| kind == key || extra.contains(&key.as_str()))
+        {
+            errors.push(FieldError::new(
+                at(key),
+                "unknown field; a schedule is {\"cron\", \"tz\"?}, \
+                 {\"every\", \"start_at\"?, \"end_at\"?, \"count\"?}, {\"at\"} \
+                 or {\"after\", \"within\"?}",
+            ));
+        }
+    }
+    let kinds: Vec<&str> = KINDS
+        .iter()
+        .map(|(kind, _)| *kind)
+        .filter(|kind| obj.contains_key(*kind))
+        .collect();
+    match kinds.as_slice() {
+        [] => errors.push(FieldError::new(
+            whole,
+            format!("needs exactly one of {KIND_NAMES}"),
+        )),
+        [kind] => {
+            // Options of the other kinds are mistakes, not silently ignored.
+            for (other, extra) in KINDS.iter().filter(|(k, _)| k != kind) {
+                for key in extra.iter().filter(|k| obj.contains_key(**k)) {
+                    errors.push(FieldError::new(
+                        at(key),
+                        format!("only applies to an \"{other}\" schedule, not \"{kind}\""),
+                    ));
+                }
+            }
+        }
+        many => errors.push(FieldError::new(
+            whole,
+            format!(
+                "has {}; give exactly one of {KIND_NAMES}",
+                many.iter()
+                    .map(|k| format!("\"{k}\""))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ),
+        )),
+    }
+    kinds
+}
 
 #[cfg(test)]
 mod tests {
