@@ -25,6 +25,7 @@ pub mod intake;
 pub mod lease;
 pub mod nats;
 pub mod ops;
+pub mod pass;
 pub mod pull;
 pub mod recovery;
 pub mod replica;

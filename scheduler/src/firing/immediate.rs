@@ -16,6 +16,7 @@
 //! failed; it is not what makes the work immediate.
 
 use crate::firing::wheel::Wheel;
+use crate::pass::check_pass;
 use crate::store::{Store, StoreError};
 use chime_common::FiringId;
 use chime_runtime::service::Service;
@@ -47,10 +48,12 @@ impl Default for ImmediateConfig {
 impl ImmediateConfig {
     /// Checks the settings; the message names the setting.
     pub fn validate(&self) -> Result<(), String> {
-        if self.interval.is_zero() || self.batch == 0 {
-            return Err("the immediate publishing interval and batch must be above zero".into());
-        }
-        Ok(())
+        check_pass(
+            "immediate publishing",
+            self.interval,
+            Some(self.batch),
+            None,
+        )
     }
 }
 

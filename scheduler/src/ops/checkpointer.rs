@@ -21,6 +21,7 @@
 //! little left to write. PostgreSQL checkpoints by itself; this runs on
 //! SQLite only.
 
+use crate::pass::check_pass;
 use crate::store::{Store, StoreError};
 use chime_runtime::service::Service;
 use chrono::{DateTime, Utc};
@@ -44,10 +45,7 @@ impl Default for CheckpointerConfig {
 impl CheckpointerConfig {
     /// Checks the settings; the message names the setting.
     pub fn validate(&self) -> Result<(), String> {
-        if self.interval.is_zero() {
-            return Err("the checkpoint interval must be above zero".into());
-        }
-        Ok(())
+        check_pass("checkpoint", self.interval, None, None)
     }
 }
 

@@ -14,6 +14,7 @@
 
 use crate::ops::alerts::Alerts;
 use crate::ops::metrics::Metrics;
+use crate::pass::check_pass;
 use crate::store::{Store, StoreError};
 use chime_common::protocol::{Alert, AlertKind};
 use chime_runtime::service::Service;
@@ -47,10 +48,7 @@ impl ClockMonitorConfig {
         {
             return Err("--max-clock-offset must be from 10ms to 60s".into());
         }
-        if self.interval.is_zero() {
-            return Err("the clock check interval must be above zero".into());
-        }
-        Ok(())
+        check_pass("clock check", self.interval, None, None)
     }
 }
 

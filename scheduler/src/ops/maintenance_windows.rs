@@ -5,6 +5,7 @@
 //! instants the window covered. Each resume is recorded in the audit trail
 //! (actor `maintenance`), next to the pause that opened the window.
 
+use crate::pass::check_pass;
 use crate::store::{AuditRecord, Store, StoreError};
 use chime_runtime::service::Service;
 use chrono::{DateTime, Utc};
@@ -36,13 +37,12 @@ impl Default for MaintenanceWindowsConfig {
 impl MaintenanceWindowsConfig {
     /// Checks the settings; the message names the setting.
     pub fn validate(&self) -> Result<(), String> {
-        if self.interval.is_zero() || self.batch == 0 {
-            return Err("the maintenance interval and batch must be above zero".into());
-        }
-        if self.lease_ttl <= self.interval {
-            return Err("the maintenance lease must outlast one maintenance interval".into());
-        }
-        Ok(())
+        check_pass(
+            "maintenance",
+            self.interval,
+            Some(self.batch),
+            Some(self.lease_ttl),
+        )
     }
 }
 

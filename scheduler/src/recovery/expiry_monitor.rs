@@ -13,6 +13,7 @@ use crate::firing::immediate::Wake;
 use crate::nats::Nats;
 use crate::ops::alerts::Alerts;
 use crate::ops::metrics::Metrics;
+use crate::pass::check_pass;
 use crate::recovery::requeue::{Beat, NotRunning, RequeueCause, MISSED_BEATS};
 use crate::store::{ExecutingRow, Store, StoreError};
 use crate::workers::retry::retry_delay;
@@ -63,13 +64,12 @@ impl Default for ExpiryMonitorConfig {
 impl ExpiryMonitorConfig {
     /// Checks the settings.
     pub fn validate(&self) -> Result<(), String> {
-        if self.interval.is_zero() || self.batch == 0 {
-            return Err("--expiry-interval and the expiry batch must be above zero".into());
-        }
-        if self.lease_ttl <= self.interval {
-            return Err("the expiry lease must outlast one expiry interval".into());
-        }
-        Ok(())
+        check_pass(
+            "expiry",
+            self.interval,
+            Some(self.batch),
+            Some(self.lease_ttl),
+        )
     }
 }
 

@@ -11,6 +11,7 @@
 
 use crate::firing::wheel::Wheel;
 use crate::ops::metrics::Metrics;
+use crate::pass::check_pass;
 use crate::store::{RetentionCursor, Store, StoreError};
 use chime_common::FiringId;
 use chime_runtime::service::Service;
@@ -68,14 +69,12 @@ impl Default for HousekeepingConfig {
 impl HousekeepingConfig {
     /// Checks the settings; the message names the setting.
     pub fn validate(&self) -> Result<(), String> {
-        if self.interval.is_zero() || self.rescue_batch == 0 || self.prune_batch == 0 {
-            return Err(
-                "the housekeeping interval, rescue batch and prune batch must be above zero".into(),
-            );
-        }
-        if self.lease_ttl <= self.interval {
-            return Err("the housekeeping lease must outlast one housekeeping interval".into());
-        }
+        check_pass(
+            "housekeeping",
+            self.interval,
+            Some(self.rescue_batch.min(self.prune_batch)),
+            Some(self.lease_ttl),
+        )?;
         if self.retention.is_zero() {
             return Err("--history-retention must be above zero".into());
         }

@@ -7,6 +7,7 @@
 //! it at a time (see `lease.rs`).
 
 use crate::firing::immediate::Wake;
+use crate::pass::check_pass;
 use crate::store::{Store, StoreError};
 use chime_common::FiringId;
 use chime_runtime::service::Service;
@@ -39,13 +40,12 @@ impl Default for LimitReleaseConfig {
 impl LimitReleaseConfig {
     /// Checks the settings; the message names the setting.
     pub fn validate(&self) -> Result<(), String> {
-        if self.interval.is_zero() || self.batch == 0 {
-            return Err("the limit release interval and batch must be above zero".into());
-        }
-        if self.lease_ttl <= self.interval {
-            return Err("the limit release lease must outlast one interval".into());
-        }
-        Ok(())
+        check_pass(
+            "limit release",
+            self.interval,
+            Some(self.batch),
+            Some(self.lease_ttl),
+        )
     }
 }
 

@@ -27,6 +27,7 @@ use crate::firing::message::{copy_message_id, firing_headers, whereabouts, Cause
 use crate::nats::Nats;
 use crate::ops::alerts::Alerts;
 use crate::ops::metrics::Metrics;
+use crate::pass::check_pass;
 use crate::store::{PublishedFiring, Store, StoreError};
 use async_nats::jetstream::{self, kv, message::PublishMessage};
 use chime_common::headers;
@@ -74,16 +75,15 @@ impl Default for RepublisherConfig {
 impl RepublisherConfig {
     /// Checks the settings; the message names the setting.
     pub fn validate(&self) -> Result<(), String> {
-        if self.interval.is_zero() || self.batch == 0 {
-            return Err("the republish interval and batch must be above zero".into());
-        }
         if self.after < Duration::from_secs(1) {
             return Err("--republish-after must be at least 1s".into());
         }
-        if self.lease_ttl <= self.interval {
-            return Err("the republish lease must outlast one republish interval".into());
-        }
-        Ok(())
+        check_pass(
+            "republish",
+            self.interval,
+            Some(self.batch),
+            Some(self.lease_ttl),
+        )
     }
 }
 
