@@ -40,6 +40,8 @@ pub struct Replica {
     tracker: TaskTracker,
     supervisor: Supervisor,
     drain: Duration,
+    /// Held until the replica is dropped: one scheduler per SQLite file.
+    _holder: Option<crate::ops::sqlite_holder::SqliteHolder>,
 }
 
 /// How long shutdown waits beyond the drain for services to finish their last pass.
@@ -103,6 +105,7 @@ impl Replica {
             tracker: parts.tracker,
             supervisor: parts.supervisor,
             drain: config.shutdown_drain,
+            _holder: links.holder,
         })
     }
 

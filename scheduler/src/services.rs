@@ -27,6 +27,7 @@ use crate::ops::clock_monitor::ClockMonitor;
 use crate::ops::consumers::Consumers;
 use crate::ops::maintenance_windows::MaintenanceWindows;
 use crate::ops::metrics::Metrics;
+use crate::ops::sqlite_holder::SqliteHolder;
 use crate::recovery::expiry_monitor::ExpiryMonitor;
 use crate::recovery::housekeeping::Housekeeping;
 use crate::recovery::limit_release::LimitRelease;
@@ -78,6 +79,8 @@ pub(crate) struct Links {
     pub slices: kv::Store,
     pub workers: kv::Store,
     pub leases: kv::Store,
+    /// This scheduler's hold on its SQLite file (none on PostgreSQL).
+    pub holder: Option<SqliteHolder>,
 }
 
 impl Links {
@@ -90,6 +93,10 @@ impl Links {
             )
             .await?;
         let reply_nats = reply_connection(config, &client).await?;
+        // Before the store opens: a second scheduler on the file changes
+        // nothing in it.
+        let holder = SqliteHolder::take(&config.database_url, &config.replica_id)
+            .map_err(anyhow::Error::msg)?;
         let store = Store::connect(&config.database_url, config.store.clone())
             .await
             .with_context(|| {
@@ -126,6 +133,7 @@ impl Links {
             reply_nats,
             store,
             topology,
+            holder,
         })
     }
 }
@@ -230,7 +238,15 @@ impl Parts {
         };
         let (bound, task) = crate::ops::probes::serve(addr, probe, self.drained.clone())
             .await
-            .with_context(|| format!("cannot serve metrics on {addr}"))?;
+            .map_err(|e| {
+                let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+                    " (another program, perhaps another scheduler, listens there: give this one \
+                     a free --metrics-addr / CHIME_METRICS_ADDR)"
+                } else {
+                    ""
+                };
+                anyhow::anyhow!("cannot serve metrics on {addr}: {e}{hint}")
+            })?;
         self.tracker.spawn(async move {
             let _ = task.await;
         });

@@ -10,3 +10,4 @@ pub mod dead_letter;
 pub mod maintenance_windows;
 pub mod metrics;
 pub mod probes;
+pub mod sqlite_holder;
