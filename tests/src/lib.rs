@@ -123,6 +123,7 @@ pub use postgres::{admin_url as pg_admin_url, PgDatabase, DEFAULT_PG_URL, PG_URL
 pub use process::ChimeProcess;
 pub use programs::{
     chimectl_json, chimectl_ok, history_json, start_scheduler, start_scheduler_with, start_worker,
+    NatsUrl,
 };
 pub use proxy::Proxy;
 pub use sqlite::SqliteDatabase;

@@ -92,10 +92,10 @@ pub async fn chimectl_json(
 
 /// `chimectl --json ARGS` against `nats`, run to the end and parsed; a
 /// failure fails the test with chimectl's error.
-pub fn chimectl_ok(nats: &crate::NatsServer, args: &[&str]) -> serde_json::Value {
+pub fn chimectl_ok(nats: &impl NatsUrl, args: &[&str]) -> serde_json::Value {
     let out = crate::Binary::Ctl
         .command()
-        .args(["--nats-url", &nats.url(), "--json"])
+        .args(["--nats-url", &nats.client_url(), "--json"])
         .args(args)
         .output()
         .expect("chimectl runs");
@@ -108,11 +108,29 @@ pub fn chimectl_ok(nats: &crate::NatsServer, args: &[&str]) -> serde_json::Value
 }
 
 /// The firings of `job` as `chimectl history` lists them.
-pub fn history_json(nats: &crate::NatsServer, job: &str) -> Vec<serde_json::Value> {
+pub fn history_json(nats: &impl NatsUrl, job: &str) -> Vec<serde_json::Value> {
     let reply = chimectl_ok(nats, &["history", job]);
     reply["firings"]
         .as_array()
         .or_else(|| reply.as_array())
         .cloned()
         .unwrap_or_default()
+}
+
+/// A NATS server or cluster the programs can be pointed at.
+pub trait NatsUrl {
+    /// What `--nats-url` takes to reach it (every node of a cluster).
+    fn client_url(&self) -> String;
+}
+
+impl NatsUrl for crate::NatsServer {
+    fn client_url(&self) -> String {
+        self.url()
+    }
+}
+
+impl NatsUrl for crate::NatsCluster {
+    fn client_url(&self) -> String {
+        self.urls()
+    }
 }

@@ -6,11 +6,15 @@
 //! forgery also took the firing's `Nats-Msg-Id` so that JetStream answered
 //! the real publish as a duplicate of it, when the publisher finds that the
 //! sequence the ack named does not hold the firing's message and publishes
-//! it again under a fresh id.
+//! it again under a fresh id. The same holds on a three-node cluster with
+//! replicated streams, where the duplicate answer comes from the stream's
+//! leader.
 
 use async_nats::HeaderMap;
 use chime_common::headers;
-use chime_tests::{chimectl_ok, history_json, NatsServer, SqliteDatabase};
+use chime_tests::{
+    chimectl_ok, history_json, NatsCluster, NatsServer, NatsUrl, PgDatabase, SqliteDatabase,
+};
 use serde_json::json;
 use std::time::Duration;
 
@@ -23,7 +27,11 @@ struct Staged {
 
 /// Puts a shell job `canary` due a few seconds ahead whose run appends a
 /// line to `runs`, and returns its firing once it is staged.
-async fn stage_canary(nats: &NatsServer, dir: &std::path::Path, runs: &std::path::Path) -> Staged {
+async fn stage_canary(
+    nats: &impl NatsUrl,
+    dir: &std::path::Path,
+    runs: &std::path::Path,
+) -> Staged {
     let at = chime_tests::aligned_start(Duration::from_secs(8));
     let spec = json!({
         "id": "canary",
@@ -56,7 +64,12 @@ async fn stage_canary(nats: &NatsServer, dir: &std::path::Path, runs: &std::path
 
 /// Publishes a forgery of `staged` whose argv leaves `pwned`, with the
 /// real firing's `Nats-Msg-Id` when `take_message_id`.
-async fn forge(nats: &NatsServer, staged: &Staged, pwned: &std::path::Path, take_message_id: bool) {
+async fn forge(
+    client: async_nats::Client,
+    staged: &Staged,
+    pwned: &std::path::Path,
+    take_message_id: bool,
+) {
     let mut forged = HeaderMap::new();
     if take_message_id {
         forged.insert(headers::NATS_MSG_ID, staged.id.as_str());
@@ -72,7 +85,6 @@ async fn forge(nats: &NatsServer, staged: &Staged, pwned: &std::path::Path, take
         chime_tests::rfc3339(staged.at + 300_000).as_str(),
     );
     let body = json!({"argv": ["sh", "-c", format!("echo pwned > {}", pwned.display())]});
-    let client = nats.connect().await;
     async_nats::jetstream::new(client)
         .publish_with_headers("chime.fire.default.normal", forged, body.to_string().into())
         .await
@@ -97,7 +109,7 @@ async fn a_forged_firing_runs_nothing_and_the_real_one_still_runs() {
     let mut scheduler = chime_tests::start_scheduler(&nats.url(), &db.url(), "forged-1").await;
     let mut worker = chime_tests::start_worker(&nats.url(), "default", 4, "forged-w1").await;
     let staged = stage_canary(&nats, dir.path(), &runs).await;
-    forge(&nats, &staged, &pwned, false).await;
+    forge(nats.connect().await, &staged, &pwned, false).await;
 
     worker
         .wait_for_log_line("not_as_staged", Duration::from_secs(10))
@@ -142,7 +154,7 @@ async fn a_forgery_that_takes_the_real_message_id_does_not_strand_the_real_firin
         chime_tests::start_scheduler_with(&nats.url(), &db.url(), "forged-2", &no_republish).await;
     let mut worker = chime_tests::start_worker(&nats.url(), "default", 4, "forged-w2").await;
     let staged = stage_canary(&nats, dir.path(), &runs).await;
-    forge(&nats, &staged, &pwned, true).await;
+    forge(nats.connect().await, &staged, &pwned, true).await;
     worker
         .wait_for_log_line("not_as_staged", Duration::from_secs(10))
         .await;
@@ -160,4 +172,48 @@ async fn a_forgery_that_takes_the_real_message_id_does_not_strand_the_real_firin
     assert_eq!(runs_of(&runs), 1, "the real firing ran once");
     worker.terminate(Duration::from_secs(10)).await;
     scheduler.terminate(Duration::from_secs(15)).await;
+}
+
+/// The same forgery on a three-node cluster, the streams replicated three
+/// times and two schedulers on PostgreSQL: the real publish is answered as
+/// a duplicate by the stream's leader, read back there, and the firing runs
+/// once under `<id>~v`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_forgery_that_takes_the_real_message_id_does_not_strand_the_real_firing() {
+    chime_tests::init_tracing();
+    let cluster = NatsCluster::start(3).await;
+    let db = PgDatabase::create().await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (pwned, runs) = (dir.path().join("pwned"), dir.path().join("runs"));
+
+    let args: Vec<String> = ["--republish-after", "1h", "--stream-replicas", "3"]
+        .map(String::from)
+        .to_vec();
+    let url = cluster.client_url();
+    let mut schedulers = [
+        chime_tests::start_scheduler_with(&url, db.url(), "forged-c1", &args).await,
+        chime_tests::start_scheduler_with(&url, db.url(), "forged-c2", &args).await,
+    ];
+    let mut worker = chime_tests::start_worker(&url, "default", 4, "forged-cw").await;
+    let staged = stage_canary(&cluster, dir.path(), &runs).await;
+    forge(cluster.connect().await, &staged, &pwned, true).await;
+    worker
+        .wait_for_log_line("not_as_staged", Duration::from_secs(10))
+        .await;
+    chime_tests::eventually(Duration::from_secs(30), "the real firing runs", || async {
+        history_json(&cluster, "canary")
+            .iter()
+            .any(|f| f["state"] == "succeeded")
+    })
+    .await;
+    let republished = schedulers
+        .iter()
+        .any(|s| s.log().contains("acknowledged as a duplicate"));
+    assert!(republished, "no scheduler found the duplicate ack");
+    assert!(!pwned.exists(), "the forged argv ran");
+    assert_eq!(runs_of(&runs), 1, "the real firing ran once");
+    worker.terminate(Duration::from_secs(10)).await;
+    for scheduler in &mut schedulers {
+        scheduler.terminate(Duration::from_secs(15)).await;
+    }
 }
