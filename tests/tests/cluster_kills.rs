@@ -1,7 +1,7 @@
 //! One node of a three-node JetStream cluster killed -9 for a while, then
-//! restarted, under two schedulers on PostgreSQL and two workers: every
-//! instant due meanwhile runs exactly once, and no firing is left without
-//! a final state.
+//! restarted, under two schedulers on PostgreSQL (or one on SQLite) and two
+//! workers: every instant due meanwhile runs exactly once, and no firing is
+//! left without a final state.
 //!
 //! While a killed node led a stream, publishes in flight are answered
 //! `409 duplicate message id is in process`, and a takeover makes two
@@ -43,13 +43,46 @@ fn every_second(runs: &Path, start_ms: i64, seconds: i64, count: i64) -> Vec<Val
         .collect()
 }
 
-/// A cluster, PostgreSQL, two schedulers on R3 streams and two workers.
-async fn setup(runs: &Path) -> (NatsCluster, PgDatabase, Cast, jetstream::Context, Client) {
+/// The database the schedulers share.
+enum Db {
+    Postgres(PgDatabase),
+    Sqlite(SqliteDatabase),
+}
+
+impl Db {
+    async fn create(kind: DatabaseKind) -> Db {
+        match kind {
+            DatabaseKind::Postgres => Db::Postgres(PgDatabase::create().await),
+            DatabaseKind::Sqlite => Db::Sqlite(SqliteDatabase::create()),
+        }
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Db::Postgres(db) => db.url().to_string(),
+            Db::Sqlite(db) => db.url(),
+        }
+    }
+
+    /// Two replicas on PostgreSQL; one on SQLite, which has one writer.
+    fn schedulers(&self) -> usize {
+        match self {
+            Db::Postgres(_) => 2,
+            Db::Sqlite(_) => 1,
+        }
+    }
+}
+
+/// A cluster, the database, its schedulers on R3 streams and two workers.
+async fn setup(
+    runs: &Path,
+    kind: DatabaseKind,
+) -> (NatsCluster, Db, Cast, jetstream::Context, Client) {
     let cluster = NatsCluster::start(3).await;
-    let db = PgDatabase::create().await;
-    let mut cast = Cast::new(cluster.urls(), db.url().to_string(), runs.to_path_buf());
+    let db = Db::create(kind).await;
+    let mut cast = Cast::new(cluster.urls(), db.url(), runs.to_path_buf());
     cast.scheduler_args = vec!["--stream-replicas".into(), "3".into()];
-    cast.staff(2, &["alpha", "alpha"]).await;
+    cast.staff(db.schedulers(), &["alpha", "alpha"]).await;
     let connection = cluster.connect().await;
     let js = jetstream::new(connection.clone());
     cluster.wait_healthy(&js, HEAL).await;
@@ -107,10 +140,21 @@ fn all_alive(cast: &mut Cast) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_a_follower_the_stream_leader_and_the_meta_leader_loses_and_repeats_no_instant() {
+    kill_each_node_role(DatabaseKind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sqlite_killing_each_node_role_loses_and_repeats_no_instant() {
+    kill_each_node_role(DatabaseKind::Sqlite).await;
+}
+
+/// Kills a follower, the `CHIME_FIRE` leader, the meta leader and the
+/// `chime-slices` leader in turn under a steady load of every-second jobs.
+async fn kill_each_node_role(kind: DatabaseKind) {
     init_tracing();
     let dir = tempfile::tempdir().expect("tmp");
     let runs = dir.path().join("runs.log");
-    let (mut cluster, _db, mut cast, js, client) = setup(&runs).await;
+    let (mut cluster, _db, mut cast, js, client) = setup(&runs, kind).await;
     let seen = watch_publishes(cluster.connect().await);
     let start_ms = aligned_start(Duration::from_secs(3));
     let jobs = every_second(&runs, start_ms, 300, 20);
@@ -162,7 +206,7 @@ async fn killing_the_stream_leader_in_the_middle_of_a_publish_burst_loses_and_re
     init_tracing();
     let dir = tempfile::tempdir().expect("tmp");
     let runs = dir.path().join("runs.log");
-    let (mut cluster, _db, mut cast, js, client) = setup(&runs).await;
+    let (mut cluster, _db, mut cast, js, client) = setup(&runs, DatabaseKind::Postgres).await;
     let connection = cluster.connect().await;
     let seen = watch_publishes(connection.clone());
     // Every burst publish, as the wire carries it.
