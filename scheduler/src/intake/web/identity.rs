@@ -1,5 +1,5 @@
 //! Who a request comes from, as every way of identifying a caller reports
-//! it (credentials and sessions in `auth.rs`, the open console's token in
+//! it (passwords and console logins in `auth.rs`, the open console's token in
 //! `open.rs`).
 
 use super::users::Role;
