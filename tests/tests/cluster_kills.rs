@@ -148,6 +148,34 @@ async fn on_sqlite_killing_each_node_role_loses_and_repeats_no_instant() {
     kill_each_node_role(DatabaseKind::Sqlite).await;
 }
 
+/// The node kills cycle through these roles.
+const ROLES: [&str; 4] = [
+    "a follower",
+    "the CHIME_FIRE leader",
+    "the meta leader",
+    "the chime-slices leader",
+];
+
+/// The node that plays `role` now.
+async fn node_playing(cluster: &mut NatsCluster, js: &jetstream::Context, role: &str) -> usize {
+    let leader = cluster
+        .stream_leader(js, "CHIME_FIRE")
+        .await
+        .expect("CHIME_FIRE has a leader");
+    let meta = cluster.meta_leader().await.expect("a meta leader");
+    match role {
+        "a follower" => (0..cluster.size())
+            .find(|n| *n != leader && *n != meta)
+            .unwrap_or((leader + 1) % cluster.size()),
+        "the CHIME_FIRE leader" => leader,
+        "the meta leader" => meta,
+        _ => cluster
+            .stream_leader(js, "KV_chime-slices")
+            .await
+            .expect("chime-slices has a leader"),
+    }
+}
+
 /// Kills a follower, the `CHIME_FIRE` leader, the meta leader and the
 /// `chime-slices` leader in turn under a steady load of every-second jobs.
 async fn kill_each_node_role(kind: DatabaseKind) {
@@ -163,28 +191,8 @@ async fn kill_each_node_role(kind: DatabaseKind) {
     let steady = start_ms + 4_000 - chrono::Utc::now().timestamp_millis();
     tokio::time::sleep(Duration::from_millis(steady.max(0) as u64)).await;
 
-    for role in [
-        "a follower",
-        "the CHIME_FIRE leader",
-        "the meta leader",
-        "the chime-slices leader",
-    ] {
-        let leader = cluster
-            .stream_leader(&js, "CHIME_FIRE")
-            .await
-            .expect("CHIME_FIRE has a leader");
-        let meta = cluster.meta_leader().await.expect("a meta leader");
-        let node = match role {
-            "a follower" => (0..cluster.size())
-                .find(|n| *n != leader && *n != meta)
-                .unwrap_or((leader + 1) % cluster.size()),
-            "the CHIME_FIRE leader" => leader,
-            "the meta leader" => meta,
-            _ => cluster
-                .stream_leader(&js, "KV_chime-slices")
-                .await
-                .expect("chime-slices has a leader"),
-        };
+    for role in ROLES {
+        let node = node_playing(&mut cluster, &js, role).await;
         let began = tokio::time::Instant::now();
         kill_for_a_while(&mut cluster, &js, node).await;
         let now_ms = chrono::Utc::now().timestamp_millis();
@@ -198,6 +206,81 @@ async fn kill_each_node_role(kind: DatabaseKind) {
             rescues(&cast)
         );
     }
+    cast.terminate_all(Duration::from_secs(20)).await;
+}
+
+/// A number of seconds from the environment variable `name`, or `default`.
+fn seconds_from_env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name}={v} is not a number of seconds"))
+        })
+        .unwrap_or(default)
+}
+
+/// The soak behind docs/PERFORMANCE.md's cluster figure: twenty
+/// every-second jobs on two PostgreSQL schedulers for an hour
+/// (`CHIME_SOAK_SECONDS`), one node killed -9 for [`DOWN`] every four
+/// minutes (`CHIME_SOAK_KILL_EVERY`), the roles in turn; after each kill
+/// every instant due so far ran exactly once. Ignored: it runs for the
+/// hour, on demand (`cargo test -p chime-tests --test cluster_kills --
+/// --ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "an hour-long soak, run on demand"]
+async fn an_hour_of_node_kills_loses_and_repeats_no_instant() {
+    init_tracing();
+    let seconds = seconds_from_env("CHIME_SOAK_SECONDS", 3600);
+    let every = Duration::from_secs(seconds_from_env("CHIME_SOAK_KILL_EVERY", 240));
+    let dir = tempfile::tempdir().expect("tmp");
+    let runs = dir.path().join("runs.log");
+    let (mut cluster, _db, mut cast, js, client) = setup(&runs, DatabaseKind::Postgres).await;
+    let seen = watch_publishes(cluster.connect().await);
+    let start_ms = aligned_start(Duration::from_secs(3));
+    let jobs = every_second(&runs, start_ms, seconds as i64, 20);
+    let put_at = put_all(&client, &jobs).await;
+    let end = tokio::time::Instant::now() + Duration::from_secs(seconds);
+
+    let mut kills = 0;
+    let mut next = tokio::time::Instant::now() + every;
+    while next + DOWN + SETTLE < end {
+        // The load runs undisturbed between kills: the pause is the test.
+        tokio::time::sleep_until(next).await;
+        let role = ROLES[kills % ROLES.len()];
+        let node = node_playing(&mut cluster, &js, role).await;
+        kill_for_a_while(&mut cluster, &js, node).await;
+        kills += 1;
+        let due = due_instants(
+            &jobs,
+            put_at,
+            start_ms,
+            chrono::Utc::now().timestamp_millis(),
+        );
+        let verdict = verify(&client, &jobs, &due, &runs, &seen, SETTLE).await;
+        all_alive(&mut cast);
+        println!(
+            "kill {kills}, {} ({role}), at {:.0} s: {verdict}; {}",
+            cluster.name(node),
+            (chrono::Utc::now().timestamp_millis() - start_ms) as f64 / 1000.0,
+            rescues(&cast)
+        );
+        next += every;
+    }
+    tokio::time::sleep_until(end).await;
+    let due = due_instants(
+        &jobs,
+        put_at,
+        start_ms,
+        chrono::Utc::now().timestamp_millis(),
+    );
+    let verdict = verify(&client, &jobs, &due, &runs, &seen, SETTLE).await;
+    all_alive(&mut cast);
+    println!(
+        "soak of {seconds} s with {kills} node kills: {verdict}; {}",
+        rescues(&cast)
+    );
+    assert!(kills > 0, "the soak is long enough for a kill");
     cast.terminate_all(Duration::from_secs(20)).await;
 }
 
