@@ -77,6 +77,18 @@ impl Binary {
     }
 }
 
+/// The built example `name` of the workspace (`target/<profile>/examples/`),
+/// up to date like the binaries; panics if it is not there.
+pub fn example_path(name: &str) -> PathBuf {
+    binary_dirs()
+        .iter()
+        .map(|dir| dir.join("examples").join(name))
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| {
+            panic!("the example {name} was not built; run `cargo build --workspace --examples`")
+        })
+}
+
 /// Directories that may hold the binaries, most likely first; the first
 /// call builds them.
 fn binary_dirs() -> &'static [PathBuf] {

@@ -107,7 +107,7 @@ mod wait;
 pub mod worker_env;
 
 pub use alerts::alerts_of;
-pub use binaries::{Binary, BIN_DIR_ENV};
+pub use binaries::{example_path, Binary, BIN_DIR_ENV};
 pub use database::{DatabaseKind, TestDatabase};
 pub use fire_stream::{count_by_instant, read_fire_stream, Published};
 pub use history::firings_of;
