@@ -33,7 +33,7 @@ import { WorkerStatus } from "./status.js";
 import { Slots } from "./slots.js";
 import { awaited, waitFor } from "./topology.js";
 import { HEARTBEAT_VERSION } from "./version.js";
-import { Signal, sleep } from "./wait.js";
+import { Signal, sleep, withTimeout } from "./wait.js";
 
 /** The error of firings stopped at the end of a shutdown's drain grace. */
 export const SHUTDOWN_REASON = "worker shutting down";
@@ -97,6 +97,7 @@ export class Worker {
   private readonly shutdownStarted = new Signal();
   private connected = true;
   private ownConnection: NatsConnection | undefined;
+  private adminPort: number | undefined;
 
   constructor(options: WorkerOptions = {}) {
     const settings = defaultSettings();
@@ -113,6 +114,11 @@ export class Worker {
   /** The worker id. */
   get id(): string {
     return this.settings.workerId;
+  }
+
+  /** The port `/metrics`, `/healthz` and `/readyz` are served on, once started with `metrics`. */
+  get metricsPort(): number | undefined {
+    return this.adminPort;
   }
 
   /** Firings held now (being started or running). */
@@ -164,6 +170,8 @@ export class Worker {
       this.metrics = promMetrics(prom, s.group);
       const host = this.options.metrics.host ?? "127.0.0.1";
       admin = await serveAdmin(host, this.options.metrics.port, this.metrics, () => this.notReady());
+      const address = admin.address();
+      this.adminPort = typeof address === "object" && address ? address.port : undefined;
     }
     this.slots = new Slots(s.threads, this.metrics);
     try {
@@ -268,7 +276,7 @@ export class Worker {
     } catch (error) {
       this.stopBackground.abort();
       admin?.close();
-      if (this.ownConnection) await this.ownConnection.close().catch(() => {});
+      await this.closeOwnConnection();
       throw error;
     }
   }
@@ -350,12 +358,21 @@ export class Worker {
     await started.beats;
     await started.heartbeat.remove();
     started.admin?.close();
-    if (this.ownConnection) {
-      await this.ownConnection.drain().catch(() => this.ownConnection?.close());
-    }
+    await this.closeOwnConnection();
     const report = { drained, interrupted, unsentEvents };
     this.log.info("worker stopped", { ...report });
     return report;
+  }
+
+  /** Drains and closes the connection the worker made (never one it was given), bounded in time. */
+  private async closeOwnConnection(): Promise<void> {
+    const nc = this.ownConnection;
+    if (!nc || nc.isClosed()) return;
+    try {
+      await withTimeout(nc.drain(), 5000, "draining the NATS connection timed out");
+    } catch {
+      await nc.close().catch(() => {});
+    }
   }
 
   /**

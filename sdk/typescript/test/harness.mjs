@@ -71,8 +71,8 @@ export function freePort() {
 }
 
 /** Spawns `command` and resolves once a line matching `ready` appears on its stdout or stderr. */
-export function startProcess(command, args, { env, ready, timeoutMs = 30_000, name = command } = {}) {
-  const child = spawn(command, args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+export function startProcess(command, args, { env, ready, timeoutMs = 30_000, name = command, cwd } = {}) {
+  const child = spawn(command, args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"], cwd });
   let output = "";
   const lines = [];
   const onData = (chunk) => {
