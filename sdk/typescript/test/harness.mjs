@@ -122,25 +122,25 @@ export function startProcess(command, args, { env, ready, timeoutMs = 30_000, na
 }
 
 /** A nats-server and a scheduler on it, with chimectl helpers. Call `stop()` when done. */
-export async function startChime({ scheduler = true } = {}) {
+export async function startChime({ scheduler = true, prefix = "chime", natsArgs = [] } = {}) {
   const dir = mkdtempSync(join(tmpdir(), "chime-ts-"));
   const port = await freePort();
   const natsUrl = `nats://127.0.0.1:${port}`;
-  const nats = await startProcess(natsServerPath(), ["-js", "-a", "127.0.0.1", "-p", String(port), "-sd", join(dir, "nats")], {
+  const nats = await startProcess(natsServerPath(), ["-js", "-a", "127.0.0.1", "-p", String(port), "-sd", join(dir, "nats"), ...natsArgs], {
     ready: /Server is ready/,
     name: "nats-server",
   });
   const bins = binDir();
   let sched;
   if (scheduler) {
-    sched = await startProcess(join(bins, "chime-scheduler"), ["--nats-url", natsUrl, "--metrics-addr", "127.0.0.1:0"], {
+    sched = await startProcess(join(bins, "chime-scheduler"), ["--nats-url", natsUrl, "--metrics-addr", "127.0.0.1:0", "--subject-prefix", prefix], {
       env: { CHIME_DATABASE_URL: `sqlite://${join(dir, "chime.db")}` },
       ready: /chime-scheduler ready/,
       name: "chime-scheduler",
     });
   }
   const chimectl = (args, input) =>
-    execFileSync(join(bins, "chimectl"), ["--nats-url", natsUrl, ...args], {
+    execFileSync(join(bins, "chimectl"), ["--nats-url", natsUrl, "--subject-prefix", prefix, ...args], {
       encoding: "utf8",
       input,
       stdio: ["pipe", "pipe", "pipe"],

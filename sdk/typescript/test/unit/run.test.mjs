@@ -26,7 +26,8 @@ function input(deadlineInMs, overrides = {}) {
   };
 }
 const waitFor = (signal) => new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// Unref'd: a run the worker left behind must not keep the test process alive.
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms).unref());
 
 test("success keeps the output tail", async () => {
   const report = await runFiring(async () => "0123456789", input(5000));
