@@ -48,6 +48,7 @@ worker.handle("typed", async (ctx: FiringContext): Promise<string> => {
   if (ctx.signal.aborted) throw new HandlerError("stopped", { output: "partial" });
   return \`\${ctx.firingId} \${ctx.deadline.toISOString()} \${ctx.shard ?? "-"}\`;
 });
+worker.handle<{ name: string }>("greet", (ctx) => \`hello \${ctx.payload.name.toUpperCase()}\`);
 `,
   );
   execFileSync(

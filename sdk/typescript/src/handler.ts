@@ -7,8 +7,14 @@
 
 import type { FiringDetails } from "./message.js";
 
-/** One firing, as handed to a handler. */
-export interface FiringContext extends FiringDetails {
+/**
+ * One firing, as handed to a handler. `P` is the type the handler expects
+ * its payload to have; the worker does not check it (the payload is the
+ * job's JSON as it was put).
+ */
+export interface FiringContext<P = unknown> extends Omit<FiringDetails, "payload"> {
+  /** The job's payload (`null` when the message had no body). */
+  payload: P;
   /** When the run is cut off. Past it the signal aborts and, a moment later, the worker stops waiting for the handler. */
   deadline: Date;
   /**
@@ -31,7 +37,7 @@ export interface FiringContext extends FiringDetails {
 export type HandlerOutput = string | Uint8Array | null | undefined | void;
 
 /** Runs firings of one handler name. */
-export type Handler = (ctx: FiringContext) => Promise<HandlerOutput> | HandlerOutput;
+export type Handler<P = unknown> = (ctx: FiringContext<P>) => Promise<HandlerOutput> | HandlerOutput;
 
 /** A failed run: its message becomes the firing's `error`; `output` is what it printed before failing. */
 export class HandlerError extends Error {

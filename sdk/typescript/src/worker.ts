@@ -136,14 +136,14 @@ export class Worker {
    * Registers `handler` for firings whose handler name is `name` (1–128
    * characters). Call before {@link start}; returns the worker, so calls chain.
    */
-  handle(name: string, handler: Handler): this {
+  handle<P = unknown>(name: string, handler: Handler<P>): this {
     if (this.starting) throw new Error(`handler ${JSON.stringify(name)}: handlers are registered before the worker starts`);
     if (typeof name !== "string" || name.length === 0 || name.length > 128) {
       throw new InvalidSettingError("handler name", `must be 1 to 128 characters, found ${JSON.stringify(name)}`);
     }
     if (typeof handler !== "function") throw new InvalidSettingError(`handler ${name}`, "must be a function");
     if (this.handlers.has(name)) throw new InvalidSettingError(`handler ${name}`, "is registered twice");
-    this.handlers.set(name, handler);
+    this.handlers.set(name, handler as Handler);
     return this;
   }
 
