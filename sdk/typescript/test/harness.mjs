@@ -126,18 +126,24 @@ export async function startChime({ scheduler = true, prefix = "chime", natsArgs 
   const dir = mkdtempSync(join(tmpdir(), "chime-ts-"));
   const port = await freePort();
   const natsUrl = `nats://127.0.0.1:${port}`;
+  const bins = binDir();
   const nats = await startProcess(natsServerPath(), ["-js", "-a", "127.0.0.1", "-p", String(port), "-sd", join(dir, "nats"), ...natsArgs], {
     ready: /Server is ready/,
     name: "nats-server",
   });
-  const bins = binDir();
   let sched;
   if (scheduler) {
-    sched = await startProcess(join(bins, "chime-scheduler"), ["--nats-url", natsUrl, "--metrics-addr", "127.0.0.1:0", "--subject-prefix", prefix], {
-      env: { CHIME_DATABASE_URL: `sqlite://${join(dir, "chime.db")}` },
-      ready: /chime-scheduler ready/,
-      name: "chime-scheduler",
-    });
+    try {
+      sched = await startProcess(join(bins, "chime-scheduler"), ["--nats-url", natsUrl, "--metrics-addr", "127.0.0.1:0", "--subject-prefix", prefix], {
+        env: { CHIME_DATABASE_URL: `sqlite://${join(dir, "chime.db")}` },
+        ready: /chime-scheduler ready/,
+        name: "chime-scheduler",
+      });
+    } catch (error) {
+      await nats.stop();
+      rmSync(dir, { recursive: true, force: true });
+      throw error;
+    }
   }
   const chimectl = (args, input) =>
     execFileSync(join(bins, "chimectl"), ["--nats-url", natsUrl, "--subject-prefix", prefix, ...args], {
