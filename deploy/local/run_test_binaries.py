@@ -16,6 +16,10 @@ repeat for each test what the harness does once per process (building the
 workspace's binaries, the record of ports it handed out), and it would have to
 be compiled from crates.io on every fresh CI machine.
 
+The worker SDKs' own suites (sdk/python, sdk/typescript) run in the same
+pool, first, as commands in their folders: SDK_SUITES lists them. test.sh
+installs what they need (nats-py and pytest, `npm ci`) beforehand.
+
 Usage: run_test_binaries.py [--jobs N]
 """
 
@@ -35,16 +39,42 @@ from pathlib import Path
 
 @dataclass
 class TestBinary:
-    """One test executable cargo built, and where cargo would run it."""
+    """One test executable cargo built (or an SDK's suite), and where to run it."""
 
     package: str
     target: str
     kind: str
     executable: str
     manifest_dir: str
+    arguments: tuple[str, ...] = ()
 
     def label(self) -> str:
         return f"{self.package} {self.kind} {self.target}"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The worker SDKs' suites: (package folder, suite name, command).
+SDK_SUITES = [
+    ("sdk/typescript", "unit", ["npm", "test", "--silent"]),
+    ("sdk/typescript", "integration", ["npm", "run", "--silent", "test:integration"]),
+    ("sdk/typescript", "readme example", ["npm", "run", "--silent", "test:e2e"]),
+]
+
+
+def sdk_suites() -> list[TestBinary]:
+    """The SDK suites as entries of the pool."""
+    return [
+        TestBinary(
+            package=folder,
+            target=name,
+            kind="suite",
+            executable=command[0],
+            manifest_dir=str(ROOT / folder),
+            arguments=tuple(command[1:]),
+        )
+        for folder, name, command in SDK_SUITES
+    ]
 
 
 @dataclass
@@ -96,7 +126,7 @@ def run(binary: TestBinary, cargo: str) -> Outcome:
     with tempfile.TemporaryFile(mode="w+") as output:
         started = time.monotonic()
         returncode = subprocess.call(
-            [binary.executable],
+            [binary.executable, *binary.arguments],
             cwd=binary.manifest_dir,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -118,8 +148,8 @@ def main() -> int:
         parser.error("--jobs must be at least 1")
 
     cargo = os.environ.get("CARGO") or shutil.which("cargo") or "cargo"
-    binaries = build(cargo)
-    print(f"running {len(binaries)} test binaries, {options.jobs} at a time", flush=True)
+    binaries = sdk_suites() + build(cargo)
+    print(f"running {len(binaries)} test binaries and SDK suites, {options.jobs} at a time", flush=True)
 
     printing = threading.Lock()
     outcomes: list[Outcome] = []

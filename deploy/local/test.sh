@@ -272,6 +272,15 @@ if ! python3 -c 'import openapi_spec_validator' >/dev/null 2>&1; then
 fi
 python3 -c 'import openapi_spec_validator' || die "openapi-spec-validator is not importable after installing it"
 
+step "Worker SDKs (their suites and the protocol conformance suite run them)"
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  apt_install nodejs npm
+fi
+info "node $(node --version), npm $(npm --version)"
+# Installs the TypeScript SDK's dependencies from its lock file and builds
+# dist/ (its prepare script), which the conformance suite runs.
+run sh -c 'cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error'
+
 # --- Tests -------------------------------------------------------------------
 
 step "Tests"
