@@ -1,22 +1,29 @@
-//! A worker in another language, written from docs/PROTOCOL.md alone
-//! (tests/python/worker.py, nats-py), runs a firing end to end against a
-//! real nats-server: pull, start request, ack, run (a shard told which it
-//! is), finished event, heartbeat under `<group>.<worker id>` listing the
-//! firings it runs, a run stopped by its shutdown reported interrupted,
-//! clean exit.
+//! The Python worker SDK (`sdk/python`, on nats-py), run as its conformance
+//! worker (`python3 -m chime_worker.conformance`), runs a firing end to end
+//! against a real nats-server: pull, start request, ack, run (a shard told
+//! which it is), finished event, heartbeat under `<group>.<worker id>`
+//! listing the firings it runs, a run stopped by its shutdown reported
+//! interrupted, clean exit.
 
 use chime_common::protocol::{Interruption, Outcome, WorkerInfo};
 use chime_tests::eventually;
 use chime_tests::worker_env::*;
 use serde_json::json;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python/worker.py")
+/// `PYTHONPATH` with the SDK's sources first, so the test runs this checkout's SDK.
+fn python_path() -> OsString {
+    let sdk = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sdk/python/src");
+    let mut paths = vec![sdk];
+    if let Some(existing) = std::env::var_os("PYTHONPATH") {
+        paths.extend(std::env::split_paths(&existing));
+    }
+    std::env::join_paths(paths).expect("paths without the separator")
 }
 
 fn require_nats_py() {
@@ -41,7 +48,8 @@ async fn python_worker_runs_a_firing_end_to_end() {
     let mut events = env.events().await;
 
     let mut child = Command::new("python3")
-        .arg(script())
+        .args(["-m", "chime_worker.conformance"])
+        .env("PYTHONPATH", python_path())
         .args([
             "--nats-url",
             &env.nats.url(),
@@ -61,15 +69,15 @@ async fn python_worker_runs_a_firing_end_to_end() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let ready = tokio::time::timeout(Duration::from_secs(20), async {
         while let Some(line) = lines.next_line().await.expect("read stdout") {
-            if line.contains("python worker ready") {
+            if line.starts_with("conformance worker ready ") {
                 return line;
             }
         }
-        panic!("the python worker exited before it was ready");
+        panic!("the python conformance worker exited before it was ready");
     })
     .await
     .expect("the python worker gets ready within 20 s");
-    assert!(ready.contains("py-worker-1"), "{ready}");
+    assert_eq!(ready, "conformance worker ready py-worker-1");
 
     // Registered in the heartbeat bucket, under its group.
     let kv = env.topology.workers().await.unwrap();
