@@ -59,6 +59,8 @@ SDK_SUITES = [
     ("sdk/typescript", "unit", ["npm", "test", "--silent"]),
     ("sdk/typescript", "integration", ["npm", "run", "--silent", "test:integration"]),
     ("sdk/typescript", "readme example", ["npm", "run", "--silent", "test:e2e"]),
+    ("sdk/python", "unit and NATS", ["python3", "-m", "pytest", "-q"]),
+    ("sdk/python", "readme example", ["scripts/e2e-installed.sh"]),
 ]
 
 
@@ -149,6 +151,12 @@ def main() -> int:
 
     cargo = os.environ.get("CARGO") or shutil.which("cargo") or "cargo"
     binaries = sdk_suites() + build(cargo)
+    # The SDK suites run the scheduler and chimectl; the harness of the
+    # Rust suites builds them on first use, these look for them built.
+    programs = [cargo, "build", "--workspace", "--examples", "--bin", "chime-scheduler", "--bin", "chime-worker", "--bin", "chimectl"]
+    print("+ " + " ".join(programs), flush=True)
+    if subprocess.call(programs, stdin=subprocess.DEVNULL) != 0:
+        sys.exit(f"error: `{' '.join(programs)}` failed")
     print(f"running {len(binaries)} test binaries and SDK suites, {options.jobs} at a time", flush=True)
 
     printing = threading.Lock()

@@ -280,6 +280,15 @@ info "node $(node --version), npm $(npm --version)"
 # Installs the TypeScript SDK's dependencies from its lock file and builds
 # dist/ (its prepare script), which the conformance suite runs.
 run sh -c 'cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error'
+# The Python SDK's tests, its optional extras, and a virtual environment
+# for installing it the way its README says.
+if ! python3 -c 'import pytest, prometheus_client, opentelemetry.sdk' >/dev/null 2>&1; then
+  run python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+    --upgrade --target "$TOOLS_DIR/python" pytest prometheus_client opentelemetry-api opentelemetry-sdk
+fi
+if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+  apt_install python3-venv
+fi
 
 # --- Tests -------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 //! A running worker's handle and its graceful shutdown.
 //!
 //! Shutdown: stop fetching (nothing fetched is held unstarted, so nothing
-//! needs a NAK) → let running firings finish within the drain grace → cancel
-//! the rest (`cancelled`, "worker shutting down") → flush finished events
+//! needs a NAK) → let running firings finish within the drain grace → stop
+//! the rest and report them `failed`, interrupted `shutdown`, so they run
+//! again without spending the job's attempts → flush finished events
 //! within the flush grace → stop heartbeats and delete the heartbeat key.
 
 use crate::config::WorkerConfig;
