@@ -12,7 +12,7 @@
 //! build` in `sdk/typescript`) and runs the Python one from `sdk/python/src`
 //! with nats-py installed.
 
-use chime_common::client::Client;
+use chime_common::client::{Client, ListFiringsRequest};
 use chime_common::firing::{Firing, FiringState};
 use chime_tests::{eventually, until_ok, ChimeProcess, NatsServer, SqliteDatabase};
 use serde_json::{json, Value};
@@ -142,6 +142,24 @@ impl Stage {
         let mut firings = chime_tests::firings_of(&self.client, job).await;
         firings.sort_by_key(|f| (f.scheduled_at, f.id.shard, f.attempt));
         firings
+    }
+
+    /// [`Stage::attempts`], or why the API did not answer: right after a
+    /// NATS outage the scheduler may not have subscribed again yet.
+    async fn attempts_if_answered(&self, job: &str) -> Result<Vec<Firing>, String> {
+        let request = ListFiringsRequest {
+            job_id: Some(job.into()),
+            limit: Some(100),
+            ..Default::default()
+        };
+        let mut firings = self
+            .client
+            .list_firings(&request)
+            .await
+            .map_err(|e| e.to_string())?
+            .firings;
+        firings.sort_by_key(|f| (f.scheduled_at, f.id.shard, f.attempt));
+        Ok(firings)
     }
 
     /// Waits until the newest attempt of `job` is final and returns every attempt.
@@ -484,6 +502,39 @@ async fn does_not_run_a_firing_whose_start_is_refused(implementation: Implementa
     assert_eq!(firings[0].started_at, None, "{firings:?}");
 }
 
+/// NATS gone for longer than the heartbeat lease: the worker fences,
+/// stops the run and reports it interrupted; once NATS is back the firing
+/// runs again, without spending the job's single attempt, and the worker
+/// takes work again.
+async fn fences_when_nats_is_gone_and_comes_back(implementation: Implementation) {
+    let mut stage = Stage::new(implementation).await;
+    let mut worker = stage.worker("conf", "cut-off", 1, 5.0).await;
+    stage
+        .put(json!({"id": "stranded", "group": "conf", "handler": "sleep", "payload": {"seconds": 20}}))
+        .await;
+    stage.trigger("stranded").await;
+    stage.executing("stranded").await;
+    stage.nats.kill();
+    // Longer than the lease (the bucket's 15 s TTL less the 2 s fence
+    // margin): the outage is the fault under test.
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    stage.nats.restart().await;
+    let firings = until_ok(Duration::from_secs(90), "the fenced run again", || async {
+        let firings = stage.attempts_if_answered("stranded").await?;
+        if firings.iter().any(|f| f.state == FiringState::Succeeded) {
+            Ok(firings)
+        } else {
+            Err(format!("{firings:?}"))
+        }
+    })
+    .await;
+    assert!(
+        firings.len() >= 2,
+        "the fenced attempt is recorded: {firings:?}"
+    );
+    assert!(worker.try_status().is_none(), "{}", worker.log_tail(40));
+}
+
 /// Every case, run for one implementation, each its own test.
 macro_rules! conformance {
     ($module:ident, $implementation:expr) => {
@@ -504,6 +555,7 @@ macro_rules! conformance {
                 survives_malformed_firing_messages,
                 takes_the_higher_band_first,
                 does_not_run_a_firing_whose_start_is_refused,
+                fences_when_nats_is_gone_and_comes_back,
             );
         }
     };
