@@ -396,6 +396,36 @@ mod tests {
     }
 
     #[test]
+    fn the_webhook_flag_repeats_and_its_settings_reach_the_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "k3y\n").unwrap();
+        let args = Args::try_parse_from([
+            "chime-scheduler",
+            "--alert-webhook",
+            "https://hooks.example/a",
+            "--alert-webhook",
+            "http://relay:8080/slack",
+            "--alert-webhook-secret-file",
+            secret.to_str().unwrap(),
+            "--alert-webhook-tries",
+            "3",
+            "--job-metrics-limit",
+            "50",
+        ])
+        .unwrap();
+        let config = args.into_config().unwrap();
+        let labels: Vec<&str> = config.webhooks.targets.iter().map(|t| t.label()).collect();
+        assert_eq!(
+            labels,
+            vec!["https://hooks.example/a", "http://relay:8080/slack"]
+        );
+        assert_eq!(config.webhooks.secret.unwrap().expose(), "k3y");
+        assert_eq!(config.webhooks.delivery.tries, 3);
+        assert_eq!(config.job_metrics.limit, 50);
+    }
+
+    #[test]
     fn the_database_password_comes_from_its_file_once() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("password");
