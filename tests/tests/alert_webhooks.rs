@@ -4,7 +4,8 @@
 //! its JSON object, signed when a secret is set; a receiver that is down at
 //! first gets it once it is back; one that never takes it gets at most the
 //! bounded tries, then the alert is dead-lettered; several replicas deliver
-//! each alert once. Bad settings stop the binary at start-up naming the flag.
+//! each alert once, and an alert waiting while every replica restarts is
+//! delivered after. Bad settings stop the binary at start-up naming the flag.
 
 use chime_common::protocol::{Alert, AlertKind};
 use chime_common::Subjects;
@@ -272,6 +273,53 @@ async fn a_webhook_that_never_takes_the_alert_gets_the_bounded_tries_then_a_dead
         .count();
     assert_eq!(dead_letter_alerts, 1);
     replica.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alert_waiting_while_every_replica_restarts_is_delivered_after() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let receiver = WebhookReceiver::start(free_port(), 200).await;
+    let url = receiver.url("/hook");
+    let replica = Replica::start(config(&nats, &db.url(), &url, 5))
+        .await
+        .expect("replica starts");
+    replica.shutdown().await;
+
+    // Raised while no replica runs (as by a replica that stops right after).
+    let alert = Alert {
+        kind: AlertKind::ClockOffset,
+        job_id: String::new(),
+        group: String::new(),
+        firing_id: None,
+        message: "replica r1's clock is off".into(),
+        at: chrono::Utc::now(),
+        consecutive_failures: None,
+        paused: false,
+        lateness_ms: None,
+    };
+    let body = serde_json::to_vec(&alert).expect("JSON");
+    let js = async_nats::jetstream::new(nats.connect().await);
+    js.publish(Subjects::default().alerts(), body.clone().into())
+        .await
+        .expect("publish")
+        .await
+        .expect("ack");
+    assert!(receiver.received().is_empty());
+
+    let restarted = Replica::start(config(&nats, &db.url(), &url, 5))
+        .await
+        .expect("replica starts again");
+    eventually(Duration::from_secs(20), "the alert delivered", || async {
+        !receiver.received().is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let received = receiver.received();
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert_eq!(received[0].body, body);
+    restarted.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
