@@ -82,6 +82,12 @@ impl Default for TopologyConfig {
     }
 }
 
+/// How long an alert consumer lives without a pull (see [`Topology::alert_consumer`]).
+pub const ALERT_CONSUMER_IDLE: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Alerts one alert consumer may have out, unacknowledged, at once.
+pub const ALERT_CONSUMER_MAX_ACK_PENDING: i64 = 1_000;
+
 /// Handles to Chime's NATS objects.
 #[derive(Clone)]
 pub struct Topology {
@@ -364,6 +370,31 @@ impl Topology {
             ..Default::default()
         };
         self.reconcile_consumer(stream, config).await
+    }
+
+    /// A durable pull consumer of the alerts published from now on
+    /// (scheduler side), shared by every replica that opens it under
+    /// `name`: each alert is delivered to one of them at a time until it
+    /// is acked. The server deletes it after `ALERT_CONSUMER_IDLE` without
+    /// a pull (an alert webhook removed from every replica's settings).
+    pub async fn alert_consumer(
+        &self,
+        name: &str,
+        ack_wait: Duration,
+    ) -> Result<consumer::PullConsumer, TopologyError> {
+        let config = consumer::pull::Config {
+            durable_name: Some(name.to_string()),
+            filter_subject: self.subjects.alerts(),
+            deliver_policy: consumer::DeliverPolicy::New,
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait,
+            max_deliver: -1,
+            max_ack_pending: ALERT_CONSUMER_MAX_ACK_PENDING,
+            inactive_threshold: ALERT_CONSUMER_IDLE,
+            ..Default::default()
+        };
+        self.reconcile_consumer(&self.subjects.alerts_stream(), config)
+            .await
     }
 
     async fn reconcile_consumer(

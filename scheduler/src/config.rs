@@ -10,7 +10,9 @@ use crate::intake::web::WebConfig;
 use crate::ops::checkpointer::CheckpointerConfig;
 use crate::ops::clock_monitor::ClockMonitorConfig;
 use crate::ops::consumers::ConsumersConfig;
+use crate::ops::job_metrics::JobMetricsConfig;
 use crate::ops::maintenance_windows::MaintenanceWindowsConfig;
+use crate::ops::webhooks::AlertWebhooksConfig;
 use crate::recovery::expiry_monitor::ExpiryMonitorConfig;
 use crate::recovery::housekeeping::HousekeepingConfig;
 use crate::recovery::limit_release::LimitReleaseConfig;
@@ -64,6 +66,10 @@ pub struct SchedulerConfig {
     pub clock: ClockMonitorConfig,
     /// The firing consumers of every group.
     pub consumers: ConsumersConfig,
+    /// The per-job freshness gauges (`--job-metrics-limit`).
+    pub job_metrics: JobMetricsConfig,
+    /// Where alerts are POSTed (`--alert-webhook`); none: nowhere.
+    pub webhooks: AlertWebhooksConfig,
     /// On shutdown, the wheel keeps publishing for at most this long.
     pub shutdown_drain: Duration,
     /// The HTTP API and console; None: not served.
@@ -99,6 +105,8 @@ impl SchedulerConfig {
             supervisor: SupervisorConfig::default(),
             clock: ClockMonitorConfig::default(),
             consumers: ConsumersConfig::default(),
+            job_metrics: JobMetricsConfig::default(),
+            webhooks: AlertWebhooksConfig::default(),
             shutdown_drain: Duration::from_secs(10),
             web: None,
         }
@@ -124,6 +132,8 @@ impl SchedulerConfig {
         self.supervisor.validate()?;
         self.clock.validate()?;
         self.consumers.validate()?;
+        self.job_metrics.validate()?;
+        self.webhooks.validate()?;
         if self.slicer.partitions != self.store.partitions {
             return Err("the slicer and the store must use the same --partitions".into());
         }

@@ -8,6 +8,7 @@ use chime_scheduler::config::{default_replica_id, SchedulerConfig};
 use chime_scheduler::intake::web::host::AllowedHosts;
 use chime_scheduler::intake::web::users::{hash_password, Users};
 use chime_scheduler::intake::web::WebConfig;
+use chime_scheduler::ops::webhooks::{read_secret_file, WebhookTarget};
 use chime_scheduler::Replica;
 use clap::Parser;
 use std::net::SocketAddr;
@@ -154,6 +155,39 @@ struct Args {
     /// Audit entries (mutating API requests) older than this are pruned.
     #[arg(long, env = "CHIME_AUDIT_RETENTION", default_value = "90d", value_parser = duration)]
     audit_retention: Duration,
+    /// At most this many jobs get the per-job series
+    /// chime_job_last_success_timestamp_seconds and
+    /// chime_job_last_failure_timestamp_seconds (the first by id); past it a
+    /// warning and chime_job_metrics_dropped say how many were left out.
+    #[arg(long, env = "CHIME_JOB_METRICS_LIMIT", default_value_t = 10_000)]
+    job_metrics_limit: usize,
+    /// How often each replica reads every job's newest ends from the store
+    /// (a finish recorded on another replica shows within this long).
+    #[arg(long, env = "CHIME_JOB_METRICS_INTERVAL", default_value = "15s", value_parser = duration)]
+    job_metrics_interval: Duration,
+    /// POST every alert, as its JSON object, to this http:// or https:// URL
+    /// (repeatable; the environment variable takes them comma-separated).
+    #[arg(
+        long = "alert-webhook",
+        env = "CHIME_ALERT_WEBHOOKS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    alert_webhooks: Vec<String>,
+    /// File whose first line is the key of the X-Chime-Signature header
+    /// (sha256=<hex HMAC-SHA256 of the body>) on every webhook POST.
+    #[arg(long, env = "CHIME_ALERT_WEBHOOK_SECRET_FILE")]
+    alert_webhook_secret_file: Option<std::path::PathBuf>,
+    /// POSTs of one alert to one webhook, the first included, before it is
+    /// dead-lettered (1-20).
+    #[arg(long, env = "CHIME_ALERT_WEBHOOK_TRIES", default_value_t = 5)]
+    alert_webhook_tries: u32,
+    /// The pause before a webhook's second try; it doubles after each, up to 30s.
+    #[arg(long, env = "CHIME_ALERT_WEBHOOK_BACKOFF", default_value = "1s", value_parser = duration)]
+    alert_webhook_backoff: Duration,
+    /// Every try of one alert to one webhook ends within this long of the first.
+    #[arg(long, env = "CHIME_ALERT_WEBHOOK_DEADLINE", default_value = "2m", value_parser = duration)]
+    alert_webhook_deadline: Duration,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -251,6 +285,22 @@ impl Args {
         config.expiry.interval = self.expiry_interval;
         config.shutdown_drain = self.shutdown_drain;
         config.clock.max_offset = self.max_clock_offset;
+        config.job_metrics.limit = self.job_metrics_limit;
+        config.job_metrics.interval = self.job_metrics_interval;
+        let webhooks = &mut config.webhooks;
+        // A variable set but empty (a Compose default) names no webhook.
+        let urls: Vec<&String> = self
+            .alert_webhooks
+            .iter()
+            .filter(|url| !url.trim().is_empty())
+            .collect();
+        webhooks.targets = WebhookTarget::parse_all(&urls).map_err(anyhow::Error::msg)?;
+        if let Some(file) = &self.alert_webhook_secret_file {
+            webhooks.secret = Some(read_secret_file(file).map_err(anyhow::Error::msg)?);
+        }
+        webhooks.delivery.tries = self.alert_webhook_tries;
+        webhooks.delivery.backoff = self.alert_webhook_backoff;
+        webhooks.delivery.deadline = self.alert_webhook_deadline;
         config.validate().map_err(anyhow::Error::msg)?;
         Ok(config)
     }
@@ -343,6 +393,36 @@ mod tests {
     fn the_command_line_is_consistent() {
         use clap::CommandFactory as _;
         Args::command().debug_assert();
+    }
+
+    #[test]
+    fn the_webhook_flag_repeats_and_its_settings_reach_the_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "k3y\n").unwrap();
+        let args = Args::try_parse_from([
+            "chime-scheduler",
+            "--alert-webhook",
+            "https://hooks.example/a",
+            "--alert-webhook",
+            "http://relay:8080/slack",
+            "--alert-webhook-secret-file",
+            secret.to_str().unwrap(),
+            "--alert-webhook-tries",
+            "3",
+            "--job-metrics-limit",
+            "50",
+        ])
+        .unwrap();
+        let config = args.into_config().unwrap();
+        let labels: Vec<&str> = config.webhooks.targets.iter().map(|t| t.label()).collect();
+        assert_eq!(
+            labels,
+            vec!["https://hooks.example/a", "http://relay:8080/slack"]
+        );
+        assert_eq!(config.webhooks.secret.unwrap().expose(), "k3y");
+        assert_eq!(config.webhooks.delivery.tries, 3);
+        assert_eq!(config.job_metrics.limit, 50);
     }
 
     #[test]

@@ -7,8 +7,9 @@
 use crate::config::SchedulerConfig;
 use crate::ops::clock_monitor::{ClockMonitor, ClockStatus};
 use crate::ops::consumers::Consumers;
+use crate::ops::job_metrics::JobMetrics;
 use crate::ops::metrics::Metrics;
-use crate::services::{spawn_periodic_services, Links, Parts, Streaming};
+use crate::services::{spawn_periodic_services, FirstPassed, Links, Parts, Streaming};
 use crate::signals::Signals;
 use crate::store::Store;
 use anyhow::Context as _;
@@ -84,9 +85,27 @@ impl Replica {
             .run_once(chrono::Utc::now())
             .await
             .context("cannot create the firing consumers of the known groups")?;
+        let job_metrics = Arc::new(JobMetrics::new(
+            config.job_metrics.clone(),
+            links.store.clone(),
+            parts.metrics.clone(),
+            parts.job_changes.clone(),
+        ));
+        // Loaded before the replica reports ready: a replica that just
+        // started exports the newest ends the others do.
+        job_metrics
+            .run_once(chrono::Utc::now())
+            .await
+            .context("cannot read the jobs' newest ends for the per-job metrics")?;
         let streaming = Streaming::new(&config, &links, &parts, api, &clock).await?;
         streaming.spawn(&config, &parts);
-        spawn_periodic_services(&config, &links, &parts, clock.clone(), consumers);
+        parts.spawn_webhooks(&config, &links)?;
+        let first = FirstPassed {
+            clock: clock.clone(),
+            consumers,
+            job_metrics,
+        };
+        spawn_periodic_services(&config, &links, &parts, first);
         parts.supervisor.close();
         parts.tracker.close();
 

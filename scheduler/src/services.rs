@@ -25,9 +25,11 @@ use crate::ops::alerts::Alerts;
 use crate::ops::checkpointer::Checkpointer;
 use crate::ops::clock_monitor::ClockMonitor;
 use crate::ops::consumers::Consumers;
+use crate::ops::job_metrics::{JobChanges, JobMetrics};
 use crate::ops::maintenance_windows::MaintenanceWindows;
 use crate::ops::metrics::Metrics;
 use crate::ops::sqlite_holder::SqliteHolder;
+use crate::ops::webhooks::AlertWebhooks;
 use crate::recovery::expiry_monitor::ExpiryMonitor;
 use crate::recovery::housekeeping::Housekeeping;
 use crate::recovery::limit_release::LimitRelease;
@@ -50,7 +52,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Every supervised service, by the name its metrics and `/healthz` use.
-pub const SERVICES: [&str; 15] = [
+pub const SERVICES: [&str; 17] = [
     "starts",
     "finishes",
     "api",
@@ -66,6 +68,8 @@ pub const SERVICES: [&str; 15] = [
     "immediate",
     "clock",
     "consumers",
+    "job_metrics",
+    "alert_webhooks",
 ];
 
 /// What a replica connects to: NATS (and the reply user's connection), the
@@ -177,6 +181,8 @@ pub(crate) struct Parts {
     /// Wakes the immediate service when firings were staged outside a slice.
     pub immediate: Wake,
     pub unstarted: Unstarted,
+    /// Jobs whose per-job gauges this replica changed, read again at once.
+    pub job_changes: JobChanges,
     /// Stops claiming, serving the API and submissions.
     pub shutdown: CancellationToken,
     /// Cancelled once the wheel has drained: starts and finishes are served until then.
@@ -211,6 +217,7 @@ impl Parts {
             signals: Signals::default(),
             immediate: Wake::default(),
             unstarted: Unstarted::default(),
+            job_changes: JobChanges::default(),
             drained: CancellationToken::new(),
             tracker: TaskTracker::new(),
             metrics,
@@ -265,7 +272,32 @@ impl Parts {
             metrics: self.metrics.clone(),
             immediate: self.immediate.clone(),
             replies: self.replies.clone(),
+            job_changes: self.job_changes.clone(),
         }
+    }
+
+    /// Runs the alert webhooks (`--alert-webhook`) under the supervisor,
+    /// when any is set.
+    pub fn spawn_webhooks(&self, config: &SchedulerConfig, links: &Links) -> anyhow::Result<()> {
+        if config.webhooks.targets.is_empty() {
+            return Ok(());
+        }
+        let webhooks = AlertWebhooks::new(
+            config.webhooks.clone(),
+            links.topology.clone(),
+            self.metrics.clone(),
+            self.signals.webhooks.clone(),
+        )
+        .map_err(anyhow::Error::msg)?;
+        let shutdown = self.shutdown.clone();
+        self.supervisor.spawn("alert_webhooks", move || {
+            let (webhooks, shutdown) = (webhooks.clone(), shutdown.clone());
+            async move {
+                webhooks.run(shutdown).await?;
+                anyhow::Ok(())
+            }
+        });
+        Ok(())
     }
 
     /// Serves the HTTP API and the console when `--http-addr` is set.
@@ -340,6 +372,7 @@ impl Streaming {
             config: config.finishes.clone(),
             finished: parts.signals.finished.clone(),
             immediate: parts.immediate.clone(),
+            job_changes: parts.job_changes.clone(),
             alerts: parts.alerts.clone(),
             store: store.clone(),
             jetstream: nats.jetstream.clone(),
@@ -525,7 +558,7 @@ struct PeriodicSpec {
 }
 
 /// The periodic services, in the order they start.
-const PERIODIC: [PeriodicSpec; 9] = [
+const PERIODIC: [PeriodicSpec; 10] = [
     PeriodicSpec {
         name: "expiry",
         leased: |c| Some(c.expiry.lease_ttl),
@@ -598,17 +631,32 @@ const PERIODIC: [PeriodicSpec; 9] = [
         leader_gauge: false,
         woken: false,
     },
+    PeriodicSpec {
+        name: "job_metrics",
+        leased: |_| None,
+        every: |c| c.job_metrics.tick.min(c.job_metrics.interval),
+        store_errors: true,
+        leader_gauge: false,
+        woken: false,
+    },
 ];
 
+/// The services whose first pass runs during start-up, before the
+/// replica reports ready.
+pub(crate) struct FirstPassed {
+    pub clock: Arc<ClockMonitor>,
+    pub consumers: Arc<Consumers>,
+    pub job_metrics: Arc<JobMetrics>,
+}
+
 /// Spawns every periodic service of [`PERIODIC`] (the checkpointer on
-/// SQLite only); the clock monitor and the consumers service ran their
-/// first pass during start-up.
+/// SQLite only); the clock monitor, the consumers service and the per-job
+/// gauges ran their first pass during start-up.
 pub(crate) fn spawn_periodic_services(
     config: &SchedulerConfig,
     links: &Links,
     parts: &Parts,
-    clock: Arc<ClockMonitor>,
-    consumers: Arc<Consumers>,
+    first: FirstPassed,
 ) {
     let (store, metrics, signals) = (&links.store, &parts.metrics, &parts.signals);
     let spawner = Spawner {
@@ -632,7 +680,8 @@ pub(crate) fn spawn_periodic_services(
             parts.alerts.clone(),
             parts.immediate.clone(),
             metrics.clone(),
-        ),
+        )
+        .with_job_changes(parts.job_changes.clone()),
         signals.expiry.clone(),
     );
     spawner.spawn(
@@ -694,8 +743,17 @@ pub(crate) fn spawn_periodic_services(
         ),
         signals.immediate.clone(),
     );
-    spawner.spawn_arc(spec("clock"), clock, signals.clock.clone());
-    spawner.spawn_arc(spec("consumers"), consumers, signals.consumers.clone());
+    spawner.spawn_arc(spec("clock"), first.clock, signals.clock.clone());
+    spawner.spawn_arc(
+        spec("consumers"),
+        first.consumers,
+        signals.consumers.clone(),
+    );
+    spawner.spawn_arc(
+        spec("job_metrics"),
+        first.job_metrics,
+        signals.job_metrics.clone(),
+    );
 }
 
 /// Spawns periodic services as their [`PeriodicSpec`] says.

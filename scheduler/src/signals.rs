@@ -6,7 +6,9 @@
 
 use crate::firing::immediate::ImmediateOutcome;
 use crate::ops::consumers::ConsumersOutcome;
+use crate::ops::job_metrics::JobMetricsOutcome;
 use crate::ops::maintenance_windows::MaintenanceOutcome;
+use crate::ops::webhooks::WebhookReport;
 use crate::recovery::expiry_monitor::ExpiryOutcome;
 use crate::recovery::housekeeping::HousekeepingOutcome;
 use crate::recovery::limit_release::LimitReleaseOutcome;
@@ -37,4 +39,8 @@ pub struct Signals {
     pub consumers: TestSignal<Pass<ConsumersOutcome>>,
     /// Finished events applied to the store, per batch.
     pub finished: TestSignal<usize>,
+    /// Each pass of the per-job gauges.
+    pub job_metrics: TestSignal<Pass<JobMetricsOutcome>>,
+    /// Each alert a webhook took, was given up on for, or handed back.
+    pub webhooks: TestSignal<WebhookReport>,
 }

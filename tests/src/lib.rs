@@ -25,6 +25,7 @@
 //! | what the publisher really put in the firing stream | [`read_fire_stream`], [`count_by_instant`] |
 //! | instants on whole seconds | [`aligned_start`], [`rfc3339`] |
 //! | a counter from a metrics page | [`metric_sum`] |
+//! | an HTTP receiver for alert webhooks, answering a chosen status | [`WebhookReceiver`] |
 //! | a job's firings, as the API lists them | [`firings_of`] |
 //! | a worker without a scheduler: stand-in start service, finished events, firing messages | [`worker_env`] |
 //! | a mixed load and the check that every instant ended final, no attempt twice | [`guarantees`] |
@@ -104,6 +105,7 @@ mod standalone_reports;
 mod topology;
 mod triggered;
 mod wait;
+mod webhook_receiver;
 pub mod worker_env;
 
 pub use alerts::alerts_of;
@@ -131,6 +133,7 @@ pub use standalone_reports::StandaloneReports;
 pub use topology::create_group_consumers;
 pub use triggered::{never_firing_job, started, triggered};
 pub use wait::{eventually, until_ok};
+pub use webhook_receiver::{Received, WebhookReceiver};
 
 /// Sends the test process's own `tracing` output (in-process schedulers,
 /// workers, clients) to the test's captured output, filtered by `RUST_LOG`

@@ -98,6 +98,7 @@ impl StandaloneReports {
             metrics,
             finished: Default::default(),
             immediate: Default::default(),
+            job_changes: Default::default(),
         }
     }
 

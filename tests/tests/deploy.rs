@@ -1409,11 +1409,16 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
     let scheduler_addr = format!("127.0.0.1:{}", free_port());
     let worker_addr = format!("127.0.0.1:{}", free_port());
 
+    // A webhook nothing answers: its alerts are given up on after one try,
+    // and the webhook series the rules read exist.
+    let webhook = format!("http://127.0.0.1:{}/chime", free_port());
     let mut cmd = Binary::Scheduler.command();
     cmd.env("CHIME_NATS_URL", nats.url())
         .env("CHIME_DATABASE_URL", db.url())
         .env("CHIME_METRICS_ADDR", &scheduler_addr)
-        .env("CHIME_NOT_STARTED_AFTER", "2s");
+        .env("CHIME_NOT_STARTED_AFTER", "2s")
+        .env("CHIME_ALERT_WEBHOOKS", &webhook)
+        .env("CHIME_ALERT_WEBHOOK_TRIES", "1");
     let mut scheduler = ChimeProcess::spawn(cmd);
     scheduler
         .wait_for_log_line("chime-scheduler ready", Duration::from_secs(20))
@@ -1671,6 +1676,37 @@ async fn dashboard_and_alert_queries_return_data_from_a_live_scheduler_and_worke
         BTreeSet::from(["orphans".to_string()]),
         "only the group without workers lacks one"
     );
+
+    // The per-job gauges reach Prometheus with the Chime job under
+    // `exported_job` (the scrape job holds `job`), as the job rules read them.
+    step("checking the per-job gauges as ChimeJobStale reads them");
+    until_ok(
+        Duration::from_secs(10),
+        "the per-job gauges under exported_job",
+        || async {
+            let data = prometheus_api(
+                &http,
+                &base,
+                "/api/v1/query",
+                &[(
+                    "query",
+                    "max by (exported_job, group) (chime_job_last_success_timestamp_seconds)"
+                        .to_string(),
+                )],
+            )
+            .await?;
+            let ok =
+                data["result"].as_array().into_iter().flatten().any(|s| {
+                    s["metric"]["exported_job"] == "ok" && s["metric"]["group"] == "default"
+                });
+            if ok {
+                Ok(())
+            } else {
+                Err(format!("job ok not found: {data}"))
+            }
+        },
+    )
+    .await;
 
     step("stopping");
     worker.terminate(Duration::from_secs(40)).await;

@@ -6,6 +6,7 @@
 
 use crate::firing::immediate::Wake;
 use crate::intake::replies::{Replies, ReplyKind};
+use crate::ops::job_metrics::JobChanges;
 use crate::ops::metrics::Metrics;
 use crate::store::{
     AuditFilter, AuditRecord, FiringFilter, JobFilter, JobSelection, Pause, Store,
@@ -80,6 +81,9 @@ pub struct Api {
     pub immediate: Wake,
     /// Sends answers to the requesters' inboxes only.
     pub replies: Replies,
+    /// Told of each job put or deleted, so this replica's per-job gauges
+    /// follow its group or drop its series at once.
+    pub job_changes: JobChanges,
 }
 
 /// Who sent a request, for the audit trail.
@@ -654,6 +658,7 @@ impl Api {
                     },
                     e => e,
                 })?;
+        self.job_changes.changed(&spec.id);
         Ok(Reply::job(job))
     }
 
@@ -664,6 +669,7 @@ impl Api {
             .delete_job(id, now)
             .await?
             .ok_or_else(|| not_found(id))?;
+        self.job_changes.changed(id);
         for running in &deleted.cancel {
             self.cancel(&running.worker_id, &running.firing_id, "job deleted")
                 .await;

@@ -6,6 +6,8 @@
 //! counted in `chime_dead_letters_total{kind}` and announced by a
 //! `dead_letter` alert. Only once the dead letter is stored is the original
 //! acked: if publishing fails, the original comes back and is tried again.
+//! An alert a webhook never took (`ops/webhooks/`) is dead-lettered the same
+//! way but raises no alert, which would go to the same failing webhook.
 //! docs/OPERATIONS.md ("Dead letters") says how to inspect and replay one.
 
 use crate::ops::metrics::Metrics;
@@ -33,16 +35,25 @@ pub enum DeadLetterKind {
     Start,
     /// A durable submission (`chime.submit`).
     Submit,
+    /// An alert (`chime.alerts`) an alert webhook did not take after its tries.
+    Webhook,
 }
 
 impl DeadLetterKind {
-    /// `finished`, `start` or `submit`.
+    /// `finished`, `start`, `submit` or `webhook`.
     pub fn as_str(self) -> &'static str {
         match self {
             DeadLetterKind::Finished => "finished",
             DeadLetterKind::Start => "start",
             DeadLetterKind::Submit => "submit",
+            DeadLetterKind::Webhook => "webhook",
         }
+    }
+
+    /// Whether its dead letters raise a `dead_letter` alert: not an alert
+    /// a webhook refused, whose alert would go the same way.
+    fn raises_alert(self) -> bool {
+        self != DeadLetterKind::Webhook
     }
 }
 
@@ -56,7 +67,8 @@ pub struct DeadLetter {
     pub body: Bytes,
     /// Why it could not be applied.
     pub error: ApiError,
-    /// How many times it was delivered (1 for a start request).
+    /// How many times it was delivered (1 for a start request; for an
+    /// alert, how many times it was POSTed).
     pub deliveries: u64,
     /// For a JetStream original, `<stream>:<sequence>`: the dead letter's
     /// `Nats-Msg-Id`, so one published again (its original's ack was lost
@@ -135,7 +147,7 @@ impl DeadLetter {
     }
 
     /// Stores the dead letter (waiting for JetStream's ack), counts it and
-    /// raises a `dead_letter` alert.
+    /// raises a `dead_letter` alert (for every kind but `webhook`).
     pub async fn publish(
         &self,
         jetstream: &jetstream::Context,
@@ -179,6 +191,9 @@ impl DeadLetter {
             error = %self.error,
             "message moved to the dead-letter stream"
         );
+        if !self.kind.raises_alert() {
+            return Ok(());
+        }
         let alert = Alert {
             kind: AlertKind::DeadLetter,
             job_id: names.job_id,

@@ -1,12 +1,15 @@
 //! The scheduler's Prometheus metrics, one registry per replica.
 //!
 //! Names follow `chime_<noun>_<unit>`; labels are small bounded sets (group,
-//! verb, outcome, kind), never job ids. A registry per replica (not a global)
-//! lets tests run several replicas in one process.
+//! verb, outcome, kind). Job ids label only the per-job freshness gauges,
+//! behind the cap `--job-metrics-limit` (`ops/job_metrics.rs` keeps them);
+//! webhook URLs, without credentials or query, label the webhook counters.
+//! A registry per replica (not a global) lets tests run several replicas in
+//! one process.
 
 use prometheus::{
-    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Buckets for lateness: 100 µs to 60 s.
@@ -109,6 +112,35 @@ pub struct Metrics {
     pub service_restarts: IntCounterVec,
     /// The database clock minus this replica's clock, last measured.
     pub clock_offset: Gauge,
+    /// Unix time of each job's newest succeeded firing, by job and group
+    /// (at most `--job-metrics-limit` jobs).
+    pub job_last_success: GaugeVec,
+    /// Unix time of each job's newest failed, timed out or lost firing.
+    pub job_last_failure: GaugeVec,
+    /// Jobs left without per-job series by `--job-metrics-limit`.
+    pub job_metrics_dropped: IntGauge,
+    /// Alerts a webhook answered with a 2xx, by URL (credentials and query removed).
+    pub alert_webhook_deliveries: IntCounterVec,
+    /// POSTs of an alert to a webhook after its first, by URL.
+    pub alert_webhook_retries: IntCounterVec,
+    /// Alerts given up on for a webhook and dead-lettered, by URL.
+    pub alert_webhook_failures: IntCounterVec,
+}
+
+fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+    let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid metric name");
+    registry
+        .register(Box::new(g.clone()))
+        .expect("metric registered once");
+    g
+}
+
+fn int_gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::new(name, help).expect("valid metric name");
+    registry
+        .register(Box::new(g.clone()))
+        .expect("metric registered once");
+    g
 }
 
 fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
@@ -158,6 +190,7 @@ fn histogram(registry: &Registry, name: &str, help: &str, buckets: &[f64]) -> Hi
 const REQUEUE_CAUSES: [&str; 5] = ["vanished", "deadline", "not_running", "fenced", "shutdown"];
 const REPUBLISH_CAUSES: [&str; 3] = ["message_gone", "message_replaced", "duplicate_ack"];
 const MISSED_CAUSES: [&str; 2] = ["misfire", "calendar"];
+const HOLD_LIMITS: [&str; 3] = ["job", "group", "rate"];
 
 impl Metrics {
     /// Creates `group`'s series of the per-group counters at zero.
@@ -171,9 +204,19 @@ impl Metrics {
         for cause in MISSED_CAUSES {
             self.firings_missed.with_label_values(&[group, cause]);
         }
+        for limit in HOLD_LIMITS {
+            self.firings_held.with_label_values(&[group, limit]);
+        }
         self.infra_retries_exhausted.with_label_values(&[group]);
         self.firings_late.with_label_values(&[group]);
         self.firings_published.with_label_values(&[group]);
+    }
+
+    /// Creates the series of webhook `url` (its label form) at zero.
+    pub fn start_webhook_at_zero(&self, url: &str) {
+        self.alert_webhook_deliveries.with_label_values(&[url]);
+        self.alert_webhook_retries.with_label_values(&[url]);
+        self.alert_webhook_failures.with_label_values(&[url]);
     }
 
     /// A fresh registry with every metric registered.
@@ -398,6 +441,41 @@ impl Metrics {
                 &["service"],
             ),
             clock_offset,
+            job_last_success: gauge_vec(
+                &r,
+                "chime_job_last_success_timestamp_seconds",
+                "Unix time of the job's newest succeeded firing (at most --job-metrics-limit jobs).",
+                &["job", "group"],
+            ),
+            job_last_failure: gauge_vec(
+                &r,
+                "chime_job_last_failure_timestamp_seconds",
+                "Unix time of the job's newest failed, timed out or lost firing (at most --job-metrics-limit jobs).",
+                &["job", "group"],
+            ),
+            job_metrics_dropped: int_gauge(
+                &r,
+                "chime_job_metrics_dropped",
+                "Jobs with a finished firing left without per-job series by --job-metrics-limit.",
+            ),
+            alert_webhook_deliveries: counter_vec(
+                &r,
+                "chime_alert_webhook_deliveries_total",
+                "Alerts a webhook answered with a 2xx status.",
+                &["url"],
+            ),
+            alert_webhook_retries: counter_vec(
+                &r,
+                "chime_alert_webhook_retries_total",
+                "POSTs of an alert to a webhook after its first try.",
+                &["url"],
+            ),
+            alert_webhook_failures: counter_vec(
+                &r,
+                "chime_alert_webhook_failures_total",
+                "Alerts given up on for a webhook after their tries and moved to chime.dead.webhook.",
+                &["url"],
+            ),
             registry: r,
         };
         metrics.initialise_series();
@@ -417,6 +495,7 @@ impl Metrics {
             "submit",
             "housekeeping",
             "maintenance",
+            "job_metrics",
         ] {
             self.store_errors.with_label_values(&[op]);
         }
@@ -437,7 +516,7 @@ impl Metrics {
         ] {
             self.alerts.with_label_values(&[kind]);
         }
-        for kind in ["finished", "start", "submit"] {
+        for kind in ["finished", "start", "submit", "webhook"] {
             self.dead_letters.with_label_values(&[kind]);
         }
         for decision in [

@@ -1,5 +1,6 @@
 //! What keeps a replica observable and its surroundings in order: metrics
-//! and probes, dead letters and alerts, the clock offset check, the firing
+//! and probes (with the per-job gauges), dead letters and alerts (with their
+//! webhooks), the clock offset check, the firing
 //! consumers of every group, SQLite checkpoints and maintenance windows.
 
 pub mod alerts;
@@ -7,7 +8,9 @@ pub mod checkpointer;
 pub mod clock_monitor;
 pub mod consumers;
 pub mod dead_letter;
+pub mod job_metrics;
 pub mod maintenance_windows;
 pub mod metrics;
 pub mod probes;
 pub mod sqlite_holder;
+pub mod webhooks;

@@ -12,6 +12,7 @@
 use crate::firing::immediate::Wake;
 use crate::nats::Nats;
 use crate::ops::alerts::Alerts;
+use crate::ops::job_metrics::JobChanges;
 use crate::ops::metrics::Metrics;
 use crate::pass::check_pass;
 use crate::recovery::requeue::{Beat, NotRunning, RequeueCause, MISSED_BEATS};
@@ -139,6 +140,9 @@ pub struct ExpiryMonitor {
     /// Woken when a re-queue staged firings, so they leave at once.
     pub immediate: Wake,
     pub metrics: Metrics,
+    /// Told of each job whose firing ended lost or failed, so this
+    /// replica's per-job gauges show it at once.
+    job_changes: JobChanges,
     not_running: NotRunning,
 }
 
@@ -161,8 +165,15 @@ impl ExpiryMonitor {
             alerts,
             immediate,
             metrics,
+            job_changes: JobChanges::default(),
             not_running: NotRunning::default(),
         }
+    }
+
+    /// Tells `changes` of each job whose firing a pass ends.
+    pub fn with_job_changes(mut self, changes: JobChanges) -> Self {
+        self.job_changes = changes;
+        self
     }
 
     /// The keys of the heartbeats in the bucket now.
@@ -314,6 +325,7 @@ impl ExpiryMonitor {
                 };
                 match self.store.requeue(&row, &reason, now, &retry_delay).await {
                     Ok(Some(requeued)) => {
+                        self.job_changes.changed(&row.job_id);
                         tracing::warn!(firing_id = %requeued.lost, %reason, retry = ?requeued.retry, "re-queued a lost firing");
                         outcome.lost.push(requeued.lost.clone());
                         match requeued.retry {

@@ -23,6 +23,7 @@ use super::executing::Lease;
 use super::handle::Store;
 use super::jobs::write_spec_and_state;
 use super::locks::{complete, split_batch, FiringRow, JobRow, Tx};
+use super::outcomes::record_ends_sql;
 use super::retry::{exhausted, Ended, RetryDelay};
 use super::states::{sources_sql, Transition};
 use super::types::FinishOutcome;
@@ -271,15 +272,21 @@ impl Store {
                      UPDATE firings f SET {set_succeeded} \
                      FROM {done_rows}, jobs j \
                      WHERE f.id = r.id AND j.id = f.job_id AND {plain} \
-                     RETURNING f.id, f.job_id, j.consecutive_failures <> 0 AS failed_before), \
+                     RETURNING f.id, f.job_id, f.finished_at, \
+                         j.consecutive_failures <> 0 AS failed_before), \
                  ended AS (DELETE FROM executing e USING succeeded s WHERE e.firing_id = s.id), \
-                 reset AS ({RESET_FAILURES} (SELECT job_id FROM succeeded WHERE failed_before)) \
-                 SELECT id FROM succeeded"
+                 reset AS ({RESET_FAILURES} (SELECT job_id FROM succeeded WHERE failed_before)), \
+                 outcomes AS ({}) \
+                 SELECT id FROM succeeded",
+                record_ends_sql(
+                    "SELECT job_id, MAX(finished_at), CAST(NULL AS BIGINT) FROM succeeded \
+                     GROUP BY job_id ORDER BY job_id"
+                )
             ),
             // The same steps as statements of one transaction, each driven
             // by the batch (see `start_at_once`): the plain successes reset
-            // their jobs' failure counts and end `succeeded`, and their
-            // executing rows go.
+            // their jobs' failure counts and end `succeeded`, their
+            // executing rows go, and their jobs' newest success is recorded.
             Backend::Sqlite => format!(
                 "BEGIN IMMEDIATE; \
                  {RESET_FAILURES} (SELECT f.job_id FROM {done_rows} \
@@ -291,7 +298,13 @@ impl Store {
                  DELETE FROM executing WHERE firing_id IN (SELECT r.id FROM {done_rows}) \
                      AND EXISTS (SELECT 1 FROM firings f \
                          WHERE f.id = executing.firing_id AND f.state = 'succeeded'); \
-                 COMMIT"
+                 {}; \
+                 COMMIT",
+                record_ends_sql(&format!(
+                    "SELECT f.job_id, MAX(f.finished_at), CAST(NULL AS BIGINT) \
+                     FROM {done_rows} JOIN firings f ON f.id = r.id \
+                     WHERE f.state = 'succeeded' GROUP BY f.job_id ORDER BY f.job_id"
+                ))
             ),
         };
         let body = match json_text(&done) {
@@ -376,6 +389,13 @@ impl Store {
                         .await?,
                 );
             }
+            let ended: Vec<String> = outcomes
+                .iter()
+                .flatten()
+                .filter(|outcome| outcome.applied)
+                .map(|outcome| outcome.firing_id.to_string())
+                .collect();
+            self.record_ends(&mut tx, &ended).await?;
             tx.commit().await?;
             Ok(outcomes.into_iter().flatten().collect())
         })

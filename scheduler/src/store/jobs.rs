@@ -416,6 +416,11 @@ impl Store {
             .bind(id)
             .execute(&mut *tx)
             .await?;
+        // Its freshness gauges go with it (`outcomes.rs`).
+        sqlx::query("DELETE FROM job_outcomes WHERE job_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         // Its own fan-in rows; those of jobs waiting for it stay, and it
         // shows in their `upstream_missing`.
         sqlx::query("DELETE FROM fan_in WHERE job_id = $1")

@@ -22,7 +22,8 @@
 //! `executing.rs` keep the two small tables that say which firings wait and
 //! which run. Jobs are `jobs.rs`, `dependencies.rs` (cycles through
 //! `on_success` and `after`), `fan_in.rs` (what counted towards a fan-in
-//! schedule) and `plan.rs` (misfire planning); `calendars.rs` keeps the
+//! schedule) and `plan.rs` (misfire planning); `outcomes.rs` each job's
+//! newest succeeded and failed end; `calendars.rs` keeps the
 //! exclusion calendars staging applies; `groups.rs` the limits of whole groups.
 //!
 //! The floors, bottom up: `error.rs` and `dialect/` (what the two databases
@@ -94,6 +95,7 @@ mod jobs;
 mod lateness;
 mod listing;
 mod locks;
+mod outcomes;
 mod pause;
 mod plan;
 mod publish;
@@ -122,6 +124,7 @@ pub use error::StoreError;
 pub use groups::MAX_GROUPS;
 pub use handle::Store;
 pub use history::{Activity, Pruned, RetentionCursor};
+pub use outcomes::{JobOutcome, JobOutcomes};
 pub use pause::{JobSelection, Pause, MAX_PAUSED_AT_ONCE};
 pub use publish::AckedFiring;
 pub use republish::PublishedFiring;

@@ -110,6 +110,7 @@ impl Store {
                 now,
             ));
         }
+        self.record_ends(tx, &[&id]).await?;
         outcome.released = self.release_held(tx, job_id, &firing.group, now).await?;
         Ok(Some(outcome))
     }

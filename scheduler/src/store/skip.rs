@@ -31,7 +31,8 @@ impl Store {
         now: i64,
     ) -> Result<(), StoreError> {
         self.end_unstarted(tx, id, FiringState::Failed, error, now)
-            .await
+            .await?;
+        self.record_ends(tx, &[id]).await
     }
 
     /// Ends a firing that never started, in a final `state`, with `error`.

@@ -21,6 +21,7 @@ use crate::firing::immediate::Wake;
 use crate::intake::api::parse_request;
 use crate::ops::alerts::Alerts;
 use crate::ops::dead_letter::{exhausted, DeadLetter, DeadLetterKind};
+use crate::ops::job_metrics::JobChanges;
 use crate::ops::metrics::Metrics;
 use crate::pull::{self, PullError};
 use crate::recovery::requeue::RequeueCause;
@@ -82,6 +83,9 @@ pub struct Finishes {
     /// Woken when a finish staged firings outside a slice (a retry, a
     /// release, an `on_success` or fan-in firing), so they leave at once.
     pub immediate: Wake,
+    /// Told of each job whose firing a finish ended, so this replica's
+    /// per-job gauges show it at once.
+    pub job_changes: JobChanges,
 }
 
 impl Finishes {
@@ -111,6 +115,7 @@ impl Finishes {
                 continue;
             }
             applied += 1;
+            self.job_changes.changed(&outcome.firing_id.job_id);
             staged |= outcome.retry.is_some()
                 || !outcome.released.is_empty()
                 || !outcome.triggered.is_empty();
