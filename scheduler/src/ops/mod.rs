@@ -1,6 +1,7 @@
 //! What keeps a replica observable and its surroundings in order: metrics
 //! and probes, dead letters and alerts, the clock offset check, the firing
-//! consumers of every group, SQLite checkpoints and maintenance windows.
+//! consumers of every group, SQLite checkpoints and maintenance windows,
+//! and the spans of each firing's trace.
 
 pub mod alerts;
 pub mod checkpointer;
@@ -11,3 +12,4 @@ pub mod maintenance_windows;
 pub mod metrics;
 pub mod probes;
 pub mod sqlite_holder;
+pub mod traces;
