@@ -12,8 +12,8 @@ use chime_common::client::Client;
 use chime_common::traceparent::{FiringTrace, TraceParent};
 use chime_common::{ErrorCode, FiringId, FiringState};
 use chime_tests::{
-    backend_tests, firings_of, read_fire_stream, until_ok, Binary, ChimeProcess, NatsServer,
-    OtlpReceiver, ReceivedSpan, SqliteDatabase, TestDatabase,
+    backend_tests, firings_of, until_ok, Binary, ChimeProcess, NatsServer, OtlpReceiver,
+    ReceivedSpan, SqliteDatabase, TestDatabase,
 };
 use chrono::{SubsecRound, Utc};
 use serde_json::{json, Value};
@@ -459,48 +459,50 @@ async fn a_submitted_one_shot_job_keeps_the_submission_s_trace() {
     )
     .await;
     let js = async_nats::jetstream::new(chime.nats.connect().await);
-    let at = (Utc::now().trunc_subsecs(0) + chrono::Duration::seconds(3)).to_rfc3339();
-    let spec = |id: &str, schedule: Value| {
-        json!({"id": id, "schedule": schedule, "handler": "nothing-runs-this"}).to_string()
-    };
+    let dir = tempfile::tempdir().expect("a directory");
+    let at = Utc::now().trunc_subsecs(0) + chrono::Duration::seconds(3);
+    let at_text = at.to_rfc3339();
     for (id, schedule, header) in [
-        ("kept", json!({"at": at}), GIVEN),
-        ("malformed", json!({"at": at}), "00-not-a-trace"),
+        ("kept", json!({"at": at_text}), GIVEN),
+        ("malformed", json!({"at": at_text}), "00-not-a-trace"),
         ("recurring", json!({"every": "2s"}), GIVEN),
     ] {
+        let file = dir.path().join(id);
+        let spec = json!({
+            "id": id,
+            "schedule": schedule,
+            "handler": "shell",
+            "payload": {"argv": ["sh", "-c", "printf %s \"$TRACEPARENT\" > \"$0\"", file]},
+        });
         let mut headers = HeaderMap::new();
         headers.insert("traceparent", header);
-        js.publish_with_headers("chime.submit", headers, spec(id, schedule).into())
+        js.publish_with_headers("chime.submit", headers, spec.to_string().into())
             .await
             .expect("publish")
             .await
             .expect("stored");
     }
-    let published = until_ok(WAIT, "the three jobs' firings", || async {
-        let published = read_fire_stream(&js, "CHIME_FIRE").await;
-        let jobs: std::collections::BTreeSet<&str> =
-            published.iter().map(|p| p.job_id.as_str()).collect();
-        if jobs.len() == 3 {
-            Ok(published)
-        } else {
-            Err(format!("{published:?}"))
-        }
-    })
-    .await;
-    for p in &published {
-        let text = p
-            .traceparent
-            .as_deref()
-            .expect("every message has a traceparent");
-        let tp: TraceParent = text.parse().expect("a valid traceparent");
-        let id: FiringId = p.firing_id.parse().expect("a firing id");
-        let expected = match p.job_id.as_str() {
-            "kept" => GIVEN_TRACE.to_string(),
-            _ => hex(&FiringTrace::of(&id, None).trace_id),
-        };
-        assert_eq!(tp.trace_id_hex(), expected, "{p:?}");
-    }
-    let spans = spans_of(&receiver, GIVEN_TRACE, &["put", "staged", "published"]).await;
+    let kept = traceparent_in(&dir.path().join("kept")).await;
+    assert_eq!(kept.trace_id_hex(), GIVEN_TRACE, "the submission's trace");
+    let malformed = traceparent_in(&dir.path().join("malformed")).await;
+    let instant = FiringId::new("malformed", at.timestamp_millis(), 1);
+    assert_eq!(
+        malformed.trace_id,
+        FiringTrace::of(&instant, None).trace_id,
+        "the instant's own trace"
+    );
+    let recurring = traceparent_in(&dir.path().join("recurring")).await;
+    assert_ne!(recurring.trace_id_hex(), GIVEN_TRACE, "a trace per instant");
+
+    let names = [
+        "put",
+        "staged",
+        "published",
+        "started",
+        "handler",
+        "finished",
+    ];
+    let spans = spans_of(&receiver, GIVEN_TRACE, &names).await;
     let puts: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.name == "put").collect();
     assert_eq!(
         puts.len(),
@@ -513,6 +515,7 @@ async fn a_submitted_one_shot_job_keeps_the_submission_s_trace() {
         .find(|s| s.attribute("chime.job.id") == Some("kept"))
         .expect("the one-shot job's put");
     assert_eq!(one(&spans, "staged").parent_span_id, kept_put.span_id);
+    assert_eq!(one(&spans, "handler").span_id, hex(&kept.parent_id));
 }
 
 fn hex(bytes: &[u8]) -> String {
