@@ -288,6 +288,10 @@ pub struct TriggerRequest {
     /// Replaces the job's payload for this run only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<Value>,
+    /// W3C `traceparent`: the run's firings (every attempt and shard) keep
+    /// its trace id instead of starting a trace of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// Whether a `jobs.trigger` body carries a payload of its own (a body

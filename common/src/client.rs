@@ -152,12 +152,19 @@ impl Client {
 
     /// `jobs.trigger`: run now, once; returns the firing id.
     pub async fn trigger_job(&self, id: &str, payload: Option<Value>) -> Result<String, ApiError> {
-        let request = TriggerRequest {
+        self.trigger(&TriggerRequest {
             id: id.into(),
             payload,
-        };
+            traceparent: None,
+        })
+        .await
+    }
+
+    /// `jobs.trigger` with every field (a `traceparent` to keep); returns
+    /// the firing id.
+    pub async fn trigger(&self, request: &TriggerRequest) -> Result<String, ApiError> {
         Ok(self
-            .call::<TriggerReply>(Verb::JobsTrigger, &request)
+            .call::<TriggerReply>(Verb::JobsTrigger, request)
             .await?
             .firing_id)
     }

@@ -24,5 +24,9 @@ pub const TIMEOUT_MS: &str = "Chime-Timeout-Ms";
 pub const SHARD: &str = "Chime-Shard";
 /// A sharded job's firing: how many shards its instant has (absent when unsharded).
 pub const SHARDS: &str = "Chime-Shards";
+/// W3C Trace Context: the firing's trace, with its `published` span as the
+/// parent (docs/PROTOCOL.md); on a submission, the trace a one-shot job's
+/// firings keep (docs/API.md).
+pub const TRACEPARENT: &str = crate::traceparent::TRACEPARENT;
 /// On `chime.submit.rejected`: the error JSON.
 pub const ERROR: &str = "Chime-Error";

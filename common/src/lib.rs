@@ -5,7 +5,8 @@
 //! in [`time_rules`]) within the accepted
 //! ranges ([`bounds`]), schedules ([`schedule`]),
 //! firing identities and states ([`firing`]), subject, stream and header names
-//! ([`subjects`], [`headers`]), the worker protocol messages ([`protocol`]),
+//! ([`subjects`], [`headers`]), W3C trace context and a firing's trace
+//! ([`traceparent`]), the worker protocol messages ([`protocol`]),
 //! priority bands ([`band`]), the request/reply API's verbs, requests and
 //! replies ([`api`]), the error shape ([`error`]) and a typed API client
 //! ([`client`]). What every Chime program runs on (connections, the
@@ -29,6 +30,7 @@ pub mod schedule;
 pub mod subjects;
 pub mod text;
 pub mod time_rules;
+pub mod traceparent;
 
 pub use band::Band;
 pub use concurrency::Overlap;

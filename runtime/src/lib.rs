@@ -5,7 +5,8 @@
 //! logs by [`secret`]); the shape every long-running service shares
 //! ([`service`]) and the supervisor that restarts it ([`supervisor`]);
 //! events services report for tests to wait on ([`signal`]); and the
-//! streams, buckets and consumers Chime makes on NATS ([`topology`]).
+//! streams, buckets and consumers Chime makes on NATS ([`topology`]); and
+//! the OpenTelemetry export of a firing's spans ([`traces`]).
 
 pub mod connection;
 pub mod secret;
@@ -13,3 +14,4 @@ pub mod service;
 pub mod signal;
 pub mod supervisor;
 pub mod topology;
+pub mod traces;

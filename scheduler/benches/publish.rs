@@ -35,6 +35,8 @@ fn firing() -> StagedFiring {
         timeout: Duration::from_secs(3600),
         publish_seq: 0,
         shards: 1,
+        traceparent: None,
+        staged_at: scheduled_at,
     }
 }
 

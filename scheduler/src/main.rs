@@ -371,6 +371,10 @@ async fn main() -> anyhow::Result<()> {
     }
     init_tracing(&args.log_format);
     let config = args.into_config()?;
+    let export = chime_runtime::traces::init("chime-scheduler").map_err(anyhow::Error::msg)?;
+    if export.is_some() {
+        tracing::info!("exporting spans over OTLP");
+    }
     let replica = Replica::start(config)
         .await
         .context("chime-scheduler could not start")?;
@@ -382,6 +386,10 @@ async fn main() -> anyhow::Result<()> {
         _ = replica.wait() => {}
     }
     tracing::info!("chime-scheduler stopped");
+    if let Some(export) = export {
+        // Sends the last spans; blocks, so off the runtime's threads.
+        let _ = tokio::task::spawn_blocking(move || export.shutdown()).await;
+    }
     Ok(())
 }
 

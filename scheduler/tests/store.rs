@@ -302,6 +302,9 @@ mod immediate;
 #[path = "store/retention.rs"]
 mod retention;
 
+#[path = "store/traces.rs"]
+mod traces;
+
 both_backends!(
     a_start_must_ask_for_what_was_staged,
     a_firing_is_published_with_its_payload_as_stored,

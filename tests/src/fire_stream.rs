@@ -15,6 +15,8 @@ pub struct Published {
     pub subject: String,
     /// When JetStream stored it.
     pub stored_ms: i64,
+    /// Its `traceparent` header, if it has one.
+    pub traceparent: Option<String>,
 }
 
 /// Every message currently in `stream`, in stream order.
@@ -45,6 +47,7 @@ pub async fn read_fire_stream(js: &jetstream::Context, stream: &str) -> Vec<Publ
             priority: header("Chime-Priority").parse().expect("priority"),
             subject: message.subject.to_string(),
             stored_ms: (message.time.unix_timestamp_nanos() / 1_000_000) as i64,
+            traceparent: message.headers.get("traceparent").map(|v| v.to_string()),
             firing_id,
         });
     }

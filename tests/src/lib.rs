@@ -26,6 +26,7 @@
 //! | instants on whole seconds | [`aligned_start`], [`rfc3339`] |
 //! | a counter from a metrics page | [`metric_sum`] |
 //! | an HTTP receiver for alert webhooks, answering a chosen status | [`WebhookReceiver`] |
+//! | the spans a program exports over OTLP | [`OtlpReceiver`] |
 //! | a job's firings, as the API lists them | [`firings_of`] |
 //! | a worker without a scheduler: stand-in start service, finished events, firing messages | [`worker_env`] |
 //! | a mixed load and the check that every instant ended final, no attempt twice | [`guarantees`] |
@@ -94,6 +95,7 @@ mod logfile;
 mod metrics;
 mod nats;
 mod nats_cluster;
+mod otlp;
 mod pg_cluster;
 mod ports;
 mod postgres;
@@ -119,6 +121,7 @@ pub use nats::{
     nats_server_binary, NatsOptions, NatsServer, ProbeAuth, MIN_NATS_VERSION, NATS_SERVER_ENV,
 };
 pub use nats_cluster::NatsCluster;
+pub use otlp::{OtlpReceiver, ReceivedSpan};
 pub use pg_cluster::{PgCluster, PgClusterOptions, ServerTls};
 pub use ports::free_port;
 pub use postgres::{admin_url as pg_admin_url, PgDatabase, DEFAULT_PG_URL, PG_URL_ENV};

@@ -263,6 +263,75 @@ backend_tests! {
         server.replica.shutdown().await;
     }
 
+    /// W3C Trace Context over HTTP: a trigger takes the standard
+    /// `traceparent` request header as its `traceparent` field (a field in
+    /// the body wins), on its job route and on the verb route alike, and
+    /// its run's message keeps that trace id; a malformed header is refused
+    /// naming `traceparent` and triggers nothing.
+    async fn a_trigger_takes_the_traceparent_header(db: TestDatabase) {
+        let server = start(&db, false).await;
+        let put = server
+            .call(Method::PUT, "/api/v1/jobs/traced", "admin", Some(spec("traced")))
+            .await;
+        assert_eq!(put.status, StatusCode::OK, "{}", put.body);
+        let trigger = |headers: Vec<(&'static str, &'static str)>, body: Option<&'static [u8]>| {
+            let server = &server;
+            async move {
+                server
+                    .send(Method::POST, "/api/v1/jobs/traced/trigger", Some("operator"), &headers, body)
+                    .await
+            }
+        };
+        for bad in ["00-zz", "00-00000000000000000000000000000000-00f067aa0ba902b7-01"] {
+            let refused = trigger(vec![("traceparent", bad)], None).await;
+            assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{bad}: {}", refused.body);
+            assert_eq!(refused.body["error"]["field"], "traceparent", "{}", refused.body);
+        }
+        let listed = server.nats_call("firings.list", &json!({"job_id": "traced"})).await;
+        assert_eq!(listed["firings"], json!([]), "the refused triggers staged nothing");
+
+        let header = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let in_body = "00-11111111111111111111111111111111-2222222222222222-01";
+        let by_header = trigger(vec![("traceparent", header)], None).await;
+        let body_wins = trigger(
+            vec![("traceparent", header)],
+            Some(&br#"{"traceparent": "00-11111111111111111111111111111111-2222222222222222-01"}"#[..]),
+        )
+        .await;
+        let by_verb = server
+            .send(Method::POST, "/api/v1/verbs/jobs.trigger", Some("operator"),
+                &[("traceparent", header)], Some(&br#"{"id": "traced"}"#[..]))
+            .await;
+        let mut expected = std::collections::HashMap::new();
+        for (answer, trace) in [(&by_header, header), (&body_wins, in_body), (&by_verb, header)] {
+            assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+            let id = answer.body["firing_id"].as_str().expect("a firing id").to_string();
+            expected.insert(id, trace[3..35].to_string());
+        }
+        let js = async_nats::jetstream::new(server.nats.connect().await);
+        chime_tests::until_ok(std::time::Duration::from_secs(10), "the three runs' messages", || {
+            let js = js.clone();
+            let expected = expected.clone();
+            async move {
+                let published = chime_tests::read_fire_stream(&js, "CHIME_FIRE").await;
+                let traces: std::collections::HashMap<String, String> = published
+                    .iter()
+                    .map(|p| {
+                        let tp = p.traceparent.clone().unwrap_or_default();
+                        (p.firing_id.clone(), tp.get(3..35).unwrap_or("").to_string())
+                    })
+                    .collect();
+                if expected.iter().all(|(id, trace)| traces.get(id) == Some(trace)) {
+                    Ok(())
+                } else {
+                    Err(format!("{published:?}"))
+                }
+            }
+        })
+        .await;
+        server.replica.shutdown().await;
+    }
+
     /// Mutating requests over HTTP and NATS land in the audit trail with
     /// who, what and the version before and after; refused ones too.
     async fn changes_are_audited(db: TestDatabase) {

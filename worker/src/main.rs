@@ -29,6 +29,16 @@ fn main() -> ExitCode {
         eprintln!("chime-worker: cannot protect its credentials from jobs: {error}");
         return ExitCode::FAILURE;
     }
+    let export = match chime_runtime::traces::init("chime-worker") {
+        Ok(export) => export,
+        Err(message) => {
+            eprintln!("chime-worker: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    if export.is_some() {
+        tracing::info!("exporting spans over OTLP");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -39,13 +49,18 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args)) {
+    let code = match runtime.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("chime-worker failed: {error:#}");
             ExitCode::FAILURE
         }
+    };
+    // The last spans, sent before exit.
+    if let Some(export) = export {
+        export.shutdown();
     }
+    code
 }
 
 fn init_logging(format: LogFormat) {

@@ -57,11 +57,13 @@ async fn environment_proxies_are_not_used() {
             // at the name; through one it would succeed.
             payload: json!({"url": "http://metadata.invalid/latest/"}),
             shard: None,
+            traceparent: None,
         },
         deadline: now + chrono::Duration::seconds(10),
         cancel: CancellationToken::new(),
         max_output_bytes: 1024,
         worker_id: "w".into(),
+        traceparent: chime_common::traceparent::TraceParent::fresh(),
     };
     let error = handler
         .run(ctx)

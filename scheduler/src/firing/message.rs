@@ -9,6 +9,7 @@ use async_nats::jetstream::{self, stream::RawMessageErrorKind};
 use async_nats::HeaderMap;
 use chime_common::bounds::MAX_TIMEOUT;
 use chime_common::duration::format_time;
+use chime_common::traceparent::FiringTrace;
 use chime_common::{headers, FiringId};
 use chrono::Utc;
 
@@ -42,6 +43,7 @@ mod names {
     pub const TIMEOUT_MS: HeaderName = HeaderName::from_static(headers::TIMEOUT_MS);
     pub const SHARD: HeaderName = HeaderName::from_static(headers::SHARD);
     pub const SHARDS: HeaderName = HeaderName::from_static(headers::SHARDS);
+    pub const TRACEPARENT: HeaderName = HeaderName::from_static(headers::TRACEPARENT);
 }
 
 /// The headers of a firing message (CONTRACT.md, "Firing messages").
@@ -70,6 +72,10 @@ pub fn firing_headers(firing: &StagedFiring, now: chrono::DateTime<Utc>) -> Head
         h.insert(names::SHARD, shard.to_string());
         h.insert(names::SHARDS, firing.shards.to_string());
     }
+    // Its trace (the one it keeps, or its instant's), its `published`
+    // span the parent: the same for every attempt's every copy.
+    let trace = FiringTrace::of(&firing.id, firing.traceparent.as_ref());
+    h.insert(names::TRACEPARENT, trace.message(&firing.id).to_string());
     h
 }
 
@@ -182,6 +188,7 @@ impl Acked {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chime_common::traceparent::{span_id, FiringSpan, TraceParent};
     use std::time::Duration;
 
     /// A staged first attempt of `id`, due and scheduled at `now`.
@@ -204,6 +211,8 @@ mod tests {
             timeout,
             publish_seq: 0,
             shards,
+            traceparent: None,
+            staged_at: now,
         }
     }
 
@@ -230,6 +239,8 @@ mod tests {
             timeout: Duration::from_secs(600),
             publish_seq: 0,
             shards: 1,
+            traceparent: None,
+            staged_at: scheduled_at,
         };
         let now = scheduled_at + chrono::Duration::seconds(5);
         let h = firing_headers(&firing, now);
@@ -270,6 +281,56 @@ mod tests {
         assert_eq!(value(headers::SHARD).as_deref(), Some("3"));
         assert_eq!(value(headers::SHARDS).as_deref(), Some("8"));
         assert_eq!(value(headers::NATS_MSG_ID), Some(id.to_string()));
+    }
+
+    /// The `traceparent` of a message: valid W3C, its parent the firing's
+    /// `published` span; the instant's trace for every attempt and copy,
+    /// or the stored trace when the firing keeps one.
+    #[test]
+    fn every_message_carries_the_firing_s_trace() {
+        let now = Utc::now();
+        let traceparent = |firing: &StagedFiring| -> TraceParent {
+            let h = firing_headers(firing, now);
+            let text = h.get(headers::TRACEPARENT).expect("a traceparent").as_str();
+            text.parse().expect("a valid traceparent")
+        };
+        let first = staged(
+            FiringId::new("nightly", 1_000, 1),
+            now,
+            Duration::from_secs(60),
+            1,
+        );
+        let mut retry = staged(first.id.next_attempt(), now, Duration::from_secs(60), 1);
+        let of_first = traceparent(&first);
+        assert_eq!(of_first.trace_id, FiringTrace::of(&first.id, None).trace_id);
+        assert_eq!(
+            of_first.parent_id,
+            span_id(&first.id, 0, FiringSpan::Published)
+        );
+        assert!(of_first.sampled());
+        let of_retry = traceparent(&retry);
+        assert_eq!(
+            of_retry.trace_id, of_first.trace_id,
+            "one trace per instant"
+        );
+        assert_eq!(
+            of_retry.parent_id,
+            span_id(&retry.id, 0, FiringSpan::Published)
+        );
+        retry.publish_seq = 2;
+        assert_eq!(
+            traceparent(&retry),
+            of_retry,
+            "a held firing published again"
+        );
+
+        let given: TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+            .parse()
+            .expect("valid");
+        retry.traceparent = Some(given);
+        let kept = traceparent(&retry);
+        assert_eq!(kept.trace_id, given.trace_id);
+        assert_eq!(kept.parent_id, span_id(&retry.id, 0, FiringSpan::Published));
     }
 
     #[test]

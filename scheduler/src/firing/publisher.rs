@@ -23,6 +23,7 @@ use crate::firing::message::{firing_headers, Acked};
 use crate::firing::unstarted::Unstarted;
 use crate::firing::wheel::{Wheel, WheelEntry};
 use crate::ops::metrics::Metrics;
+use crate::ops::traces;
 use crate::store::{AckedFiring, StagedFiring, Store};
 use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMessage};
 use chime_common::protocol::{doorbell_body, Alert, AlertKind};
@@ -120,6 +121,7 @@ impl Publisher {
             match self.jetstream.send_publish(subject, message).await {
                 Ok(ack) => {
                     self.metrics.publish_lateness.observe(lateness as f64 / 1e6);
+                    traces::published(firing, now, Utc::now());
                     if acks.send(Sent { entry, ack }).await.is_err() {
                         return count;
                     }

@@ -141,6 +141,8 @@ mod tests {
             timeout: Duration::from_secs(60),
             publish_seq: 0,
             shards: 1,
+            traceparent: None,
+            staged_at: at,
         }
     }
 

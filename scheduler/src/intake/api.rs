@@ -8,6 +8,7 @@ use crate::firing::immediate::Wake;
 use crate::intake::replies::{Replies, ReplyKind};
 use crate::ops::job_metrics::JobChanges;
 use crate::ops::metrics::Metrics;
+use crate::ops::traces;
 use crate::store::{
     AuditFilter, AuditRecord, FiringFilter, JobFilter, JobSelection, Pause, Store,
     CANCELLED_BY_OPERATOR,
@@ -28,7 +29,9 @@ use chime_common::error::ErrorReply;
 use chime_common::job::{if_version, IF_VERSION_FIELD};
 use chime_common::preview::Preview;
 use chime_common::protocol::{heartbeat_matches_key, Alert, CancelRequest, WorkerInfo};
+use chime_common::traceparent::{TraceParent, TRACEPARENT};
 use chime_common::{ApiError, ErrorCode, FiringId, JobSpec, Limits, Subjects};
+use chime_runtime::traces::FiringAttributes;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
@@ -224,6 +227,16 @@ fn parse_firing_id(body: &[u8]) -> Result<FiringId, ApiError> {
     Ok(id)
 }
 
+/// The `traceparent` a trigger carries, checked.
+fn given_trace(req: &TriggerRequest) -> Result<Option<TraceParent>, ApiError> {
+    req.traceparent
+        .as_deref()
+        .map(|text| {
+            TraceParent::parse(text).map_err(|e| ApiError::invalid(TRACEPARENT, e.to_string()))
+        })
+        .transpose()
+}
+
 fn parse_value(body: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid_request(format!("the request is not valid JSON: {e}")))
@@ -305,6 +318,7 @@ impl ApiRequest {
             Verb::JobsTrigger => {
                 let req: TriggerRequest = parse_request(body)?;
                 check_id(&req.id)?;
+                given_trace(&req)?;
                 if let Some(payload) = &req.payload {
                     let size = serde_json::to_vec(payload)
                         .map(|v| v.len())
@@ -573,17 +587,7 @@ impl Api {
                 let jobs = self.store.set_paused_many(&selection, pause, now).await?;
                 Ok(Reply::JobsChanged(JobsReply { jobs }))
             }
-            ApiRequest::Trigger(req) => {
-                let id = self
-                    .store
-                    .trigger(&req.id, req.payload, now)
-                    .await?
-                    .ok_or_else(|| not_found(&req.id))?;
-                self.immediate.wake();
-                Ok(Reply::Trigger(TriggerReply {
-                    firing_id: id.to_string(),
-                }))
-            }
+            ApiRequest::Trigger(req) => self.trigger(req, now).await,
             ApiRequest::Backfill(req) => self.backfill(&req, now).await,
             ApiRequest::Preview(preview) => self.preview(&preview).await,
             ApiRequest::ListFirings(filter) => {
@@ -678,6 +682,39 @@ impl Api {
     }
 
     /// `jobs.backfill`: the firings staged, published at once.
+    /// `jobs.trigger`: one run now, in the trace the request carries (its
+    /// `traceparent`), else in a trace of its own that begins with the
+    /// request. Either way the request's `trigger` span is the parent of
+    /// the run's spans, and what the run's firings store.
+    async fn trigger(&self, req: TriggerRequest, now: DateTime<Utc>) -> Result<Reply, ApiError> {
+        let given = given_trace(&req)?;
+        let trace = given
+            .as_ref()
+            .map_or_else(TraceParent::fresh, TraceParent::child);
+        let triggered = self
+            .store
+            .trigger_in_trace(&req.id, req.payload, Some(&trace), now)
+            .await;
+        let (firing_id, error) = match &triggered {
+            Ok(Some(id)) => (Some(id.to_string()), None),
+            Ok(None) => (None, Some(not_found(&req.id).message)),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        let attributes = FiringAttributes {
+            firing_id,
+            job_id: Some(req.id.clone()),
+            attempt: Some(1),
+            ..FiringAttributes::default()
+        };
+        let span = (now, Utc::now());
+        traces::request("trigger", &trace, given.as_ref(), span, attributes, error);
+        let id = triggered?.ok_or_else(|| not_found(&req.id))?;
+        self.immediate.wake();
+        Ok(Reply::Trigger(TriggerReply {
+            firing_id: id.to_string(),
+        }))
+    }
+
     async fn backfill(&self, req: &BackfillRequest, now: DateTime<Utc>) -> Result<Reply, ApiError> {
         let ids = self
             .store

@@ -8,14 +8,21 @@
 //! fault: it is nak'ed with a delay and retried, without limit. Any other
 //! failure (a corrupt row, an unexpected database error) is retried until the
 //! message's `max_deliveries`-th delivery, then dead-lettered (`dead_letter.rs`).
+//!
+//! A submission may carry a W3C `traceparent` header: its `put` span joins
+//! that trace, and a one-shot (`at`) job's firings keep it. A malformed one
+//! is not the spec's fault: it is ignored, as W3C propagation says.
 
 use crate::ops::dead_letter::{exhausted, DeadLetter, DeadLetterKind};
 use crate::ops::metrics::Metrics;
+use crate::ops::traces;
 use crate::pull::{self, PullError};
 use crate::store::{AuditRecord, Store, StoreError};
 use async_nats::jetstream::{self, consumer::PullConsumer, AckKind};
 use async_nats::HeaderMap;
+use chime_common::traceparent::TraceParent;
 use chime_common::{headers, ApiError, JobSpec, Limits, Subjects};
+use chime_runtime::traces::FiringAttributes;
 use chrono::Utc;
 use futures::StreamExt;
 use std::time::Duration;
@@ -76,6 +83,11 @@ pub struct Submit {
 impl Submit {
     /// Applies one submission body.
     pub async fn apply(&self, body: &[u8]) -> Applied {
+        self.apply_in_trace(body, None).await
+    }
+
+    /// Applies one submission body that carried `given` (its `traceparent`).
+    pub async fn apply_in_trace(&self, body: &[u8], given: Option<TraceParent>) -> Applied {
         let value: serde_json::Value = match serde_json::from_slice(body) {
             Ok(v) => v,
             Err(e) => {
@@ -101,13 +113,29 @@ impl Submit {
         // for its own.
         let condition = expected.unwrap_or(0);
         let now = Utc::now();
-        let stored = match self.store.put_job_if(&spec, Some(condition), now).await {
+        // The `put` span's context: what a one-shot job's firings keep.
+        let trace = given.as_ref().map(TraceParent::child);
+        let put = self
+            .store
+            .put_job_in_trace(&spec, Some(condition), trace.as_ref(), now)
+            .await;
+        let stored = match put {
             Err(conflict @ StoreError::Conflict(_)) if expected.is_none() => {
                 self.resubmitted(&spec, conflict).await
             }
             stored => stored.map(|job| Some(job.version)),
         };
         self.audit(&spec.id, expected, &stored, now).await;
+        if let (Some(trace), Some(given)) = (&trace, &given) {
+            let attributes = FiringAttributes {
+                job_id: Some(spec.id.clone()),
+                group: Some(spec.group.clone()),
+                ..FiringAttributes::default()
+            };
+            let error = stored.as_ref().err().map(ToString::to_string);
+            let span = (now, Utc::now());
+            traces::request("put", trace, Some(given), span, attributes, error);
+        }
         match stored {
             Ok(_) => Applied::Stored,
             Err(e) if e.is_retryable() => Applied::Retry(e),
@@ -175,7 +203,18 @@ impl Submit {
 
     /// Handles one message: apply, reject or retry, then ack accordingly.
     pub async fn handle(&self, message: &jetstream::Message) {
-        match self.apply(&message.payload).await {
+        let given = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(headers::TRACEPARENT))
+            .and_then(|value| match TraceParent::parse(value.as_str()) {
+                Ok(tp) => Some(tp),
+                Err(error) => {
+                    tracing::debug!(%error, "a submission's traceparent is malformed; ignored");
+                    None
+                }
+            });
+        match self.apply_in_trace(&message.payload, given).await {
             Applied::Stored => {
                 self.metrics.submit_applied.inc();
                 let _ = message.ack().await;

@@ -126,6 +126,7 @@ impl Store {
                 backfill: 1,
                 shard: 0,
                 shards: 1,
+                traceparent: None,
                 guard: None,
             };
             firings.extend(first.sharded(shards));

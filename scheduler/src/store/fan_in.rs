@@ -119,7 +119,7 @@ impl Store {
                 .bind(job_id.as_str())
                 .execute(&mut **tx)
                 .await?;
-            if let Some(id) = self.trigger_in(tx, &job_id, None, now).await? {
+            if let Some(id) = self.trigger_in(tx, &job_id, None, None, now).await? {
                 fired.push(id);
             }
         }

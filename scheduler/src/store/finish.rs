@@ -557,7 +557,7 @@ impl Store {
         } else if instant_succeeded {
             if let Some(job) = job {
                 for target in &job.spec.on_success {
-                    if let Some(triggered) = self.trigger_in(tx, target, None, now).await? {
+                    if let Some(triggered) = self.trigger_in(tx, target, None, None, now).await? {
                         outcome.triggered.push(triggered);
                     }
                 }

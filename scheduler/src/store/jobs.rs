@@ -15,6 +15,8 @@ use super::types::{Deleted, JobFilter, Page};
 use super::values::{at_ms, ms, truncate, RowExt};
 use super::waiting::Waiting;
 use chime_common::api::page_limit;
+use chime_common::schedule::ScheduleSpec;
+use chime_common::traceparent::TraceParent;
 use chime_common::{FiringId, FiringState, Job, JobSpec, JobState};
 use chrono::{DateTime, Utc};
 use sqlx::any::AnyRow;
@@ -75,13 +77,16 @@ type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
 
 /// The `jobs` half of a put: `$1` id, `$2` group, `$3` spec, `$4` now, `$5`
 /// overlap, `$6` max_concurrent, `$7` [`triggers_nothing`], `$8`
-/// [`never_late`]. A replace keeps `created_at` and bumps `version`.
+/// [`never_late`], `$9` the trace its firings keep (a one-shot job
+/// submitted with one; NULL for any other put, which clears it). A replace
+/// keeps `created_at` and bumps `version`.
 pub(crate) const UPSERT_JOB: &str = "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, \
          consecutive_failures, created_at, updated_at, overlap, max_concurrent, \
-         no_on_success_version, no_max_lateness_version) \
+         no_on_success_version, no_max_lateness_version, traceparent) \
      VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5, $6, CASE WHEN $7 = 1 THEN 1 END, \
-         CASE WHEN $8 = 1 THEN 1 END) \
+         CASE WHEN $8 = 1 THEN 1 END, $9) \
      ON CONFLICT (id) DO UPDATE SET group_name = excluded.group_name, spec = excluded.spec, \
+         traceparent = excluded.traceparent, \
          overlap = excluded.overlap, max_concurrent = excluded.max_concurrent, \
          no_on_success_version = CASE WHEN excluded.no_on_success_version IS NOT NULL \
              THEN jobs.version + 1 END, \
@@ -91,12 +96,12 @@ pub(crate) const UPSERT_JOB: &str = "INSERT INTO jobs (id, group_name, spec, anc
          version = jobs.version + 1, updated_at = excluded.updated_at \
      RETURNING version, created_at";
 
-/// The `job_schedule` half of a put: `$1` id, `$9` partition, `$10` state,
-/// `$11` next instant (numbered after [`UPSERT_JOB`]'s, so PostgreSQL can run
+/// The `job_schedule` half of a put: `$1` id, `$10` partition, `$11` state,
+/// `$12` next instant (numbered after [`UPSERT_JOB`]'s, so PostgreSQL can run
 /// both as one statement).
 pub(crate) const UPSERT_SCHEDULE: &str =
     "INSERT INTO job_schedule (job_id, part, state, next_fire_at) \
-     VALUES ($1, $9, $10, $11) \
+     VALUES ($1, $10, $11, $12) \
      ON CONFLICT (job_id) DO UPDATE SET part = excluded.part, state = excluded.state, \
          next_fire_at = excluded.next_fire_at, \
          paused_until = CASE WHEN excluded.state = 'paused' THEN job_schedule.paused_until END";
@@ -105,19 +110,19 @@ pub(crate) const UPSERT_SCHEDULE: &str =
 /// back when the job exists.
 const INSERT_JOB_IF_ABSENT: &str = "INSERT INTO jobs (id, group_name, spec, anchor_ms, version, \
          consecutive_failures, created_at, updated_at, overlap, max_concurrent, \
-         no_on_success_version, no_max_lateness_version) \
+         no_on_success_version, no_max_lateness_version, traceparent) \
      VALUES ($1, $2, $3, $4, 1, 0, $4, $4, $5, $6, CASE WHEN $7 = 1 THEN 1 END, \
-         CASE WHEN $8 = 1 THEN 1 END) \
+         CASE WHEN $8 = 1 THEN 1 END, $9) \
      ON CONFLICT (id) DO NOTHING \
      RETURNING version, created_at";
 
-/// [`UPSERT_JOB`]'s replace for a put with `if_version: $9`: no row comes
+/// [`UPSERT_JOB`]'s replace for a put with `if_version: $10`: no row comes
 /// back unless the stored job has that version.
 const UPDATE_JOB_IF_VERSION: &str = "UPDATE jobs SET group_name = $2, spec = $3, overlap = $5, \
          max_concurrent = $6, no_on_success_version = CASE WHEN $7 = 1 THEN version + 1 END, \
          no_max_lateness_version = CASE WHEN $8 = 1 THEN version + 1 END, \
-         anchor_ms = $4, version = version + 1, updated_at = $4 \
-     WHERE id = $1 AND version = $9 \
+         anchor_ms = $4, version = version + 1, updated_at = $4, traceparent = $9 \
+     WHERE id = $1 AND version = $10 \
      RETURNING version, created_at";
 
 /// [`UPSERT_SCHEDULE`] as a statement of its own (parameters from `$1`).
@@ -135,6 +140,8 @@ pub(crate) struct Put<'a> {
     partition: i64,
     state: &'static str,
     next: Option<i64>,
+    /// The `traceparent` column (see [`UPSERT_JOB`]).
+    traceparent: Option<String>,
 }
 
 impl<'a> Put<'a> {
@@ -152,6 +159,7 @@ impl<'a> Put<'a> {
             .bind(max_concurrent_column(self.spec))
             .bind(triggers_nothing(self.spec))
             .bind(never_late(self.spec))
+            .bind(self.traceparent.clone())
     }
 
     /// Binds [`UPSERT_SCHEDULE_ALONE`]'s parameters.
@@ -204,6 +212,23 @@ impl Store {
         if_version: Option<i64>,
         now: DateTime<Utc>,
     ) -> Result<Job, StoreError> {
+        self.put_job_in_trace(spec, if_version, None, now).await
+    }
+
+    /// [`Store::put_job_if`] for a put that carries a trace (a submission's
+    /// `traceparent`): a one-shot (`at`) job's firings keep it; any other
+    /// job's firings start traces of their own, so it is not stored. Every
+    /// put clears the trace a previous one stored.
+    pub async fn put_job_in_trace(
+        &self,
+        spec: &JobSpec,
+        if_version: Option<i64>,
+        traceparent: Option<&TraceParent>,
+        now: DateTime<Utc>,
+    ) -> Result<Job, StoreError> {
+        let traceparent = traceparent
+            .filter(|_| matches!(spec.schedule, ScheduleSpec::At { .. }))
+            .map(TraceParent::to_string);
         let now = truncate(now);
         let now_ms = ms(now);
         let schedule = job_schedule(spec, now).map_err(StoreError::Invalid)?;
@@ -224,6 +249,7 @@ impl Store {
             partition,
             state: state.as_str(),
             next,
+            traceparent,
         };
         let row = match if_version {
             // A fan-in's rows are written with it, in one transaction.
@@ -465,6 +491,18 @@ impl Store {
         payload: Option<serde_json::Value>,
         now: DateTime<Utc>,
     ) -> Result<Option<FiringId>, StoreError> {
+        self.trigger_in_trace(job_id, payload, None, now).await
+    }
+
+    /// [`Store::trigger`] whose firings keep `traceparent` (every attempt
+    /// and shard of the run): their spans and messages are in its trace.
+    pub async fn trigger_in_trace(
+        &self,
+        job_id: &str,
+        payload: Option<serde_json::Value>,
+        traceparent: Option<&TraceParent>,
+        now: DateTime<Utc>,
+    ) -> Result<Option<FiringId>, StoreError> {
         if let Some(payload) = &payload {
             let size = serde_json::to_vec(payload)
                 .map(|v| v.len())
@@ -480,10 +518,17 @@ impl Store {
             }
         }
         let now_ms = ms(now);
+        let traceparent = traceparent.map(TraceParent::to_string);
         self.retrying(|| async {
             let mut tx = self.begin().await?;
             let id = self
-                .trigger_in(&mut tx, job_id, payload.as_ref(), now_ms)
+                .trigger_in(
+                    &mut tx,
+                    job_id,
+                    payload.as_ref(),
+                    traceparent.as_deref(),
+                    now_ms,
+                )
                 .await?;
             tx.commit().await?;
             Ok(id)
@@ -491,12 +536,14 @@ impl Store {
         .await
     }
 
-    /// [`Store::trigger`] inside a transaction (also used for `on_success`).
+    /// [`Store::trigger`] inside a transaction (also used for `on_success`
+    /// and fan-in, whose firings start traces of their own).
     pub(crate) async fn trigger_in(
         &self,
         tx: &mut Transaction<'static, Any>,
         job_id: &str,
         payload: Option<&serde_json::Value>,
+        traceparent: Option<&str>,
         now_ms: i64,
     ) -> Result<Option<FiringId>, StoreError> {
         let Some(row) = sqlx::query("SELECT spec, anchor_ms FROM jobs WHERE id = $1")
@@ -554,6 +601,7 @@ impl Store {
                 backfill: 0,
                 shard: 0,
                 shards: 1,
+                traceparent,
                 guard: None,
             };
             let firings: Vec<NewFiring> = first.sharded(shards).collect();

@@ -24,7 +24,9 @@
 //! `on_success` and `after`), `fan_in.rs` (what counted towards a fan-in
 //! schedule) and `plan.rs` (misfire planning); `outcomes.rs` each job's
 //! newest succeeded and failed end; `calendars.rs` keeps the
-//! exclusion calendars staging applies; `groups.rs` the limits of whole groups.
+//! exclusion calendars staging applies; `groups.rs` the limits of whole
+//! groups; `traces.rs` reads the traces stored with firings for the spans
+//! the scheduler exports.
 //!
 //! The floors, bottom up: `error.rs` and `dialect/` (what the two databases
 //! do differently) know nothing of the rest; `values.rs` (milliseconds, JSON
@@ -113,6 +115,7 @@ mod start;
 mod states;
 #[cfg(test)]
 pub(crate) mod test_stores;
+mod traces;
 mod types;
 mod values;
 mod waiting;
@@ -130,6 +133,7 @@ pub use publish::AckedFiring;
 pub use republish::PublishedFiring;
 pub use retry::RetryDelay;
 pub use sessions::Session;
+pub use traces::TracedFiring;
 pub use types::{
     Deleted, ExecutingRow, FinishOutcome, FiringFilter, HoldCause, JobFilter, MissCause, Missed,
     Page, RequeueOutcome, RunningFiring, StageOutcome, StagePace, StageRequest, StagedFiring,

@@ -22,7 +22,7 @@ pub(crate) const FIRING_COLUMNS: &str = "id, job_id, scheduled_at, attempt, stat
 
 /// Columns [`staged`] reads.
 pub(crate) const STAGED_COLUMNS: &str = "id, job_id, group_name, priority, handler, payload, \
-     scheduled_at, due_at, attempt, timeout_ms, publish_seq, shards";
+     scheduled_at, due_at, attempt, timeout_ms, publish_seq, shards, traceparent, created_at";
 
 /// Columns [`executing`] reads.
 pub(crate) const EXECUTING_COLUMNS: &str =
@@ -197,6 +197,8 @@ pub(crate) fn staged(row: &AnyRow) -> Result<StagedFiring, StoreError> {
             StoreError::corrupt(i, format!("publish_seq {publish_seq} is out of range"))
         })?,
         shards,
+        traceparent: super::stage::stored_trace(row.opt_text(i, "traceparent")?.as_deref()),
+        staged_at: instant(i, "created_at", row.int(i, "created_at")?)?,
         id,
     })
 }

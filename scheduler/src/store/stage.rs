@@ -17,6 +17,7 @@ use super::waiting::Waiting;
 use chime_common::calendars::{excluded_by, Calendar};
 use chime_common::duration::format_duration;
 use chime_common::protocol::{payload_sha256, Alert, AlertKind};
+use chime_common::traceparent::TraceParent;
 use chime_common::{FiringId, FiringState, JobSpec, JobState};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -30,7 +31,7 @@ use std::time::Duration;
 pub(super) const BATCH_ROWS: usize = 10_000;
 
 /// Columns of a batch of new firings, as [`NewFiring`] serializes them.
-const NEW_FIRING_COLUMNS: [(&str, Col); 17] = [
+const NEW_FIRING_COLUMNS: [(&str, Col); 18] = [
     ("id", Col::Text),
     ("job_id", Col::Text),
     ("scheduled_at", Col::Int),
@@ -48,6 +49,7 @@ const NEW_FIRING_COLUMNS: [(&str, Col); 17] = [
     ("backfill", Col::Int),
     ("shard", Col::Int),
     ("shards", Col::Int),
+    ("traceparent", Col::Text),
 ];
 
 /// One row of a firings batch insert.
@@ -72,6 +74,9 @@ pub(super) struct NewFiring<'a> {
     pub shard: u32,
     /// How many shards its instant has (1: unsharded).
     pub shards: u32,
+    /// The trace it keeps (a trigger's, or a submitted one-shot job's);
+    /// `None`: its trace is derived from its instant.
+    pub traceparent: Option<&'a str>,
     /// What its job must still be when it is inserted, for an insert that
     /// checks (SQLite's staging); `None` elsewhere.
     #[serde(flatten)]
@@ -138,6 +143,8 @@ struct DueJob {
     /// Instants taken out of `plan.staged` by an excluding calendar, with
     /// the recorded error naming it.
     excluded: Vec<(i64, String)>,
+    /// The trace its firings keep (a one-shot job submitted with one).
+    traceparent: Option<String>,
 }
 
 impl DueJob {
@@ -201,6 +208,7 @@ impl Batch {
             let spec = &job.definition.spec;
             let shards = spec.concurrency.shard_count();
             let body = bytes::Bytes::copy_from_slice(job.definition.payload.as_bytes());
+            let traceparent = stored_trace(job.traceparent.as_deref());
             let shard_ids = |scheduled_at| {
                 (0..shards).map(move |shard| {
                     FiringId::of_shard(spec.id.as_str(), scheduled_at, shard, shards, 1)
@@ -226,6 +234,8 @@ impl Batch {
                     timeout: spec.timeout,
                     publish_seq: 0,
                     shards,
+                    traceparent,
+                    staged_at: at_ms(now),
                 });
             }
             let misfired = job
@@ -284,6 +294,7 @@ impl<'a> Writes<'a> {
                 backfill: 0,
                 shard: 0,
                 shards: 1,
+                traceparent: job.traceparent.as_deref(),
                 guard: guarded.then_some(job.guard),
             };
             let shards = spec.concurrency.shard_count();
@@ -499,7 +510,8 @@ impl Store {
         max_jobs: usize,
     ) -> Result<Vec<AnyRow>, StoreError> {
         Ok(sqlx::query(&format!(
-            "SELECT s.job_id AS id, j.spec, j.anchor_ms, j.version, s.next_fire_at \
+            "SELECT s.job_id AS id, j.spec, j.anchor_ms, j.version, s.next_fire_at, \
+                 j.traceparent \
              FROM job_schedule s JOIN jobs j ON j.id = s.job_id \
              WHERE s.part = $1 AND s.state = 'active' \
                  AND s.next_fire_at >= $2 AND s.next_fire_at < $3 \
@@ -687,10 +699,10 @@ impl Store {
         format!(
             "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
                  handler, payload, timeout_ms, due_at, state, error, finished_at, \
-                 payload_sha256, backfill, shard, shards, created_at) \
+                 payload_sha256, backfill, shard, shards, traceparent, created_at) \
              SELECT r.id, r.job_id, r.scheduled_at, r.attempt, r.group_name, r.priority, \
                  r.handler, r.payload, r.timeout_ms, r.due_at, r.state, r.error, r.finished_at, \
-                 r.payload_sha256, r.backfill, r.shard, r.shards, $3 \
+                 r.payload_sha256, r.backfill, r.shard, r.shards, r.traceparent, $3 \
              FROM {} WHERE true {also} ON CONFLICT DO NOTHING RETURNING {returning}",
             self.backend.json_rows(1, columns)
         )
@@ -731,6 +743,7 @@ impl Store {
             definition,
             plan,
             excluded: Vec::new(),
+            traceparent: row.opt_text(&id, "traceparent")?,
         })
     }
 
@@ -862,6 +875,12 @@ impl Store {
         .await?;
         Ok(decode_staged(&rows).0)
     }
+}
+
+/// A stored `traceparent`, read: one that does not parse (written by hand)
+/// is left out, and the firing's trace is derived from its instant.
+pub(super) fn stored_trace(text: Option<&str>) -> Option<TraceParent> {
+    text.and_then(|t| t.parse().ok())
 }
 
 /// The lower bound of a staging request's instants (UTC ms).

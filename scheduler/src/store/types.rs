@@ -246,6 +246,12 @@ pub struct StagedFiring {
     pub publish_seq: u32,
     /// How many shards its instant has (1: unsharded); its shard is `id.shard`.
     pub shards: u32,
+    /// The trace it keeps (a trigger's, or a submitted one-shot job's);
+    /// `None`: its trace is derived from its instant
+    /// (`chime_common::traceparent::FiringTrace`).
+    pub traceparent: Option<chime_common::traceparent::TraceParent>,
+    /// When it was written `staged`: where its `staged` span begins.
+    pub staged_at: DateTime<Utc>,
 }
 
 /// What `stage_slice` did.

@@ -23,6 +23,7 @@ use crate::ops::alerts::Alerts;
 use crate::ops::dead_letter::{exhausted, DeadLetter, DeadLetterKind};
 use crate::ops::job_metrics::JobChanges;
 use crate::ops::metrics::Metrics;
+use crate::ops::traces;
 use crate::pull::{self, PullError};
 use crate::recovery::requeue::RequeueCause;
 use crate::store::{Store, StoreError};
@@ -108,14 +109,19 @@ impl Finishes {
                     .with_label_values(&["finish"])
                     .inc();
             })?;
+        let applied_at = Utc::now();
         let mut applied = 0;
         let mut staged = false;
+        let mut traced = std::collections::HashSet::new();
         for outcome in outcomes {
             if !outcome.applied {
                 continue;
             }
             applied += 1;
             self.job_changes.changed(&outcome.firing_id.job_id);
+            if chime_runtime::traces::enabled() {
+                traced.insert(outcome.firing_id.clone());
+            }
             staged |= outcome.retry.is_some()
                 || !outcome.released.is_empty()
                 || !outcome.triggered.is_empty();
@@ -151,6 +157,10 @@ impl Finishes {
         }
         if staged {
             self.immediate.wake();
+        }
+        if !traced.is_empty() {
+            let events = events.iter().filter(|e| traced.contains(&e.firing_id));
+            traces::finished(&self.store, events.cloned().collect(), applied_at);
         }
         self.finished.emit(|| applied);
         Ok(applied)

@@ -20,6 +20,7 @@ use crate::intake::replies::{Replies, ReplyKind};
 use crate::ops::alerts::Alerts;
 use crate::ops::dead_letter::{DeadLetter, DeadLetterKind};
 use crate::ops::metrics::Metrics;
+use crate::ops::traces;
 use crate::store::{StartOutcome, Store, StoreError};
 use async_nats::jetstream;
 use chime_common::error::ErrorReply;
@@ -330,7 +331,9 @@ impl Starts {
         }
         let mut unavailable = None;
         let mut started = Vec::new();
+        let asked_at = Utc::now();
         let decisions = self.decide_each(&valid).await;
+        let decided_at = Utc::now();
         for (((message, reply), request), decided) in asked.into_iter().zip(valid).zip(decisions) {
             match decided {
                 Ok(decision) => {
@@ -365,6 +368,7 @@ impl Starts {
         if let Some(error) = unavailable {
             tracing::warn!(%error, "cannot decide starts; workers will retry");
         }
+        traces::started(&self.store, &started, asked_at, decided_at);
         self.record_lateness(started).await;
     }
 

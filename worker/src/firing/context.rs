@@ -1,6 +1,7 @@
 //! What a handler sees of the firing it runs.
 
 use crate::firing::message::FiringDetails;
+use chime_common::traceparent::TraceParent;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
@@ -21,4 +22,10 @@ pub struct FiringContext {
     pub max_output_bytes: usize,
     /// The id of the worker running the firing.
     pub worker_id: String,
+    /// The run's W3C trace context to pass on: the firing's trace (a fresh
+    /// one when its message carried none, or a malformed one) with the
+    /// worker's `handler` span as the parent, so what the handler calls
+    /// (a shell job's `TRACEPARENT`, the http handler's `traceparent`
+    /// header) joins the firing's trace.
+    pub traceparent: TraceParent,
 }

@@ -7,6 +7,7 @@ use crate::firing::finish::Reporter;
 use crate::firing::message::FiringMessage;
 use crate::firing::run::run;
 use crate::firing::start::{rejected_delay, StartDecision, Starter, MAX_REJECTED_DELIVERIES};
+use crate::firing::trace::{self, HandlerSpan};
 use crate::handler::Handlers;
 use crate::metrics::Metrics;
 use crate::running::Running;
@@ -27,6 +28,8 @@ pub(crate) struct Dispatcher {
     reporter: Reporter,
     metrics: Metrics,
     worker_id: String,
+    /// The worker's group, for its spans.
+    group: String,
     /// How long a firing the scheduler did not decide on stays away.
     nak_delay: Duration,
     /// See [`WorkerConfig::stop_grace`].
@@ -50,6 +53,7 @@ impl Dispatcher {
             reporter,
             metrics,
             worker_id: config.worker_id.clone(),
+            group: config.group.clone(),
             nak_delay: config.nak_delay,
             stop_grace: config.stop_grace,
             max_output_bytes: config.max_output_bytes,
@@ -164,14 +168,20 @@ impl Dispatcher {
         let label = self.handlers.label(&firing.handler).to_string();
         tracing::info!(handler = %firing.handler, deadline = %deadline, "firing started");
 
+        let traceparent = trace::run_context(&parsed.firing);
+        let handler_span = HandlerSpan::of(&parsed.firing, traceparent);
         let ctx = FiringContext {
             firing: parsed.firing,
             deadline,
             cancel: control.token().clone(),
             max_output_bytes: self.max_output_bytes,
             worker_id: self.worker_id.clone(),
+            traceparent,
         };
         let report = run(handler, ctx, &control, self.stop_grace).await;
+        if let Some(span) = handler_span {
+            span.record(&report, &self.group, &self.worker_id);
+        }
         self.running.finish(&id, Instant::now());
         drop(slot);
 
@@ -252,6 +262,7 @@ mod tests {
                 priority: 5,
                 payload: serde_json::Value::Null,
                 shard: None,
+                traceparent: None,
             },
             deadline: now + chrono::Duration::hours(1),
             timeout: Some(Duration::from_secs(60)),

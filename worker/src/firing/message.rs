@@ -3,6 +3,7 @@
 use async_nats::HeaderMap;
 use chime_common::duration::parse_time_str;
 use chime_common::headers;
+use chime_common::traceparent::TraceParent;
 use chime_common::FiringId;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -31,6 +32,10 @@ pub struct FiringDetails {
     pub payload: serde_json::Value,
     /// A sharded job's shard (`Chime-Shard`, `Chime-Shards`); `None` when unsharded.
     pub shard: Option<Shard>,
+    /// The message's `traceparent`: the firing's trace, its `published`
+    /// span the parent. `None` when it had none or a malformed one (a run
+    /// then starts a trace of its own; never a reason to refuse it).
+    pub traceparent: Option<TraceParent>,
 }
 
 /// Which shard of its instant a firing is.
@@ -121,6 +126,9 @@ impl FiringMessage {
             })?)),
         };
         let shard = read_shard(headers, &firing_id)?;
+        let traceparent = headers
+            .get(headers::TRACEPARENT)
+            .and_then(|v| TraceParent::parse(v.as_str().trim()).ok());
         let payload = if body.iter().all(u8::is_ascii_whitespace) {
             serde_json::Value::Null
         } else {
@@ -137,6 +145,7 @@ impl FiringMessage {
                 priority,
                 payload,
                 shard,
+                traceparent,
             },
             deadline,
             timeout,
@@ -269,6 +278,32 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// A firing's trace is read from its `traceparent`; a malformed one is
+    /// ignored (the run starts a trace of its own), never a bad message.
+    #[test]
+    fn the_traceparent_is_read_and_a_malformed_one_ignored() {
+        let valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let mut h = good();
+        h.insert(headers::TRACEPARENT, valid);
+        let m = FiringMessage::parse(Some(&h), b"{}").unwrap();
+        assert_eq!(
+            m.firing.traceparent.map(|t| t.to_string()).as_deref(),
+            Some(valid)
+        );
+        for bad in [
+            "",
+            "nonsense",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ] {
+            let mut h = good();
+            h.insert(headers::TRACEPARENT, bad);
+            let m = FiringMessage::parse(Some(&h), b"{}").expect("still a firing");
+            assert_eq!(m.firing.traceparent, None, "{bad:?}");
+        }
+        let m = FiringMessage::parse(Some(&good()), b"{}").unwrap();
+        assert_eq!(m.firing.traceparent, None, "no header");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! One firing on this worker, in the order it happens: `message.rs` reads the
 //! delivery, `dispatch.rs` takes it from receipt to report, `start.rs` asks
 //! the scheduler to start it, `context.rs` is what its handler sees,
-//! `run.rs` runs the handler, `finish.rs` reports how it ended.
+//! `run.rs` runs the handler, `trace.rs` records its `handler` span,
+//! `finish.rs` reports how it ended.
 
 pub mod context;
 pub(crate) mod dispatch;
@@ -9,3 +10,4 @@ pub(crate) mod finish;
 pub mod message;
 pub(crate) mod run;
 pub(crate) mod start;
+pub(crate) mod trace;

@@ -185,11 +185,13 @@ mod tests {
                 priority: 5,
                 payload: serde_json::Value::Null,
                 shard: None,
+                traceparent: None,
             },
             deadline: now + chrono::Duration::from_std(deadline_in).unwrap(),
             cancel: CancellationToken::new(),
             max_output_bytes: 8,
             worker_id: "w".into(),
+            traceparent: chime_common::traceparent::TraceParent::fresh(),
         }
     }
 

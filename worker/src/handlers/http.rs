@@ -4,7 +4,9 @@
 //! "body"?: "text" | JSON}`. A JSON body that is not a string is sent as JSON
 //! (`Content-Type: application/json` unless set). The request also carries
 //! `Chime-Firing-Id`, `Chime-Job-Id`, `Chime-Scheduled-At` and `Chime-Attempt`,
-//! and for a shard of a sharded job `Chime-Shard` and `Chime-Shards`.
+//! `traceparent` (the run's W3C trace context: the called service's spans
+//! join the firing's trace), and for a shard of a sharded job `Chime-Shard`
+//! and `Chime-Shards`. These replace the payload's headers of the same name.
 //! A 2xx status is success; the response body's tail is the output (at most
 //! 16 MiB of it is read). The firing's deadline is the request's timeout.
 //!
@@ -251,6 +253,7 @@ fn prepare(ctx: &FiringContext) -> Result<Prepared, HandlerError> {
         ("chime-job-id", ctx.firing.job_id.clone()),
         ("chime-scheduled-at", format_time(ctx.firing.scheduled_at)),
         ("chime-attempt", ctx.firing.attempt.to_string()),
+        ("traceparent", ctx.traceparent.to_string()),
     ];
     if let Some(shard) = ctx.firing.shard {
         chime.push(("chime-shard", shard.index.to_string()));
@@ -389,11 +392,13 @@ mod tests {
                 priority: 5,
                 payload,
                 shard: None,
+                traceparent: None,
             },
             deadline: now + chrono::Duration::seconds(30),
             cancel: CancellationToken::new(),
             max_output_bytes: 1024,
             worker_id: "w".into(),
+            traceparent: chime_common::traceparent::TraceParent::fresh(),
         }
     }
 
@@ -511,6 +516,40 @@ mod tests {
     }
 
     const OK: &str = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok";
+
+    /// W3C propagation over HTTP: the request carries the run's
+    /// `traceparent`, in place of one the payload names.
+    #[tokio::test]
+    async fn the_request_carries_the_run_s_traceparent() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 8192];
+            let n = socket.read(&mut buf).await.unwrap();
+            let _ = socket.write_all(OK.as_bytes()).await;
+            let _ = tx.send(String::from_utf8_lossy(&buf[..n]).to_lowercase());
+        });
+        let stale = "00-11111111111111111111111111111111-2222222222222222-01";
+        let ctx = ctx(json!({
+            "url": format!("http://127.0.0.1:{port}/hook"),
+            "headers": {"traceparent": stale},
+        }));
+        let expected = ctx.traceparent.to_string();
+        HttpHandler::allowing_private()
+            .unwrap()
+            .run(ctx)
+            .await
+            .expect("a 200");
+        let request = rx.await.expect("the request");
+        assert!(
+            request.contains(&format!("traceparent: {expected}\r\n")),
+            "{request}"
+        );
+        assert!(!request.contains(stale), "{request}");
+    }
 
     #[tokio::test]
     async fn private_destinations_are_refused_unless_allowed() {

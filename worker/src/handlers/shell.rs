@@ -3,8 +3,10 @@
 //! Payload `{"argv": ["program", "arg", …], "env"?: {"NAME": "value"}, "cwd"?: "dir"}`.
 //! Exit 0 is success. stdout and stderr are captured together (last
 //! `max_output_bytes` kept). The environment also carries `CHIME_FIRING_ID`,
-//! `CHIME_JOB_ID`, `CHIME_SCHEDULED_AT` and `CHIME_ATTEMPT`, and for a shard
-//! of a sharded job `CHIME_SHARD` and `CHIME_SHARDS`; of the worker's
+//! `CHIME_JOB_ID`, `CHIME_SCHEDULED_AT` and `CHIME_ATTEMPT`, `TRACEPARENT`
+//! (the run's W3C trace context, so the job's own spans join the firing's
+//! trace), and for a shard of a sharded job `CHIME_SHARD` and
+//! `CHIME_SHARDS`; of the worker's
 //! own environment it sees only the variables the handler is told to pass
 //! (`PATH`, `HOME`, `LANG`, `TZ` by default), never the worker's credentials.
 //! The program runs
@@ -173,7 +175,8 @@ impl Handler for ShellHandler {
             .env("CHIME_FIRING_ID", ctx.firing.firing_id.to_string())
             .env("CHIME_JOB_ID", &ctx.firing.job_id)
             .env("CHIME_SCHEDULED_AT", format_time(ctx.firing.scheduled_at))
-            .env("CHIME_ATTEMPT", ctx.firing.attempt.to_string());
+            .env("CHIME_ATTEMPT", ctx.firing.attempt.to_string())
+            .env("TRACEPARENT", ctx.traceparent.to_string());
         if let Some(shard) = ctx.firing.shard {
             command
                 .env("CHIME_SHARD", shard.index.to_string())
@@ -271,11 +274,13 @@ mod tests {
                 priority: 5,
                 payload,
                 shard: None,
+                traceparent: None,
             },
             deadline: now + chrono::Duration::seconds(30),
             cancel: CancellationToken::new(),
             max_output_bytes: 64 * 1024,
             worker_id: "w".into(),
+            traceparent: chime_common::traceparent::TraceParent::fresh(),
         }
     }
 
@@ -322,6 +327,20 @@ mod tests {
             "{output}"
         );
         assert!(output.contains("err"), "{output}");
+    }
+
+    /// The job's own spans join the firing's trace: `TRACEPARENT` is the
+    /// run's, in place of one the payload names.
+    #[tokio::test]
+    async fn the_command_sees_the_run_s_traceparent() {
+        let payload = json!({
+            "argv": ["sh", "-c", "echo \"tp=$TRACEPARENT\""],
+            "env": {"TRACEPARENT": "00-11111111111111111111111111111111-2222222222222222-01"},
+        });
+        let ctx = ctx(payload);
+        let expected = format!("tp={}", ctx.traceparent);
+        let output = ShellHandler::enabled().run(ctx).await.unwrap().unwrap();
+        assert_eq!(output.trim(), expected);
     }
 
     #[tokio::test]

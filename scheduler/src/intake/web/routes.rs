@@ -20,6 +20,7 @@ use axum::routing::{post, MethodFilter, MethodRouter};
 use axum::{Json, Router};
 use chime_common::api::{Access, Verb};
 use chime_common::error::ErrorReply;
+use chime_common::traceparent::TRACEPARENT;
 use chime_common::{ApiError, ErrorCode};
 use chrono::Utc;
 use serde_json::{Map, Value};
@@ -247,6 +248,10 @@ async fn call(
     known: Verb,
     request: Result<Value, ApiError>,
 ) -> Response {
+    let request = match known {
+        Verb::JobsTrigger => with_trace_header(request, headers),
+        _ => request,
+    };
     let body = request.and_then(|v| {
         serde_json::to_vec(&v).map_err(|e| ApiError::internal(format!("cannot encode: {e}")))
     });
@@ -277,6 +282,29 @@ async fn call(
         Ok(reply) => Json(reply).into_response(),
         Err(e) => error_response(e),
     }
+}
+
+/// A trigger with the standard `traceparent` request header (W3C Trace
+/// Context over HTTP) as its `traceparent` field, when its body names none;
+/// checked as the field is, so a malformed header is refused naming
+/// `traceparent`.
+fn with_trace_header(
+    request: Result<Value, ApiError>,
+    headers: &HeaderMap,
+) -> Result<Value, ApiError> {
+    let Some(value) = headers.get(TRACEPARENT) else {
+        return request;
+    };
+    let mut request = request?;
+    if let Value::Object(map) = &mut request {
+        if !map.contains_key(TRACEPARENT) {
+            let text = value.to_str().map_err(|_| {
+                ApiError::invalid(TRACEPARENT, "the traceparent header is not visible ASCII")
+            })?;
+            map.insert(TRACEPARENT.into(), Value::String(text.to_string()));
+        }
+    }
+    Ok(request)
 }
 
 /// The JSON object of a request body (empty means `{}`).
@@ -337,11 +365,13 @@ fn query_object(query: Option<String>) -> Result<Value, ApiError> {
 }
 
 /// `pause`, `resume`, `trigger` or `backfill` one job (operator); the body
-/// holds the verb's other fields (`payload` of trigger, `until` of pause,
-/// `from`/`to` of backfill).
+/// holds the verb's other fields (`payload` and `traceparent` of trigger,
+/// `until` of pause, `from`/`to` of backfill).
 #[utoipa::path(post, path = "/api/v1/jobs/{id}/{action}", tag = "jobs",
     params(("id" = String, Path),
-        ("action" = String, Path, description = "pause, resume, trigger or backfill")),
+        ("action" = String, Path, description = "pause, resume, trigger or backfill"),
+        ("traceparent" = Option<String>, Header, description = "trigger: W3C Trace Context; \
+            the run's firings keep its trace id (the body's `traceparent` field, if given, wins)")),
     request_body(content = Object, description = "the verb's fields besides id"),
     responses((status = 200, description = "`{\"job\"}`, `{\"firing_id\"}` or `{\"firing_ids\"}`"),
         (status = 400, body = ErrorReply), (status = 404, body = ErrorReply),
@@ -372,7 +402,9 @@ async fn job_action(
 /// verbs without a route of their own (and scripts that speak the NATS
 /// API's shapes) use this.
 #[utoipa::path(post, path = "/api/v1/verbs/{verb}", tag = "verbs",
-    params(("verb" = String, Path, description = "a NATS API verb, such as `jobs.put`")),
+    params(("verb" = String, Path, description = "a NATS API verb, such as `jobs.put`"),
+        ("traceparent" = Option<String>, Header, description = "jobs.trigger: W3C Trace Context, \
+            as the request's `traceparent` field when the body has none")),
     request_body(content = Object, description = "the verb's NATS request"),
     responses((status = 200, description = "the verb's NATS reply"),
         (status = 400, body = ErrorReply), (status = 404, body = ErrorReply),
