@@ -11,7 +11,7 @@ use crate::store::{
     AuditFilter, AuditRecord, FiringFilter, JobFilter, JobSelection, Pause, Store,
     CANCELLED_BY_OPERATOR,
 };
-use async_nats::jetstream::kv;
+use crate::workers::registry::{Registry, Unoffered};
 use chime_common::api::{
     requested_page, requested_selector, Access, BackfillReply, BackfillRequest, CalendarReply,
     FiringReply, GroupReply, GroupRequest, IdRequest, JobsReply, ListAlertsReply,
@@ -26,7 +26,8 @@ use chime_common::concurrency::GroupLimits;
 use chime_common::error::ErrorReply;
 use chime_common::job::{if_version, IF_VERSION_FIELD};
 use chime_common::preview::Preview;
-use chime_common::protocol::{heartbeat_matches_key, Alert, CancelRequest, WorkerInfo};
+use chime_common::protocol::{Alert, CancelRequest, WorkerInfo};
+use chime_common::warning::Warning;
 use chime_common::{ApiError, ErrorCode, FiringId, JobSpec, Limits, Subjects};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
@@ -73,7 +74,8 @@ pub struct Api {
     pub store: Store,
     pub nats: async_nats::Client,
     pub subjects: Subjects,
-    pub workers: kv::Store,
+    /// The live workers, from the heartbeat bucket.
+    pub workers: Registry,
     pub jetstream: async_nats::jetstream::Context,
     pub metrics: Metrics,
     /// Woken after a trigger or a backfill, so its firings leave at once.
@@ -570,6 +572,9 @@ impl Api {
                 Ok(Reply::JobsChanged(JobsReply { jobs }))
             }
             ApiRequest::Trigger(req) => {
+                if let Some(payload) = &req.payload {
+                    self.check_trigger_payload(&req.id, payload).await?;
+                }
                 let id = self
                     .store
                     .trigger(&req.id, req.payload, now)
@@ -654,7 +659,43 @@ impl Api {
                     },
                     e => e,
                 })?;
-        Ok(Reply::job(job))
+        let mut warnings = spec.warnings();
+        warnings.extend(self.handler_warning(spec).await);
+        Ok(Reply::put(job, warnings))
+    }
+
+    /// The put warning for a job whose handler no live worker of its group
+    /// offers, by the heartbeats of at most a second ago; none when the
+    /// heartbeat bucket cannot be read (the put itself succeeded).
+    async fn handler_warning(&self, spec: &JobSpec) -> Option<Warning> {
+        let workers = self.workers.recent().await.ok()?;
+        match Unoffered::judge(&spec.group, &spec.handler, &workers)? {
+            Unoffered::NoWorker => Some(Warning::new(
+                "group",
+                format!(
+                    "no worker of group {:?} is alive: the job's firings wait, published, \
+                     until one starts (is the group's name right?)",
+                    spec.group
+                ),
+            )),
+            unoffered @ Unoffered::NotOffered(_) => Some(Warning::new(
+                "handler",
+                format!(
+                    "{}: its firings will fail with \"no handler named {}\" (is the handler's \
+                     name right, or the worker missing --handlers or --allow-shell?)",
+                    unoffered.describe(&spec.group, &spec.handler),
+                    spec.handler
+                ),
+            )),
+        }
+    }
+
+    /// A trigger's own payload, checked against the job's handler as a put
+    /// checks a job's payload; `not_found` without the job.
+    async fn check_trigger_payload(&self, id: &str, payload: &Value) -> Result<(), ApiError> {
+        let job = self.store.get_job(id).await?.ok_or_else(|| not_found(id))?;
+        chime_common::payloads::check(&job.spec.handler, payload, "payload")
+            .map_err(ApiError::from_field_errors)
     }
 
     /// `jobs.delete`, cancelling what still runs of the job.
@@ -671,22 +712,41 @@ impl Api {
         Ok(Reply::job(deleted.job))
     }
 
-    /// `jobs.backfill`: the firings staged, published at once.
+    /// `jobs.backfill`: the firings staged, published at once; with
+    /// `dry_run`, those that would be. Both say how many the job's overlap
+    /// policy will skip.
     async fn backfill(&self, req: &BackfillRequest, now: DateTime<Utc>) -> Result<Reply, ApiError> {
-        let ids = self
+        let backfilled = self
             .store
-            .backfill(
+            .backfill_with(
                 &req.id,
                 req.from,
                 req.to,
                 req.limit.unwrap_or(BACKFILL_LIMIT_DEFAULT),
+                req.dry_run,
                 now,
             )
             .await?
             .ok_or_else(|| not_found(&req.id))?;
-        self.immediate.wake();
+        if !req.dry_run {
+            self.immediate.wake();
+        }
+        let count = u32::try_from(backfilled.firing_ids.len()).unwrap_or(u32::MAX);
+        let spec = &backfilled.spec;
+        let (skipped_by_overlap, warnings) =
+            match spec.concurrency.backfill_warning(spec.overlap, count) {
+                Some((lost, message)) => (lost, vec![Warning::new("overlap", message)]),
+                None => (0, Vec::new()),
+            };
         Ok(Reply::Backfill(BackfillReply {
-            firing_ids: ids.iter().map(ToString::to_string).collect(),
+            firing_ids: backfilled
+                .firing_ids
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            skipped_by_overlap,
+            warnings,
+            dry_run: req.dry_run,
         }))
     }
 
@@ -772,28 +832,11 @@ impl Api {
 
     /// Live workers from the heartbeat bucket, optionally of one group.
     pub async fn workers(&self, group: Option<&str>) -> Result<Vec<WorkerInfo>, ApiError> {
-        let unavailable = |e: &dyn std::fmt::Display| {
-            ApiError::unavailable(format!("cannot read the worker registry: {e}"))
-        };
-        let mut keys = self.workers.keys().await.map_err(|e| unavailable(&e))?;
-        let mut workers = Vec::new();
-        while let Some(key) = keys.next().await {
-            let key = key.map_err(|e| unavailable(&e))?;
-            if let Ok(Some(entry)) = self.workers.entry(&key).await {
-                if let Ok(mut info) = serde_json::from_slice::<WorkerInfo>(&entry.value)
-                    .map_err(drop)
-                    .and_then(|info| heartbeat_matches_key(&key, &info).then_some(info).ok_or(()))
-                {
-                    let written = i64::try_from(entry.created.unix_timestamp_nanos() / 1_000_000)
-                        .ok()
-                        .and_then(DateTime::from_timestamp_millis);
-                    info.heartbeat_at = written;
-                    if group.is_none_or(|g| g == info.group) {
-                        workers.push(info);
-                    }
-                }
-            }
-        }
+        let mut workers =
+            self.workers.live().await.map_err(|e| {
+                ApiError::unavailable(format!("cannot read the worker registry: {e}"))
+            })?;
+        workers.retain(|info| group.is_none_or(|g| g == info.group));
         workers.sort_by(|a, b| b.started_at.cmp(&a.started_at).then(a.id.cmp(&b.id)));
         Ok(workers)
     }
