@@ -37,6 +37,10 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+/// The longest a put's reply waits for the heartbeats its handler warning
+/// is judged by.
+const WARNING_READ: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// API settings.
 #[derive(Debug, Clone)]
 pub struct ApiConfig {
@@ -666,9 +670,13 @@ impl Api {
 
     /// The put warning for a job whose handler no live worker of its group
     /// offers, by the heartbeats of at most a second ago; none when the
-    /// heartbeat bucket cannot be read (the put itself succeeded).
+    /// heartbeat bucket cannot be read within [`WARNING_READ`] (the put
+    /// itself succeeded, and its reply must not wait on a warning).
     async fn handler_warning(&self, spec: &JobSpec) -> Option<Warning> {
-        let workers = self.workers.recent().await.ok()?;
+        let workers = tokio::time::timeout(WARNING_READ, self.workers.recent())
+            .await
+            .ok()?
+            .ok()?;
         match Unoffered::judge(&spec.group, &spec.handler, &workers)? {
             Unoffered::NoWorker => Some(Warning::new(
                 "group",
