@@ -689,10 +689,9 @@ impl Api {
             unoffered @ Unoffered::NotOffered(_) => Some(Warning::new(
                 "handler",
                 format!(
-                    "{}: its firings will fail with \"no handler named {}\" (is the handler's \
-                     name right, or the worker missing --handlers or --allow-shell?)",
-                    unoffered.describe(&spec.group, &spec.handler),
-                    spec.handler
+                    "{}: a worker of the group fails its firings at start (is the handler's \
+                     name right, or do the group's workers need --handlers or --allow-shell?)",
+                    unoffered.describe(&spec.group, &spec.handler)
                 ),
             )),
         }
