@@ -8,11 +8,11 @@ use crate::table::{print_firings, print_jobs, print_workers, printable};
 use crate::Failure;
 use anyhow::Context as _;
 use chime_common::api::{
-    BackfillReply, BackfillRequest, FiringReply, JobReply, JobsReply, ListWorkersReply,
-    PauseRequest, TriggerReply,
+    BackfillRequest, FiringReply, JobReply, JobsReply, ListWorkersReply, PauseRequest, TriggerReply,
 };
 use chime_common::client::{Client, ListFiringsRequest, ListJobsRequest};
 use chime_common::duration::parse_time_str;
+use chime_common::warning::Warning;
 use chime_common::{ApiError, ErrorCode, FiringState, JobState};
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -148,6 +148,14 @@ fn read_spec(file: &str) -> Result<Value, Failure> {
     serde_json::from_str(&text).map_err(|e| usage(format!("{file} is not valid JSON: {e}")))
 }
 
+/// Prints a reply's warnings on stderr, one line each: the request was
+/// carried out, and these say what it may not have meant.
+pub(crate) fn warn(warnings: &[Warning]) {
+    for warning in warnings {
+        eprintln!("chimectl: warning: {}", printable(&warning.to_string()));
+    }
+}
+
 /// `reply` as JSON, which both outputs print from.
 fn to_json(reply: &impl Serialize) -> Result<Value, Failure> {
     serde_json::to_value(reply)
@@ -156,11 +164,21 @@ fn to_json(reply: &impl Serialize) -> Result<Value, Failure> {
 
 /// Runs one API subcommand.
 pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result<(), Failure> {
-    let job = |job| to_json(&JobReply { job });
+    let job = |job| {
+        to_json(&JobReply {
+            job,
+            warnings: Vec::new(),
+        })
+    };
     let reply = match command {
         ApiCommand::Put { file } => {
             let spec = read_spec(file)?;
-            job(client.put_job(&spec).await.map_err(api_failure)?)?
+            let reply = client
+                .put_job_with_warnings(&spec)
+                .await
+                .map_err(api_failure)?;
+            warn(&reply.warnings);
+            to_json(&reply)?
         }
         ApiCommand::Get { id } => job(client.get_job(id).await.map_err(api_failure)?)?,
         ApiCommand::Delete { id } => job(client.delete_job(id).await.map_err(api_failure)?)?,
@@ -190,9 +208,11 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
                 from: time("--from", from)?,
                 to: time("--to", to)?,
                 limit: *limit,
+                dry_run: false,
             };
-            let firing_ids = client.backfill_job(&request).await.map_err(api_failure)?;
-            to_json(&BackfillReply { firing_ids })?
+            let reply = client.backfill_job(&request).await.map_err(api_failure)?;
+            warn(&reply.warnings);
+            to_json(&reply)?
         }
         ApiCommand::List(args) => {
             let state = args
@@ -285,7 +305,12 @@ async fn pause_or_resume(
     args: &PauseArgs,
     client: &Client,
 ) -> Result<Value, Failure> {
-    let job = |job| to_json(&JobReply { job });
+    let job = |job| {
+        to_json(&JobReply {
+            job,
+            warnings: Vec::new(),
+        })
+    };
     let until = args
         .until
         .as_deref()

@@ -224,6 +224,7 @@ fn parse_file(file: &Path, text: &str, problems: &mut Vec<Problem>) -> Vec<Manif
     let unlimited = Limits {
         // The server applies its own payload limit.
         max_payload_bytes: usize::MAX,
+        ..Limits::default()
     };
     let mut manifests = Vec::new();
     for (i, value) in jobs.into_iter().enumerate() {
@@ -270,8 +271,8 @@ mod tests {
 
     #[test]
     fn a_yaml_list_and_documents_read_as_jobs() {
-        let text = "- id: a\n  schedule: {cron: '0 * * * *'}\n  handler: shell\n\
-                    - id: b\n  schedule: {every: 1m}\n  handler: shell\n  paused: true\n\
+        let text = "- id: a\n  schedule: {cron: '0 * * * *'}\n  handler: shell\n  payload: {argv: [\"true\"]}\n\
+                    - id: b\n  schedule: {every: 1m}\n  handler: report\n  paused: true\n\
                     ---\nid: c\nschedule: {at: '2030-01-01T00:00:00Z'}\nhandler: h\n";
         let (jobs, problems) = parse("jobs.yaml", text);
         assert!(problems.is_empty(), "{problems:?}");

@@ -187,7 +187,20 @@ async fn put(client: &Client, spec: &Value, version: i64) -> Result<(), ApiError
     if let Value::Object(fields) = &mut body {
         fields.insert(IF_VERSION_FIELD.into(), Value::from(version));
     }
-    client.put_job(&body).await.map(|_| ())
+    let reply = client.put_job_with_warnings(&body).await?;
+    for warning in &reply.warnings {
+        // The server's words, shown on a terminal: no control characters.
+        let text: String = warning
+            .to_string()
+            .chars()
+            .flat_map(|c| match c.is_control() {
+                true => c.escape_default().collect::<Vec<_>>(),
+                false => vec![c],
+            })
+            .collect();
+        eprintln!("chimectl: warning: job {:?}: {text}", reply.job.spec.id);
+    }
+    Ok(())
 }
 
 /// Every stored job `selector` matches (all without one), reading all pages.

@@ -85,6 +85,7 @@ pub async fn run(
     if json_output {
         writeln!(out, "{}", json!(reply)).context("writing to stdout")?;
     } else {
+        crate::api::warn(&reply.warnings);
         for line in lines(&reply) {
             writeln!(out, "{line}").context("writing to stdout")?;
         }

@@ -119,7 +119,14 @@ pub fn print_firings(firings: &[Value], next: Option<&Value>) {
         .iter()
         .map(|f| {
             let mut detail = text(&f["error"]);
-            if detail == "-" {
+            if detail == "-" && f.get("held_by").is_some() {
+                // Why a published firing does not start: a limit holds it.
+                detail = format!(
+                    "held by {} since {}",
+                    text(&f["held_by"]),
+                    text(&f["held_since"])
+                );
+            } else if detail == "-" {
                 detail = f["output"]
                     .as_str()
                     .map(|o| printable(o.trim().lines().last().unwrap_or("")))

@@ -144,3 +144,54 @@ fn exactly_one_of_cron_and_every() {
     assert!(refused(&["preview", "--cron", "@daily", "--every", "1m"]).contains("not both"));
     assert!(refused(&["preview"]).contains("--cron"));
 }
+
+/// A 6-field expression with numbered days of the week is read as Quartz
+/// numbers them (1 = SUN); the preview prints its instants and says on
+/// stderr what the numbers mean here. Day names draw no warning.
+#[test]
+fn numbered_weekdays_of_six_fields_are_warned_with_the_days_they_mean() {
+    let o = chimectl(&[
+        "preview",
+        "--cron",
+        "0 0 2 * * 1",
+        "--from",
+        "2026-03-02T00:00:00Z",
+        "-n",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // 2026-03-08 is a Sunday.
+    assert_eq!(stdout(&o), "2026-03-08T02:00:00.000Z\n");
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("chimectl: warning: schedule.cron: day-of-week \"1\" is numbered")
+            && err.contains("means SUN")
+            && err.contains("1 = MON"),
+        "{err}"
+    );
+    let json = chimectl(&[
+        "preview",
+        "--json",
+        "--cron",
+        "0 0 2 * * 2-6",
+        "--from",
+        "2026-03-02T00:00:00Z",
+        "-n",
+        "1",
+    ]);
+    assert!(json.status.success(), "{}", stderr(&json));
+    let reply: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(reply["warnings"][0]["field"], "schedule.cron", "{reply}");
+    assert!(
+        reply["warnings"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("MON-FRI")),
+        "{reply}"
+    );
+    for named in ["0 0 2 * * SUN", "0 2 * * 1"] {
+        let o = chimectl(&["preview", "--cron", named, "-n", "1"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(o.stderr.is_empty(), "{named}: {}", stderr(&o));
+    }
+}

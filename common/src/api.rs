@@ -13,6 +13,7 @@ use crate::firing::{Firing, FiringState};
 use crate::job::{Job, JobState};
 use crate::protocol::{Alert, AlertKind, WorkerInfo};
 use crate::schedule::DstMark;
+use crate::warning::Warning;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -200,10 +201,16 @@ pub fn page_limit(limit: u32) -> u32 {
     }
 }
 
-/// `{"job": Job}`: the reply of put, get, delete, pause and resume.
+/// `{"job": Job, "warnings"?}`: the reply of put, get, delete, pause and
+/// resume; only a put has warnings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobReply {
     pub job: Job,
+    /// What the put spec likely does not mean though it is valid (a
+    /// handler no live worker of the group offers, numbered days of the
+    /// week in a 6-field cron expression); written only when there are some.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Warning>,
 }
 
 /// `{"id"}`: the request of get, delete, pause, resume.
@@ -322,6 +329,10 @@ pub struct BackfillRequest {
     /// Default [`BACKFILL_LIMIT_DEFAULT`], at most [`BACKFILL_LIMIT_MAX`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
+    /// Stage nothing: reply with the firings a backfill would stage, and
+    /// its warnings, so they can be read before anything runs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// Instants one backfill stages when the request names no `limit`.
@@ -329,10 +340,27 @@ pub const BACKFILL_LIMIT_DEFAULT: u32 = 1_000;
 /// The largest `limit` a backfill accepts: one transaction's worth of rows.
 pub const BACKFILL_LIMIT_MAX: u32 = 10_000;
 
-/// `jobs.backfill` reply: the firings staged, oldest instant first.
+/// `jobs.backfill` reply: the firings staged (or, for a dry run, that
+/// would be), oldest instant first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BackfillReply {
     pub firing_ids: Vec<String>,
+    /// How many of them the job's `overlap` policy will skip (`forbid`,
+    /// `queue` past its `queue_limit`) or cancel (`replace`) because the
+    /// others run at the same time: at most this many, since a firing that
+    /// finishes before the next starts frees its slot. Written only when
+    /// not zero, with a warning that says why.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped_by_overlap: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Warning>,
+    /// A dry run: nothing was staged. Written only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// `jobs.preview` request. `dst`, `jitter` and `exclude` are the job fields
@@ -367,6 +395,10 @@ pub struct PreviewReply {
     /// Absent from servers before v1.1.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub marks: Vec<Option<PreviewMark>>,
+    /// What the schedule likely does not mean (numbered days of the week
+    /// in a 6-field cron expression); written only when there are some.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Warning>,
 }
 
 /// Why a previewed instant is not simply its local time, once, fired.
@@ -561,7 +593,12 @@ pub enum Reply {
 impl Reply {
     /// `{"job": job}`.
     pub fn job(job: Job) -> Reply {
-        Reply::Job(Box::new(JobReply { job }))
+        Reply::put(job, Vec::new())
+    }
+
+    /// `{"job": job, "warnings"?}`: a put's reply.
+    pub fn put(job: Job, warnings: Vec<Warning>) -> Reply {
+        Reply::Job(Box::new(JobReply { job, warnings }))
     }
 
     /// The reply as a read-only caller sees it: each job's payload (an

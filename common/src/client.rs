@@ -93,7 +93,12 @@ impl Client {
 
     /// `jobs.put`: create or replace a job from its JSON spec.
     pub async fn put_job(&self, spec: &Value) -> Result<Job, ApiError> {
-        Ok(self.call::<JobReply>(Verb::JobsPut, spec).await?.job)
+        Ok(self.put_job_with_warnings(spec).await?.job)
+    }
+
+    /// `jobs.put`, keeping the reply's `warnings` beside the job.
+    pub async fn put_job_with_warnings(&self, spec: &Value) -> Result<JobReply, ApiError> {
+        self.call::<JobReply>(Verb::JobsPut, spec).await
     }
 
     /// `jobs.get`.
@@ -169,12 +174,12 @@ impl Client {
             .firing_id)
     }
 
-    /// `jobs.backfill`: the firings staged for the instants in `[from, to)`.
-    pub async fn backfill_job(&self, request: &BackfillRequest) -> Result<Vec<String>, ApiError> {
-        Ok(self
-            .call::<BackfillReply>(Verb::JobsBackfill, request)
-            .await?
-            .firing_ids)
+    /// `jobs.backfill`: the firings staged for the instants in `[from, to)`
+    /// (with `dry_run`, those that would be), and how many of them the
+    /// job's overlap policy will skip.
+    pub async fn backfill_job(&self, request: &BackfillRequest) -> Result<BackfillReply, ApiError> {
+        self.call::<BackfillReply>(Verb::JobsBackfill, request)
+            .await
     }
 
     /// `jobs.preview`: the instants and their marks.

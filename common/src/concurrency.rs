@@ -113,6 +113,57 @@ impl Concurrency {
     pub fn queue_capacity(&self) -> u32 {
         self.queue_limit.unwrap_or(1)
     }
+
+    /// Of `firings` of the job due at once (a backfill's), how many
+    /// `overlap` skips or cancels at most while the others run: beyond the
+    /// limit, `forbid` skips, `queue` skips what its queue cannot hold and
+    /// `replace` cancels the older ones; `allow` makes them wait. At most,
+    /// because a firing that ends before the next one starts frees its slot.
+    pub fn overlap_casualties(&self, overlap: Overlap, firings: u32) -> u32 {
+        match (overlap, self.limit(overlap)) {
+            (Overlap::Allow, _) | (_, None) => 0,
+            (Overlap::Forbid | Overlap::Replace, Some(n)) => firings.saturating_sub(n),
+            (Overlap::Queue, Some(n)) => {
+                firings.saturating_sub(n.saturating_add(self.queue_capacity()))
+            }
+        }
+    }
+
+    /// What a backfill of `firings` due at once should be told about
+    /// `overlap`: the [`Concurrency::overlap_casualties`] and why, with what
+    /// to change to run them all; `None` when none are lost.
+    pub fn backfill_warning(&self, overlap: Overlap, firings: u32) -> Option<(u32, String)> {
+        let lost = self.overlap_casualties(overlap, firings);
+        let limit = self.limit(overlap)?;
+        if lost == 0 {
+            return None;
+        }
+        let waiting = firings.saturating_sub(limit);
+        let message = match overlap {
+            Overlap::Forbid => format!(
+                "overlap \"forbid\" with max_concurrent {limit}: the {firings} backfilled \
+                 firings are due at once and one that starts while {limit} of the job's firings \
+                 run is skipped, so up to {lost} of them will be recorded skipped, not run; to run \
+                 them all one after another, put the job with overlap \"queue\" and \
+                 queue_limit {waiting} (or overlap \"allow\" with max_concurrent {limit}) first"
+            ),
+            Overlap::Queue => format!(
+                "overlap \"queue\" with max_concurrent {limit} and queue_limit {}: the \
+                 {firings} backfilled firings are due at once and those the queue cannot hold \
+                 are skipped, so up to {lost} of them will be recorded skipped, not run; to run \
+                 them all, put the job with queue_limit {waiting} first",
+                self.queue_capacity()
+            ),
+            Overlap::Replace => format!(
+                "overlap \"replace\" with max_concurrent {limit}: the {firings} backfilled \
+                 firings are due at once and each one that starts cancels the oldest running, \
+                 so up to {lost} of them will be cancelled; to run them all one after another, \
+                 put the job with overlap \"queue\" and queue_limit {waiting} first"
+            ),
+            Overlap::Allow => return None,
+        };
+        Some((lost, message))
+    }
 }
 
 /// An integer field from 1 to `max`, as `u32`; `None` when absent or wrong
@@ -261,6 +312,49 @@ mod tests {
         )
         .unwrap();
         assert_eq!(two.limit(Overlap::Queue), Some(2));
+    }
+
+    #[test]
+    fn firings_due_at_once_beyond_the_limit_are_lost_as_overlap_says() {
+        let none = Concurrency::default();
+        assert_eq!(none.overlap_casualties(Overlap::Allow, 24), 0);
+        assert_eq!(none.overlap_casualties(Overlap::Forbid, 24), 23);
+        assert_eq!(none.overlap_casualties(Overlap::Replace, 24), 23);
+        assert_eq!(none.overlap_casualties(Overlap::Queue, 24), 22);
+        assert_eq!(none.overlap_casualties(Overlap::Forbid, 1), 0);
+        let queue = concurrency(json!({"queue_limit": 30}), Some(Overlap::Queue)).unwrap();
+        assert_eq!(queue.overlap_casualties(Overlap::Queue, 24), 0);
+        let capped = concurrency(json!({"max_concurrent": 2}), Some(Overlap::Allow)).unwrap();
+        assert_eq!(capped.overlap_casualties(Overlap::Allow, 24), 0);
+        // Each shard is a firing: 10 instants of 8 shards, one instant at once.
+        let sharded = concurrency(json!({"shards": 8}), Some(Overlap::Forbid)).unwrap();
+        assert_eq!(sharded.overlap_casualties(Overlap::Forbid, 80), 72);
+    }
+
+    #[test]
+    fn a_backfill_warning_counts_what_is_lost_and_says_what_runs_them_all() {
+        let (lost, message) = Concurrency::default()
+            .backfill_warning(Overlap::Forbid, 24)
+            .unwrap();
+        assert_eq!(lost, 23);
+        assert!(
+            message.contains("up to 23 of them will be recorded skipped"),
+            "{message}"
+        );
+        assert!(message.contains("queue_limit 23"), "{message}");
+        let (lost, message) = Concurrency::default()
+            .backfill_warning(Overlap::Replace, 3)
+            .unwrap();
+        assert_eq!(lost, 2);
+        assert!(message.contains("cancelled"), "{message}");
+        assert_eq!(
+            Concurrency::default().backfill_warning(Overlap::Allow, 24),
+            None
+        );
+        assert_eq!(
+            Concurrency::default().backfill_warning(Overlap::Forbid, 1),
+            None
+        );
     }
 
     #[test]

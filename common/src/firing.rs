@@ -235,6 +235,50 @@ pub struct Firing {
     /// schedule; written only when true.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub backfill: bool,
+    /// A `published` firing that a worker received and a concurrency limit
+    /// holds back until a slot frees: which limit. Written only while held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<HeldBy>,
+    /// With `held_by`: when the limit first held it.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "rfc3339_ms_opt"
+    )]
+    pub held_since: Option<DateTime<Utc>>,
+}
+
+/// The concurrency limit that holds a firing back (docs/API.md,
+/// "Concurrency limits"): named by the setting to raise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HeldBy {
+    /// The job's own `max_concurrent`.
+    JobMaxConcurrent,
+    /// The group's `max_concurrent` (`groups.put`).
+    GroupMaxConcurrent,
+    /// The group's `max_per_second` (`groups.put`).
+    GroupMaxPerSecond,
+}
+
+impl HeldBy {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HeldBy::JobMaxConcurrent => "job_max_concurrent",
+            HeldBy::GroupMaxConcurrent => "group_max_concurrent",
+            HeldBy::GroupMaxPerSecond => "group_max_per_second",
+        }
+    }
+
+    /// A few words for people: `the job's max_concurrent`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            HeldBy::JobMaxConcurrent => "the job's max_concurrent",
+            HeldBy::GroupMaxConcurrent => "the group's max_concurrent",
+            HeldBy::GroupMaxPerSecond => "the group's max_per_second",
+        }
+    }
 }
 
 #[cfg(test)]

@@ -25,12 +25,30 @@ use std::time::Duration;
 pub struct Limits {
     /// Largest accepted payload, JSON-encoded.
     pub max_payload_bytes: usize,
+    /// Whether the payloads of the built-in handlers are checked
+    /// (`crate::payloads`). On for everything a user sends; off only where
+    /// the scheduler reads back what it stored, so that a job stored before
+    /// a rule existed stays readable (and fails at its firing, as it did).
+    pub builtin_payloads: bool,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_payload_bytes: 64 * 1024,
+            builtin_payloads: true,
+        }
+    }
+}
+
+impl Limits {
+    /// How a stored spec is read back: without the payload limit (lowering
+    /// it must not make stored jobs unreadable) and without the built-in
+    /// payload checks.
+    pub fn stored() -> Limits {
+        Limits {
+            max_payload_bytes: usize::MAX,
+            builtin_payloads: false,
         }
     }
 }
@@ -139,10 +157,17 @@ pub struct JobSpec {
     pub time: TimeRules,
 }
 
+/// Reads a spec as a client reads a job the server sent: the server checked
+/// the payload when the job was put, and a read-only caller receives it as
+/// its digest (`{"redacted": …}`), which no built-in handler's shape fits.
 impl<'de> Deserialize<'de> for JobSpec {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = Value::deserialize(d)?;
-        JobSpec::from_json(&v, &Limits::default()).map_err(|errors| {
+        let limits = Limits {
+            builtin_payloads: false,
+            ..Limits::default()
+        };
+        JobSpec::from_json(&v, &limits).map_err(|errors| {
             let text: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
             serde::de::Error::custom(text.join("; "))
         })
@@ -349,6 +374,26 @@ fn payload(w: &mut Walk<'_>, limits: &Limits) -> Value {
     payload
 }
 
+/// The hint for a field of a schedule written beside it, at the top of the
+/// spec, where other tools keep it (`{"cron": …}`, `"timezone"`).
+fn misplaced(path: &str, key: &str) -> Option<String> {
+    if !path.is_empty() {
+        return None;
+    }
+    match key {
+        "cron" | "every" | "at" | "after" | "tz" | "start_at" | "end_at" | "count"
+        | "within" => Some(format!(
+            "unknown field; {key:?} belongs inside \"schedule\", e.g. {{\"schedule\": {{\"{key}\": …}}}}"
+        )),
+        "timezone" | "time_zone" | "zone" => Some(
+            "unknown field; a cron schedule's zone is \"tz\" inside \"schedule\", \
+             e.g. {\"schedule\": {\"cron\": \"0 2 * * *\", \"tz\": \"Europe/Berlin\"}}"
+                .to_string(),
+        ),
+        _ => None,
+    }
+}
+
 /// Collects problems while walking one JSON object.
 struct Walk<'a> {
     obj: &'a Map<String, Value>,
@@ -378,7 +423,10 @@ impl<'a> Walk<'a> {
             .cloned()
             .collect();
         for key in unknown {
-            let message = format!("unknown field; known fields are {}", known.join(", "));
+            let message = match misplaced(self.path, &key) {
+                Some(hint) => hint,
+                None => crate::suggest::unknown_field(&key, known),
+            };
             self.fail(&key, message);
         }
     }
@@ -589,6 +637,12 @@ impl JobSpec {
             }
             errors.extend(check_fan_in(id, schedule, time));
         }
+        // Last, so that a spec wrong in its schedule names that field first.
+        if let (Some(handler), true) = (&handler, limits.builtin_payloads) {
+            if let Err(mut problems) = crate::payloads::check(handler, &payload, "payload") {
+                errors.append(&mut problems);
+            }
+        }
 
         match (
             id,
@@ -654,6 +708,14 @@ impl JobSpec {
     /// The spec as JSON, as stored and as echoed in replies.
     pub fn to_json(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// What this valid spec likely does not mean, for the put reply's
+    /// `warnings`: what the spec alone shows (numbered days of the week in a
+    /// 6- or 7-field cron expression). The scheduler adds what only it
+    /// knows, such as the handlers its live workers offer.
+    pub fn warnings(&self) -> Vec<crate::warning::Warning> {
+        self.schedule.warnings("schedule")
     }
 
     /// The timeout, formatted.
@@ -735,7 +797,8 @@ mod tests {
     use serde_json::json;
 
     fn minimal() -> Value {
-        json!({"id": "nightly-report", "schedule": {"cron": "0 30 2 * * *"}, "handler": "shell"})
+        json!({"id": "nightly-report", "schedule": {"cron": "0 30 2 * * *"}, "handler": "shell",
+            "payload": {"argv": ["/usr/local/bin/report"]}})
     }
 
     fn fields(errors: &[FieldError]) -> Vec<&str> {
@@ -807,11 +870,13 @@ mod tests {
     #[test]
     fn oversized_payloads_are_refused() {
         let mut v = minimal();
+        v["handler"] = json!("report");
         v["payload"] = json!("x".repeat(70 * 1024));
         let errors = JobSpec::from_json(&v, &Limits::default()).unwrap_err();
         assert_eq!(fields(&errors), vec!["payload"]);
         let small = Limits {
             max_payload_bytes: 10 * 1024 * 1024,
+            ..Limits::default()
         };
         assert!(JobSpec::from_json(&v, &small).is_ok());
     }
@@ -940,6 +1005,91 @@ mod tests {
         v["jitter"] = Value::Null;
         v["upstream_missing"] = json!(["a"]);
         assert!(JobSpec::from_json(&v, &Limits::default()).is_ok());
+    }
+
+    #[test]
+    fn built_in_payloads_are_checked_with_their_paths() {
+        for (handler, payload, expected) in [
+            ("shell", Value::Null, vec!["payload.argv"]),
+            (
+                "shell",
+                json!({"cmd": "report --daily"}),
+                vec!["payload.cmd", "payload.argv"],
+            ),
+            (
+                "shell",
+                json!({"argv": ["x"], "env": {"FOO": 1}}),
+                vec!["payload.env.FOO"],
+            ),
+            ("http", json!({}), vec!["payload.url"]),
+            ("http", json!({"url": "ftp://x"}), vec!["payload.url"]),
+            (
+                "http",
+                json!({"url": "http://x.test", "method": "GE T"}),
+                vec!["payload.method"],
+            ),
+        ] {
+            let mut v = minimal();
+            v["handler"] = json!(handler);
+            v["payload"] = payload.clone();
+            let errors = JobSpec::from_json(&v, &Limits::default()).unwrap_err();
+            assert_eq!(fields(&errors), expected, "{handler} {payload}");
+            // A stored job is read back whatever its payload.
+            let spec = JobSpec::from_json(&v, &Limits::stored()).unwrap();
+            assert_eq!(spec.payload, payload);
+        }
+        let mut v = minimal();
+        v["handler"] = json!("report");
+        v["payload"] = json!({"cmd": 1});
+        assert!(JobSpec::from_json(&v, &Limits::default()).is_ok());
+    }
+
+    #[test]
+    fn a_job_read_from_a_reply_keeps_its_payload_as_sent() {
+        let mut v = minimal();
+        v["payload"] = json!({"redacted": "sha256:00"});
+        let spec: JobSpec = serde_json::from_value(v).unwrap();
+        assert_eq!(spec.payload, json!({"redacted": "sha256:00"}));
+    }
+
+    #[test]
+    fn unknown_fields_say_what_was_meant() {
+        let mut v = minimal();
+        v["retries"] = json!(3);
+        v["scheduel"] = json!({"cron": "0 * * * *"});
+        v["colour"] = json!("red");
+        v["retry"] = json!({"max_attempt": 3});
+        let errors = JobSpec::from_json(&v, &Limits::default()).unwrap_err();
+        let message = |field: &str| {
+            errors
+                .iter()
+                .find(|e| e.field == field)
+                .map(|e| e.message.clone())
+                .unwrap_or_else(|| panic!("no error at {field}: {errors:?}"))
+        };
+        assert!(message("retries").contains("did you mean `retry`?"));
+        assert!(message("scheduel").contains("did you mean `schedule`?"));
+        assert!(message("retry.max_attempt").contains("did you mean `max_attempts`?"));
+        assert!(!message("colour").contains("did you mean"));
+        assert!(message("colour").contains("known fields are id, group, schedule"));
+    }
+
+    #[test]
+    fn schedule_fields_beside_the_schedule_are_pointed_inside_it() {
+        let mut v = minimal();
+        v.as_object_mut().unwrap().remove("schedule");
+        v["cron"] = json!("0 2 * * *");
+        v["timezone"] = json!("Europe/Berlin");
+        let errors = JobSpec::from_json(&v, &Limits::default()).unwrap_err();
+        let f = fields(&errors);
+        assert!(f.contains(&"cron") && f.contains(&"timezone") && f.contains(&"schedule"));
+        let cron = errors.iter().find(|e| e.field == "cron").unwrap();
+        assert!(
+            cron.message.contains(r#"{"schedule": {"cron": …}}"#),
+            "{cron}"
+        );
+        let tz = errors.iter().find(|e| e.field == "timezone").unwrap();
+        assert!(tz.message.contains(r#""tz" inside "schedule""#), "{tz}");
     }
 
     #[test]

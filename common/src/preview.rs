@@ -11,6 +11,7 @@ use crate::duration::format_time;
 use crate::error::ApiError;
 use crate::schedule::{MarkedInstant, Schedule, ScheduleSpec};
 use crate::time_rules::TimeRules;
+use crate::warning::Warning;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use serde_json::Map;
@@ -26,6 +27,8 @@ pub struct Preview {
     pub tz: Tz,
     /// The calendar ids to exclude, in the request's order.
     pub exclude: Vec<String>,
+    /// What the schedule likely does not mean ([`ScheduleSpec::warnings`]).
+    pub warnings: Vec<Warning>,
 }
 
 impl Preview {
@@ -79,6 +82,7 @@ impl Preview {
             instants: schedule.iter_marked(from).take(count as usize).collect(),
             tz: spec.time_zone(),
             exclude: rules.exclude,
+            warnings: spec.warnings("schedule"),
         })
     }
 
@@ -100,7 +104,11 @@ impl Preview {
         } else {
             marks
         };
-        PreviewReply { times, marks }
+        PreviewReply {
+            times,
+            marks,
+            warnings: self.warnings.clone(),
+        }
     }
 }
 
@@ -126,5 +134,33 @@ mod tests {
             text.contains("schedule.after") && text.contains("no instants"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn numbered_weekdays_of_six_fields_are_warned_in_the_reply() {
+        let req = PreviewRequest {
+            schedule: json!({"cron": "0 0 2 * * 1"}),
+            from: Some("2026-03-02T00:00:00Z".parse().unwrap()),
+            count: Some(1),
+            ..PreviewRequest::default()
+        };
+        let reply = Preview::compute(&req, Utc::now(), 10).unwrap().reply(&[]);
+        // 2026-03-08 is a Sunday.
+        assert_eq!(reply.times, ["2026-03-08T02:00:00.000Z"]);
+        assert_eq!(reply.warnings.len(), 1);
+        assert_eq!(reply.warnings[0].field, "schedule.cron");
+        assert!(reply.warnings[0].message.contains("means SUN"));
+        let json = serde_json::to_value(&reply).unwrap();
+        assert_eq!(json["warnings"][0]["field"], "schedule.cron");
+        let named = PreviewRequest {
+            schedule: json!({"cron": "0 0 2 * * SUN"}),
+            ..req
+        };
+        let reply = Preview::compute(&named, Utc::now(), 10).unwrap().reply(&[]);
+        assert!(reply.warnings.is_empty());
+        assert!(serde_json::to_value(&reply)
+            .unwrap()
+            .get("warnings")
+            .is_none());
     }
 }

@@ -289,6 +289,12 @@ pub struct WorkerInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<String>>)]
     pub running: Option<Vec<FiringId>>,
+    /// The handlers the worker runs: those it would not refuse (a handler
+    /// left out of `--handlers`, or `shell` without `--allow-shell`, is not
+    /// listed). Absent from workers that do not say; the scheduler then
+    /// takes them to offer any handler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handlers: Option<Vec<String>>,
     /// When the bucket last received this heartbeat: filled in by
     /// `workers.list` from the key's write time (extension); workers leave
     /// it out.

@@ -237,7 +237,8 @@ mod tests {
     }
 
     fn job(extra: Value) -> Result<crate::JobSpec, Vec<FieldError>> {
-        let mut v = json!({"id": "j", "schedule": {"cron": "*/15 * * * *"}, "handler": "shell"});
+        let mut v = json!({"id": "j", "schedule": {"cron": "*/15 * * * *"}, "handler": "shell",
+            "payload": {"argv": ["true"]}});
         for (k, x) in extra.as_object().unwrap() {
             v[k] = x.clone();
         }

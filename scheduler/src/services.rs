@@ -37,6 +37,7 @@ use crate::recovery::republisher::Republisher;
 use crate::signals::Signals;
 use crate::store::{Backend, Store};
 use crate::workers::finishes::Finishes;
+use crate::workers::registry::Registry;
 use crate::workers::starts::{StartRequests, Starts};
 use anyhow::Context as _;
 use async_nats::jetstream::{consumer::PullConsumer, kv};
@@ -267,7 +268,7 @@ impl Parts {
             store: links.store.clone(),
             nats: links.nats.client.clone(),
             subjects: links.nats.subjects.clone(),
-            workers: links.workers.clone(),
+            workers: Registry::new(links.workers.clone()),
             jetstream: links.nats.jetstream.clone(),
             metrics: self.metrics.clone(),
             immediate: self.immediate.clone(),

@@ -1819,6 +1819,7 @@ async fn trigger_takes_a_free_millisecond(db: &TestDb) {
         .store_with(StoreOptions {
             limits: Limits {
                 max_payload_bytes: 100,
+                ..Limits::default()
             },
             ..StoreOptions::default()
         })

@@ -33,7 +33,8 @@ async def main(url):
     summary["put_version"] = put["job"]["version"]
     summary["put_next_fire_at"] = put["job"]["next_fire_at"]
 
-    bad = await call(nc, "jobs.put", {"id": "py-bad", "handler": "shell", "schedule": {"cron": "0 61 * * *"}})
+    bad = await call(nc, "jobs.put", {"id": "py-bad", "handler": "shell", "schedule": {"cron": "0 61 * * *"},
+                                      "payload": {"argv": ["true"]}})
     assert "error" in bad, bad
     summary["error_code"] = bad["error"]["code"]
     summary["error_field"] = bad["error"]["field"]
@@ -43,6 +44,7 @@ async def main(url):
 
     await js.publish("chime.submit", json.dumps({
         "id": "py-submitted", "handler": "shell", "schedule": {"every": "1h"},
+        "payload": {"argv": ["true"]},
     }).encode())
     broken = b'{"id": "py-broken", "schedule": '
     await js.publish("chime.submit", broken)

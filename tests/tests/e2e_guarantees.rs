@@ -187,7 +187,10 @@ async fn a_postgres_outage_does_not_need_a_scheduler_restart() {
     .await;
     proxy.cut();
     let during = client
-        .put_job(&json!({"id": "during-outage", "schedule": {"every": "1h"}, "handler": "shell"}))
+        .put_job(
+            &json!({"id": "during-outage", "schedule": {"every": "1h"}, "handler": "shell",
+            "payload": {"argv": ["/bin/true"]}}),
+        )
         .await;
     assert_eq!(
         during.expect_err("the store is down").code,
@@ -198,7 +201,8 @@ async fn a_postgres_outage_does_not_need_a_scheduler_restart() {
     // The same process serves again.
     eventually(Duration::from_secs(20), "the scheduler serves puts again", || {
         let client = client.clone();
-        async move { client.put_job(&json!({"id": "after-outage", "schedule": {"every": "1h"}, "handler": "shell"})).await.is_ok() }
+        async move { client.put_job(&json!({"id": "after-outage", "schedule": {"every": "1h"}, "handler": "shell",
+            "payload": {"argv": ["/bin/true"]}})).await.is_ok() }
     })
     .await;
     let due = due_instants(&jobs, put_at, start_ms, start_ms + seconds * 1000);

@@ -313,3 +313,106 @@ async fn limits_hold_while_a_replica_is_killed() {
     assert_eq!(most_at_once(&ran), 2);
     r2.terminate(Duration::from_secs(10)).await;
 }
+
+/// A firing a limit holds shows which one in `firings.list` (`held_by`,
+/// `held_since`) and in `chimectl history`, not only `published`: the
+/// group's `max_concurrent` for one, the job's own for another; once it
+/// runs, it says so no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_firing_says_which_limit_holds_it() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let mut scheduler = start_scheduler(&nats.url(), &db.url(), "r1").await;
+    let _worker = start_worker(&nats.url(), "db", 8, "w1").await;
+    let client = Client::new(nats.connect().await);
+    client
+        .put_group(&json!({"name": "db", "max_concurrent": 1}))
+        .await
+        .expect("groups.put");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("runs.log");
+    for id in ["first", "second"] {
+        client
+            .put_job(&json!({"id": id, "group": "db", "handler": "shell",
+                "payload": logged_run(&log, "4"), "schedule": {"every": "24h"}}))
+            .await
+            .expect("put");
+    }
+    client.trigger_job("first", None).await.expect("trigger");
+    eventually(Duration::from_secs(20), "first runs", || async {
+        firings_of(&client, "first")
+            .await
+            .iter()
+            .any(|f| f.state == FiringState::Executing)
+    })
+    .await;
+    client.trigger_job("second", None).await.expect("trigger");
+    let held = until_ok(Duration::from_secs(20), "second is held", || async {
+        let all = firings_of(&client, "second").await;
+        match all.first() {
+            Some(f) if f.held_by.is_some() => Ok(f.clone()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(held.state, FiringState::Published);
+    assert_eq!(held.held_by, Some(chime_common::HeldBy::GroupMaxConcurrent));
+    assert!(held.held_since.is_some(), "{held:?}");
+    let listed = chimectl_ok(&nats, &["history", "second"]);
+    assert_eq!(
+        listed["firings"][0]["held_by"], "group_max_concurrent",
+        "{listed}"
+    );
+    let mut command = Binary::Ctl.command();
+    command.args(["--nats-url", &nats.url(), "history", "second"]);
+    let output = command.output().expect("chimectl runs");
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        table.contains("held by group_max_concurrent since"),
+        "{table}"
+    );
+
+    // The job's own limit: a queued second run of one job.
+    client
+        .put_group(&json!({"name": "db"}))
+        .await
+        .expect("the group limit removed");
+    client
+        .put_job(&json!({"id": "queued", "group": "db", "handler": "shell",
+            "payload": logged_run(&log, "4"), "schedule": {"every": "24h"},
+            "overlap": "queue"}))
+        .await
+        .expect("put");
+    client.trigger_job("queued", None).await.expect("trigger");
+    eventually(Duration::from_secs(20), "queued runs", || async {
+        firings_of(&client, "queued")
+            .await
+            .iter()
+            .any(|f| f.state == FiringState::Executing)
+    })
+    .await;
+    let waiting = client.trigger_job("queued", None).await.expect("trigger");
+    let held = until_ok(
+        Duration::from_secs(20),
+        "the second run is held",
+        || async {
+            let all = firings_of(&client, "queued").await;
+            match all.iter().find(|f| f.id.to_string() == waiting) {
+                Some(f) if f.held_by.is_some() => Ok(f.clone()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(held.held_by, Some(chime_common::HeldBy::JobMaxConcurrent));
+
+    // Once they have run, nothing holds them.
+    let all = all_final(&client, &["second", "queued"], 3).await;
+    assert!(
+        all.iter()
+            .all(|f| f.state == FiringState::Succeeded && f.held_by.is_none()),
+        "{all:?}"
+    );
+    scheduler.terminate(Duration::from_secs(10)).await;
+}

@@ -4,6 +4,9 @@
 //! or runs and ends in a final state; the canary keeps finishing every
 //! second; both replicas stay alive and healthy.
 //!
+//! Built-in payloads a worker could not run (too long an `argv`, a NUL in
+//! a variable, a line break in a header, a `file:` URL) are refused at put.
+//!
 //! Also: a handler that prints a NUL byte has its firings end `succeeded`
 //! with the output readable, on PostgreSQL and SQLite.
 
@@ -178,6 +181,33 @@ async fn hostile_specs_are_refused_or_run_and_the_canary_keeps_firing() {
                 json!({"on_success": vec!["h-self"; 16]}),
             ),
             "on_success[0]",
+        ),
+        // Built-in payloads a worker could not run, refused at put.
+        (shell("h-argv", &["x"; 257], json!({})), "payload.argv"),
+        (
+            shell(
+                "h-env",
+                &["true"],
+                json!({"payload": {"argv": ["true"], "env": {"X": "a\u{0}b"}}}),
+            ),
+            "payload.env.X",
+        ),
+        (
+            shell(
+                "h-header",
+                &["true"],
+                json!({"handler": "http", "payload": {"url": "https://example.com",
+                    "headers": {"X-A": "a\r\nInjected: 1"}}}),
+            ),
+            "payload.headers.X-A",
+        ),
+        (
+            shell(
+                "h-file",
+                &["true"],
+                json!({"handler": "http", "payload": {"url": "file:///etc/passwd"}}),
+            ),
+            "payload.url",
         ),
     ];
     for (spec, field) in &refused {

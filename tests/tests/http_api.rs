@@ -1047,6 +1047,92 @@ async fn wrong_passwords_are_audited_and_throttled() {
     server.replica.shutdown().await;
 }
 
+/// Over HTTP as over NATS: a bad payload of a built-in handler is refused
+/// naming its field (400), at put and at a trigger that brings its own,
+/// and nothing is stored or staged; a valid put carries its warnings.
+#[tokio::test]
+async fn built_in_payloads_are_checked_and_warnings_returned_over_http() {
+    let db = TestDatabase::create(chime_tests::DatabaseKind::Sqlite).await;
+    let server = start(&db, false).await;
+    for (id, spec, field) in [
+        (
+            "cmd",
+            json!({"schedule": {"every": "1h"}, "handler": "shell", "payload": {"cmd": "report"}}),
+            "payload.cmd",
+        ),
+        (
+            "bare",
+            json!({"schedule": {"every": "1h"}, "handler": "shell"}),
+            "payload.argv",
+        ),
+        (
+            "hook",
+            json!({"schedule": {"every": "1h"}, "handler": "http", "payload": {"headers": {"X-A": "b"}}}),
+            "payload.url",
+        ),
+    ] {
+        let put = server
+            .call(
+                Method::PUT,
+                &format!("/api/v1/jobs/{id}"),
+                "admin",
+                Some(spec),
+            )
+            .await;
+        assert_eq!(put.status, StatusCode::BAD_REQUEST, "{id}: {}", put.body);
+        assert_eq!(
+            put.body["error"]["code"], "invalid_argument",
+            "{}",
+            put.body
+        );
+        assert_eq!(put.body["error"]["field"], field, "{id}: {}", put.body);
+    }
+    let jobs = server
+        .call(Method::GET, "/api/v1/jobs", "admin", None)
+        .await;
+    assert_eq!(jobs.body["jobs"], json!([]), "nothing was stored");
+
+    let put = server
+        .call(
+            Method::PUT,
+            "/api/v1/jobs/weekly",
+            "admin",
+            Some(
+                json!({"schedule": {"cron": "0 0 6 ? * 2-6"}, "handler": "shell",
+                "payload": {"argv": ["/bin/true"]}}),
+            ),
+        )
+        .await;
+    assert_eq!(put.status, StatusCode::OK, "{}", put.body);
+    let cron = put.body["warnings"]
+        .as_array()
+        .and_then(|w| w.iter().find(|w| w["field"] == "schedule.cron"))
+        .unwrap_or_else(|| panic!("no schedule.cron warning: {}", put.body));
+    assert!(
+        cron["message"].as_str().unwrap().contains("MON-FRI"),
+        "{cron}"
+    );
+    let trigger = server
+        .call(
+            Method::POST,
+            "/api/v1/jobs/weekly/trigger",
+            "admin",
+            Some(json!({"payload": {"argv": []}})),
+        )
+        .await;
+    assert_eq!(trigger.status, StatusCode::BAD_REQUEST, "{}", trigger.body);
+    assert_eq!(
+        trigger.body["error"]["field"], "payload.argv",
+        "{}",
+        trigger.body
+    );
+    let firings = server
+        .call(Method::GET, "/api/v1/firings?job_id=weekly", "admin", None)
+        .await;
+    assert_eq!(firings.body["firings"], json!([]), "nothing was staged");
+    server.replica.shutdown().await;
+}
+
 /// A viewer reads jobs with each payload replaced by its digest: an http
 /// job's headers and a shell job's environment hold credentials. Operators
 /// and admins read the whole payload.

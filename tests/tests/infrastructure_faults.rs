@@ -273,6 +273,7 @@ fn info(id: &str, running: Option<Vec<FiringId>>) -> WorkerInfo {
         version: "test".into(),
         started_at: chrono::Utc::now(),
         running,
+        handlers: None,
         heartbeat_at: None,
     }
 }

@@ -234,12 +234,31 @@ async fn bad_files_are_refused_naming_file_job_and_field_and_nothing_changes() {
         r#"[{"id": "bad", "schedule": {"cron": "0 61 * * *"}, "handler": "h", "labels": {"Team": "x"}}]"#,
     )
     .unwrap();
+    // A shell job written as a command line: refused by apply itself,
+    // before anything is sent, with the field and what to write.
+    std::fs::write(
+        files.path().join("cmd.yaml"),
+        "id: cmdline\nschedule: {every: 1m}\nhandler: shell\npayload: {cmd: report --daily}\nretries: 3\n",
+    )
+    .unwrap();
     let (code, _, err) = chimectl(
         &nats.url(),
         &["apply", "-f", files.path().to_str().unwrap()],
     )
     .await;
     assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("cmd.yaml: job \"cmdline\": payload.cmd: unknown field"),
+        "{err}"
+    );
+    assert!(
+        err.contains("cmd.yaml: job \"cmdline\": payload.argv: is required"),
+        "{err}"
+    );
+    assert!(
+        err.contains("cmd.yaml: job \"cmdline\": retries: unknown field; did you mean `retry`?"),
+        "{err}"
+    );
     assert!(
         err.contains("bad.json: job \"bad\": schedule.cron: "),
         "{err}"
@@ -484,6 +503,96 @@ async fn backfill_of_ten_days_runs_exactly_the_previewed_instants() {
     .await;
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("[to]"), "{err}");
+}
+
+/// A backfill of a job whose overlap policy skips firings that find
+/// another running says how many it will skip, and a dry run says so
+/// before anything is staged; the count is what then happens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backfill_of_a_forbid_job_says_how_many_instants_overlap_will_skip() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let _scheduler = start_scheduler(&nats.url(), &db.url(), "r1").await;
+    let _worker = start_worker(&nats.url(), "default", 4, "w1").await;
+    let client = Client::new(nats.connect().await);
+    client
+        .put_job(
+            &json!({"id": "hourly", "overlap": "forbid", "handler": "shell",
+            "schedule": {"cron": "0 * * * *"}, "payload": {"argv": ["sleep", "5"]}}),
+        )
+        .await
+        .expect("put");
+    let to = chrono::Utc::now() - chrono::Duration::seconds(1);
+    let from = to - chrono::Duration::hours(6);
+    let request = chime_common::api::BackfillRequest {
+        id: "hourly".into(),
+        from,
+        to,
+        limit: None,
+        dry_run: true,
+    };
+    let dry = client.backfill_job(&request).await.expect("a dry run");
+    assert!(dry.dry_run);
+    assert_eq!(dry.firing_ids.len(), 6, "{dry:?}");
+    assert_eq!(dry.skipped_by_overlap, 5, "{dry:?}");
+    assert_eq!(dry.warnings.len(), 1, "{dry:?}");
+    assert_eq!(dry.warnings[0].field, "overlap");
+    assert!(
+        dry.warnings[0]
+            .message
+            .contains("up to 5 of them will be recorded skipped"),
+        "{dry:?}"
+    );
+    let history = || {
+        let client = client.clone();
+        async move {
+            client
+                .list_firings(&chime_common::client::ListFiringsRequest {
+                    job_id: Some("hourly".into()),
+                    ..Default::default()
+                })
+                .await
+                .expect("history")
+                .firings
+        }
+    };
+    assert!(history().await.is_empty(), "a dry run stages nothing");
+
+    let (code, reply, err) = chimectl(
+        &nats.url(),
+        &[
+            "backfill",
+            "hourly",
+            "--from",
+            &format_time(from),
+            "--to",
+            &format_time(to),
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(reply["skipped_by_overlap"], 5, "{reply}");
+    assert_eq!(reply["firing_ids"], json!(dry.firing_ids), "{reply}");
+    assert!(
+        err.contains("chimectl: warning: overlap: overlap \"forbid\" with max_concurrent 1"),
+        "{err}"
+    );
+    eventually(
+        Duration::from_secs(60),
+        "every backfilled firing ends",
+        || async {
+            let firings = history().await;
+            firings.len() == 6 && firings.iter().all(|f| f.state.is_final())
+        },
+    )
+    .await;
+    let skipped = history()
+        .await
+        .iter()
+        .filter(|f| f.state == FiringState::Skipped)
+        .count();
+    assert_eq!(skipped, 5, "{:?}", history().await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -69,7 +69,8 @@ async fn the_store_and_the_scheduler_connect_with_verify_full_and_refuse_a_wrong
         .await
         .unwrap_or_else(|e| panic!("verify-full with the right CA: {e}\n{}", pg.log()));
     let spec = chime_common::JobSpec::from_json(
-        &serde_json::json!({"id": "tls", "schedule": {"every": "1h"}, "handler": "shell"}),
+        &serde_json::json!({"id": "tls", "schedule": {"every": "1h"}, "handler": "shell",
+            "payload": {"argv": ["/bin/true"]}}),
         &Limits::default(),
     )
     .expect("a spec");

@@ -320,3 +320,87 @@ async fn a_waiting_firing_of_a_group_without_workers_is_reported_naming_the_caus
     assert_eq!(listed[0]["state"], "published", "{listed:?}");
     scheduler.terminate(Duration::from_secs(15)).await;
 }
+
+/// A job whose handler no live worker of its group offers is warned of
+/// when it is put, and when its firing waits unstarted the `not_started`
+/// alert names that cause, with the handlers the group's workers do offer
+/// (their heartbeats list them). The group's one worker is busy with a
+/// long run, so the firing waits in the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_no_live_worker_offers_is_warned_at_put_and_named_by_the_alert() {
+    chime_tests::init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let settings = [
+        "--republish-after".to_string(),
+        "1s".to_string(),
+        "--not-started-after".to_string(),
+        "2s".to_string(),
+    ];
+    let mut scheduler =
+        chime_tests::start_scheduler_with(&nats.url(), &db.url(), "unoffered", &settings).await;
+    let mut worker = chime_tests::start_worker(&nats.url(), "default", 1, "only").await;
+    let client = nats.connect().await;
+    let mut alerts = client
+        .subscribe(Subjects::default().alerts())
+        .await
+        .expect("subscribed");
+    client.flush().await.expect("flushed");
+
+    // The worker's one thread runs this for a minute.
+    let busy = json!({"id": "busy", "schedule": {"every": "24h"}, "handler": "shell",
+        "payload": {"argv": ["sleep", "60"]}});
+    let file = dir.path().join("busy.json");
+    std::fs::write(&file, busy.to_string()).expect("job file");
+    chimectl_ok(&nats, &["put", &file.display().to_string()]);
+    chimectl_ok(&nats, &["trigger", "busy"]);
+    chime_tests::eventually(Duration::from_secs(20), "busy runs", || async {
+        history_json(&nats, "busy")
+            .iter()
+            .any(|f| f["state"] == "executing")
+    })
+    .await;
+
+    let at = chime_tests::aligned_start(Duration::from_secs(3));
+    let typo = json!({"id": "typo", "schedule": {"at": chime_tests::rfc3339(at)},
+        "handler": "nosuch", "payload": {"argv": ["true"]}});
+    let file = dir.path().join("typo.json");
+    std::fs::write(&file, typo.to_string()).expect("job file");
+    let (code, reply, stderr) =
+        chime_tests::chimectl_json(&nats.url(), &["put", &file.display().to_string()]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let expected =
+        "no live worker of group \"default\" offers handler \"nosuch\" (they offer: http, shell)";
+    assert_eq!(reply["warnings"][0]["field"], "handler", "{reply}");
+    assert!(
+        reply["warnings"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with(expected)),
+        "{reply}"
+    );
+    assert!(
+        stderr.contains(&format!("chimectl: warning: handler: {expected}")),
+        "{stderr}"
+    );
+
+    let alert = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let message = alerts.next().await.expect("the alerts subscription");
+            let alert: Alert = serde_json::from_slice(&message.payload).expect("an alert");
+            if alert.kind == AlertKind::NotStarted && alert.job_id == "typo" {
+                return alert;
+            }
+        }
+    })
+    .await
+    .expect("a not_started alert");
+    assert!(
+        alert.message.contains("its message waits in the stream")
+            && alert.message.ends_with(expected),
+        "{}",
+        alert.message
+    );
+    worker.kill9();
+    scheduler.terminate(Duration::from_secs(15)).await;
+}

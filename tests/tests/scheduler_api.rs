@@ -254,6 +254,7 @@ backend_tests! {
             version: "0.0.0".into(),
             started_at: chrono::Utc::now(),
             running: None,
+            handlers: None,
             heartbeat_at: None,
         };
         async_nats::jetstream::new(connection.clone())
@@ -487,4 +488,257 @@ backend_tests! {
         assert!(client.get_job("bad").await.is_err());
         replica.shutdown().await;
     }
+}
+
+/// The payloads of the built-in handlers are checked wherever a job comes
+/// in: `jobs.put`, a durable submission, and a trigger that brings its own
+/// payload (checked against the job's handler). Each bad one is
+/// `invalid_argument` naming the field, and nothing is stored or staged.
+#[tokio::test]
+async fn built_in_payloads_are_checked_at_put_submit_and_trigger() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let replica = Replica::start(SchedulerConfig::new(nats.url(), db.url()))
+        .await
+        .expect("replica starts");
+    let connection = nats.connect().await;
+    let client = Client::new(connection.clone());
+    let job = |id: &str, handler: &str, payload: Option<Value>| {
+        let mut spec = json!({"id": id, "schedule": {"every": "1h"}, "handler": handler});
+        if let Some(payload) = payload {
+            spec["payload"] = payload;
+        }
+        spec
+    };
+    let refused = [
+        (job("no-payload", "shell", None), "payload.argv"),
+        (
+            job("cmd", "shell", Some(json!({"cmd": "report --daily"}))),
+            "payload.cmd",
+        ),
+        (
+            job("empty", "shell", Some(json!({"argv": []}))),
+            "payload.argv",
+        ),
+        (
+            job("line", "shell", Some(json!({"argv": "report --daily"}))),
+            "payload.argv",
+        ),
+        (
+            job(
+                "env",
+                "shell",
+                Some(json!({"argv": ["env"], "env": {"FOO": 1}})),
+            ),
+            "payload.env.FOO",
+        ),
+        (
+            job("no-url", "http", Some(json!({"method": "POST"}))),
+            "payload.url",
+        ),
+        (
+            job("ftp", "http", Some(json!({"url": "ftp://example.com/x"}))),
+            "payload.url",
+        ),
+        (
+            job(
+                "method",
+                "http",
+                Some(json!({"url": "https://example.com", "method": "GE T"})),
+            ),
+            "payload.method",
+        ),
+    ];
+    for (spec, field) in &refused {
+        let error = client
+            .put_job(spec)
+            .await
+            .expect_err("a bad payload is refused");
+        assert_eq!(error.code, ErrorCode::InvalidArgument, "{spec}: {error:?}");
+        assert_eq!(error.field.as_deref(), Some(*field), "{spec}: {error:?}");
+    }
+    let cmd = client.put_job(&refused[1].0).await.unwrap_err();
+    assert!(
+        cmd.details
+            .iter()
+            .any(|d| d.field == "payload.argv" && d.message.contains(r#"["sh", "-c", "..."]"#)),
+        "{cmd:?}"
+    );
+    assert_eq!(job_count(&client).await, 0, "a refused put stores nothing");
+
+    // Misspelt fields are refused with the field meant.
+    let mut typo = job("typo", "shell", Some(json!({"argv": ["true"]})));
+    typo["retries"] = json!(3);
+    let error = client.put_job(&typo).await.unwrap_err();
+    assert_eq!(error.field.as_deref(), Some("retries"));
+    assert!(error.message.contains("did you mean `retry`?"), "{error:?}");
+
+    // A durable submission with a bad payload is rejected naming the field.
+    let js = async_nats::jetstream::new(connection.clone());
+    js.publish(
+        "chime.submit",
+        serde_json::to_vec(&refused[0].0).unwrap().into(),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("ack");
+    let consumer = js
+        .get_stream("CHIME_SUBMIT")
+        .await
+        .expect("submit stream")
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            filter_subject: "chime.submit.rejected".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("consumer");
+    let rejected = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            let mut batch = consumer
+                .fetch()
+                .max_messages(1)
+                .expires(Duration::from_millis(500))
+                .messages()
+                .await
+                .expect("fetch");
+            if let Some(Ok(message)) = batch.next().await {
+                return message;
+            }
+        }
+    })
+    .await
+    .expect("the submission is rejected");
+    let header = rejected
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("Chime-Error"))
+        .expect("Chime-Error")
+        .to_string();
+    let error: Value = serde_json::from_str(&header).expect("error JSON");
+    assert_eq!(error["error"]["code"], "invalid_argument", "{error}");
+    assert_eq!(error["error"]["field"], "payload.argv", "{error}");
+    assert!(client.get_job("no-payload").await.is_err());
+
+    // A trigger's own payload is checked against the job's handler.
+    client
+        .put_job(&job(
+            "report",
+            "shell",
+            Some(json!({"argv": ["/bin/true"]})),
+        ))
+        .await
+        .expect("a good shell job");
+    client
+        .put_job(&job(
+            "hook",
+            "http",
+            Some(json!({"url": "https://example.com/hook"})),
+        ))
+        .await
+        .expect("a good http job");
+    for (id, payload, field) in [
+        ("report", json!({"cmd": "rm -rf /"}), "payload.cmd"),
+        ("report", json!({"argv": [""]}), "payload.argv[0]"),
+        ("hook", json!({"argv": ["/bin/true"]}), "payload.argv"),
+        ("hook", json!({"url": "not a url"}), "payload.url"),
+    ] {
+        let error = client
+            .trigger_job(id, Some(payload.clone()))
+            .await
+            .expect_err("a bad trigger payload is refused");
+        assert_eq!(error.code, ErrorCode::InvalidArgument, "{payload}");
+        assert_eq!(error.field.as_deref(), Some(field), "{payload}: {error:?}");
+    }
+    for id in ["report", "hook"] {
+        let firings = client
+            .list_firings(&ListFiringsRequest {
+                job_id: Some(id.into()),
+                ..Default::default()
+            })
+            .await
+            .expect("firings");
+        assert!(firings.firings.is_empty(), "{id}: {:?}", firings.firings);
+    }
+    client
+        .trigger_job("report", Some(json!({"argv": ["/bin/echo", "again"]})))
+        .await
+        .expect("a good trigger payload");
+    let missing = client
+        .trigger_job("nobody", Some(json!({"argv": ["x"]})))
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code, ErrorCode::NotFound);
+    replica.shutdown().await;
+}
+
+/// A valid put can still draw warnings in its reply: numbered days of the
+/// week in a 6-field cron expression (1 is SUN, as Quartz numbers them),
+/// and a group without a live worker. A spec without either has none.
+#[tokio::test]
+async fn a_put_reply_warns_of_numbered_weekdays_and_of_a_group_without_workers() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let replica = Replica::start(SchedulerConfig::new(nats.url(), db.url()))
+        .await
+        .expect("replica starts");
+    let connection = nats.connect().await;
+    let subjects = Subjects::default();
+    let mut sunday = spec("sunday");
+    sunday["schedule"] = json!({"cron": "0 0 2 * * 1", "tz": "Europe/Berlin"});
+    let put = raw_reply(&connection, subjects.api(Verb::JobsPut), &sunday).await;
+    reads_back::<JobReply>(Verb::JobsPut, &put);
+    let warnings = put["warnings"].as_array().expect("warnings");
+    let cron = warnings
+        .iter()
+        .find(|w| w["field"] == "schedule.cron")
+        .unwrap_or_else(|| panic!("no schedule.cron warning: {put}"));
+    assert!(
+        cron["message"].as_str().unwrap().contains("means SUN"),
+        "{cron}"
+    );
+    let group = warnings
+        .iter()
+        .find(|w| w["field"] == "group")
+        .unwrap_or_else(|| panic!("no group warning: {put}"));
+    assert!(
+        group["message"]
+            .as_str()
+            .unwrap()
+            .contains("no worker of group \"reports\" is alive"),
+        "{group}"
+    );
+    // The job is stored as put: its next firing is a Sunday (02:00 in
+    // Berlin is a Sunday in UTC too).
+    let next = put["job"]["next_fire_at"].as_str().expect("next_fire_at");
+    let next = chime_common::duration::parse_time_str(next).expect("a time");
+    assert_eq!(next.format("%a").to_string(), "Sun");
+
+    // A worker of the group that lists no handlers may run any: no warning.
+    let heartbeat = WorkerInfo {
+        id: "w1".into(),
+        group: "reports".into(),
+        threads: 1,
+        in_flight: 0,
+        version: "0.0.0".into(),
+        started_at: chrono::Utc::now(),
+        running: None,
+        handlers: None,
+        heartbeat_at: None,
+    };
+    async_nats::jetstream::new(connection.clone())
+        .get_key_value(subjects.workers_bucket())
+        .await
+        .expect("workers bucket")
+        .put("reports.w1", serde_json::to_vec(&heartbeat).unwrap().into())
+        .await
+        .expect("heartbeat");
+    // The put reads the heartbeats of at most a second ago.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let put = raw_reply(&connection, subjects.api(Verb::JobsPut), &spec("quiet")).await;
+    assert!(put.get("job").is_some(), "{put}");
+    assert!(put.get("warnings").is_none(), "{put}");
+    replica.shutdown().await;
 }

@@ -158,6 +158,7 @@ async fn groups_get_their_consumers_from_jobs_and_from_worker_heartbeats() {
         version: "test".into(),
         started_at: chrono::Utc::now(),
         running: None,
+        handlers: None,
         heartbeat_at: None,
     };
     workers

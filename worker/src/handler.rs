@@ -20,6 +20,14 @@ pub trait Handler: Send + Sync + 'static {
     /// Runs one firing. `Ok(output)` is success; output is cut to its last
     /// `ctx.max_output_bytes` bytes.
     async fn run(&self, ctx: FiringContext) -> HandlerResult;
+
+    /// Whether this handler runs firings at all, rather than failing every
+    /// one for a setting of the worker (a handler left out of `--handlers`,
+    /// `shell` without `--allow-shell`). Heartbeats list only the handlers
+    /// offered, so the scheduler can warn of a job no worker will run.
+    fn offered(&self) -> bool {
+        true
+    }
 }
 
 /// A failed run: a message for the firing's `error`, and optionally the output so far.
@@ -114,6 +122,18 @@ impl Handlers {
         names.sort_unstable();
         names
     }
+
+    /// The names of the handlers that run firings ([`Handler::offered`]), sorted.
+    pub(crate) fn offered(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .by_name
+            .iter()
+            .filter(|(_, handler)| handler.offered())
+            .map(|(name, _)| name.clone())
+            .collect();
+        names.sort_unstable();
+        names
+    }
 }
 
 #[cfg(test)]
@@ -141,5 +161,29 @@ mod tests {
         assert_eq!(handlers.label("echo"), "echo");
         assert_eq!(handlers.label("job-1234"), "unknown");
         assert_eq!(handlers.names(), vec!["echo"]);
+    }
+
+    #[test]
+    fn handlers_that_refuse_every_firing_are_not_offered() {
+        let mut handlers = Handlers::default();
+        handlers.insert(
+            "echo".into(),
+            Arc::new(FnHandler(|_ctx| async { Ok(None) })),
+        );
+        handlers.insert(
+            "http".into(),
+            Arc::new(crate::handlers::NotAllowed::new("http")),
+        );
+        handlers.insert(
+            "shell".into(),
+            Arc::new(crate::handlers::ShellHandler::disabled()),
+        );
+        assert_eq!(handlers.names(), vec!["echo", "http", "shell"]);
+        assert_eq!(handlers.offered(), vec!["echo"]);
+        handlers.insert(
+            "shell".into(),
+            Arc::new(crate::handlers::ShellHandler::enabled()),
+        );
+        assert_eq!(handlers.offered(), vec!["echo", "shell"]);
     }
 }

@@ -109,6 +109,7 @@ impl Worker {
             slots.clone(),
             running.clone(),
             config.heartbeat_interval,
+            handlers.offered(),
         );
         let first_beat = wait_for(&status, "the first heartbeat to be written", || {
             heartbeat.beat_once()

@@ -29,6 +29,7 @@ mod jitter;
 mod masks;
 mod seed;
 mod spec;
+mod weekday_numbers;
 mod zone;
 
 #[cfg(test)]
@@ -41,6 +42,7 @@ mod syntax_tests;
 pub use dst::{DstMark, DstPolicy, Gap, Repeat};
 pub use fan_in::MAX_AFTER;
 pub use spec::ScheduleSpec;
+pub use weekday_numbers::numbered_weekdays;
 
 use crate::duration::format_duration;
 use crate::error::FieldError;

@@ -13,7 +13,7 @@ use crate::store::{
     AuditFilter, AuditRecord, FiringFilter, JobFilter, JobSelection, Pause, Store,
     CANCELLED_BY_OPERATOR,
 };
-use async_nats::jetstream::kv;
+use crate::workers::registry::{Registry, Unoffered};
 use chime_common::api::{
     requested_page, requested_selector, Access, BackfillReply, BackfillRequest, CalendarReply,
     FiringReply, GroupReply, GroupRequest, IdRequest, JobsReply, ListAlertsReply,
@@ -30,6 +30,7 @@ use chime_common::job::{if_version, IF_VERSION_FIELD};
 use chime_common::preview::Preview;
 use chime_common::protocol::{heartbeat_matches_key, Alert, CancelRequest, WorkerInfo};
 use chime_common::traceparent::{TraceParent, TRACEPARENT};
+use chime_common::warning::Warning;
 use chime_common::{ApiError, ErrorCode, FiringId, JobSpec, Limits, Subjects};
 use chime_runtime::traces::FiringAttributes;
 use chrono::{DateTime, Utc};
@@ -39,6 +40,10 @@ use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+
+/// The longest a put's reply waits for the heartbeats its handler warning
+/// is judged by.
+const WARNING_READ: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// API settings.
 #[derive(Debug, Clone)]
@@ -77,7 +82,8 @@ pub struct Api {
     pub store: Store,
     pub nats: async_nats::Client,
     pub subjects: Subjects,
-    pub workers: kv::Store,
+    /// The live workers, from the heartbeat bucket.
+    pub workers: Registry,
     pub jetstream: async_nats::jetstream::Context,
     pub metrics: Metrics,
     /// Woken after a trigger or a backfill, so its firings leave at once.
@@ -663,7 +669,46 @@ impl Api {
                     e => e,
                 })?;
         self.job_changes.changed(&spec.id);
-        Ok(Reply::job(job))
+        let mut warnings = spec.warnings();
+        warnings.extend(self.handler_warning(spec).await);
+        Ok(Reply::put(job, warnings))
+    }
+
+    /// The put warning for a job whose handler no live worker of its group
+    /// offers, by the heartbeats of at most a second ago; none when the
+    /// heartbeat bucket cannot be read within [`WARNING_READ`] (the put
+    /// itself succeeded, and its reply must not wait on a warning).
+    async fn handler_warning(&self, spec: &JobSpec) -> Option<Warning> {
+        let workers = tokio::time::timeout(WARNING_READ, self.workers.recent())
+            .await
+            .ok()?
+            .ok()?;
+        match Unoffered::judge(&spec.group, &spec.handler, &workers)? {
+            Unoffered::NoWorker => Some(Warning::new(
+                "group",
+                format!(
+                    "no worker of group {:?} is alive: the job's firings wait, published, \
+                     until one starts (is the group's name right?)",
+                    spec.group
+                ),
+            )),
+            unoffered @ Unoffered::NotOffered(_) => Some(Warning::new(
+                "handler",
+                format!(
+                    "{}: a worker of the group fails its firings at start (is the handler's \
+                     name right, or do the group's workers need --handlers or --allow-shell?)",
+                    unoffered.describe(&spec.group, &spec.handler)
+                ),
+            )),
+        }
+    }
+
+    /// A trigger's own payload, checked against the job's handler as a put
+    /// checks a job's payload; `not_found` without the job.
+    async fn check_trigger_payload(&self, id: &str, payload: &Value) -> Result<(), ApiError> {
+        let job = self.store.get_job(id).await?.ok_or_else(|| not_found(id))?;
+        chime_common::payloads::check(&job.spec.handler, payload, "payload")
+            .map_err(ApiError::from_field_errors)
     }
 
     /// `jobs.delete`, cancelling what still runs of the job.
@@ -681,12 +726,14 @@ impl Api {
         Ok(Reply::job(deleted.job))
     }
 
-    /// `jobs.backfill`: the firings staged, published at once.
     /// `jobs.trigger`: one run now, in the trace the request carries (its
     /// `traceparent`), else in a trace of its own that begins with the
     /// request. Either way the request's `trigger` span is the parent of
     /// the run's spans, and what the run's firings store.
     async fn trigger(&self, req: TriggerRequest, now: DateTime<Utc>) -> Result<Reply, ApiError> {
+        if let Some(payload) = &req.payload {
+            self.check_trigger_payload(&req.id, payload).await?;
+        }
         let given = given_trace(&req)?;
         let trace = given
             .as_ref()
@@ -715,21 +762,41 @@ impl Api {
         }))
     }
 
+    /// `jobs.backfill`: the firings staged, published at once; with
+    /// `dry_run`, those that would be. Both say how many the job's overlap
+    /// policy will skip.
     async fn backfill(&self, req: &BackfillRequest, now: DateTime<Utc>) -> Result<Reply, ApiError> {
-        let ids = self
+        let backfilled = self
             .store
-            .backfill(
+            .backfill_with(
                 &req.id,
                 req.from,
                 req.to,
                 req.limit.unwrap_or(BACKFILL_LIMIT_DEFAULT),
+                req.dry_run,
                 now,
             )
             .await?
             .ok_or_else(|| not_found(&req.id))?;
-        self.immediate.wake();
+        if !req.dry_run {
+            self.immediate.wake();
+        }
+        let count = u32::try_from(backfilled.firing_ids.len()).unwrap_or(u32::MAX);
+        let spec = &backfilled.spec;
+        let (skipped_by_overlap, warnings) =
+            match spec.concurrency.backfill_warning(spec.overlap, count) {
+                Some((lost, message)) => (lost, vec![Warning::new("overlap", message)]),
+                None => (0, Vec::new()),
+            };
         Ok(Reply::Backfill(BackfillReply {
-            firing_ids: ids.iter().map(ToString::to_string).collect(),
+            firing_ids: backfilled
+                .firing_ids
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            skipped_by_overlap,
+            warnings,
+            dry_run: req.dry_run,
         }))
     }
 
@@ -815,28 +882,11 @@ impl Api {
 
     /// Live workers from the heartbeat bucket, optionally of one group.
     pub async fn workers(&self, group: Option<&str>) -> Result<Vec<WorkerInfo>, ApiError> {
-        let unavailable = |e: &dyn std::fmt::Display| {
-            ApiError::unavailable(format!("cannot read the worker registry: {e}"))
-        };
-        let mut keys = self.workers.keys().await.map_err(|e| unavailable(&e))?;
-        let mut workers = Vec::new();
-        while let Some(key) = keys.next().await {
-            let key = key.map_err(|e| unavailable(&e))?;
-            if let Ok(Some(entry)) = self.workers.entry(&key).await {
-                if let Ok(mut info) = serde_json::from_slice::<WorkerInfo>(&entry.value)
-                    .map_err(drop)
-                    .and_then(|info| heartbeat_matches_key(&key, &info).then_some(info).ok_or(()))
-                {
-                    let written = i64::try_from(entry.created.unix_timestamp_nanos() / 1_000_000)
-                        .ok()
-                        .and_then(DateTime::from_timestamp_millis);
-                    info.heartbeat_at = written;
-                    if group.is_none_or(|g| g == info.group) {
-                        workers.push(info);
-                    }
-                }
-            }
-        }
+        let mut workers =
+            self.workers.live().await.map_err(|e| {
+                ApiError::unavailable(format!("cannot read the worker registry: {e}"))
+            })?;
+        workers.retain(|info| group.is_none_or(|g| g == info.group));
         workers.sort_by(|a, b| b.started_at.cmp(&a.started_at).then(a.id.cmp(&b.id)));
         Ok(workers)
     }

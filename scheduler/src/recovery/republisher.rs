@@ -12,8 +12,10 @@
 //! and looks their message up by the stream sequence its publish ack named
 //! (stored with the firing by the publish mark). A message still there, and
 //! still this firing's, waits for a worker: nothing to do but, past
-//! `not_started_after`, a `not_started` alert that says whether any worker
-//! of the group is alive. A message gone, or replaced by another with the
+//! `not_started_after`, a `not_started` alert that names the likely cause:
+//! no live worker of the group, none that offers the firing's handler (by
+//! the handlers their heartbeats list), or live ones that did not take it.
+//! A message gone, or replaced by another with the
 //! same id, is published again under the message id `<firing id>~r<n>`,
 //! which no earlier copy used, so the duplicate window cannot drop it. The
 //! store still decides every start: a copy of a firing that did start is
@@ -29,14 +31,14 @@ use crate::ops::alerts::Alerts;
 use crate::ops::metrics::Metrics;
 use crate::pass::check_pass;
 use crate::store::{PublishedFiring, Store, StoreError};
+use crate::workers::registry::{Registry, Unoffered};
 use async_nats::jetstream::{self, kv, message::PublishMessage};
 use chime_common::headers;
-use chime_common::protocol::{doorbell_body, heartbeat_matches_key, Alert, AlertKind, WorkerInfo};
+use chime_common::protocol::{doorbell_body, Alert, AlertKind, WorkerInfo};
 use chime_common::{Band, FiringId};
 use chime_runtime::service::{Service, ServiceError};
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 /// Republisher settings.
@@ -121,8 +123,8 @@ impl ServiceError for RepublishError {
 pub struct Republisher {
     pub config: RepublisherConfig,
     pub store: Store,
-    /// The heartbeats of live workers (`chime-workers`).
-    pub workers: kv::Store,
+    /// The live workers, from their heartbeats (`chime-workers`).
+    pub workers: Registry,
     pub nats: Nats,
     pub alerts: Alerts,
     pub metrics: Metrics,
@@ -146,7 +148,7 @@ impl Republisher {
         Republisher {
             config,
             store,
-            workers,
+            workers: Registry::new(workers),
             nats,
             alerts,
             metrics,
@@ -209,26 +211,6 @@ impl Republisher {
         Ok(ack.sequence)
     }
 
-    /// The live workers of each group, from their heartbeats.
-    async fn live_groups(&self) -> Result<HashMap<String, usize>, RepublishError> {
-        let failed = |e: &dyn std::fmt::Display| RepublishError::Stream(e.to_string());
-        let mut keys = self.workers.keys().await.map_err(|e| failed(&e))?;
-        let mut groups = HashMap::new();
-        while let Some(key) = keys.next().await {
-            let key = key.map_err(|e| failed(&e))?;
-            let Ok(Some(value)) = self.workers.get(&key).await else {
-                continue;
-            };
-            if let Ok(info) = serde_json::from_slice::<WorkerInfo>(&value)
-                .map_err(drop)
-                .and_then(|info| heartbeat_matches_key(&key, &info).then_some(info).ok_or(()))
-            {
-                *groups.entry(info.group).or_insert(0) += 1;
-            }
-        }
-        Ok(groups)
-    }
-
     /// One pass. Returns what it did, for logs, metrics and tests.
     pub async fn run_once(&self, now: DateTime<Utc>) -> Result<RepublishOutcome, RepublishError> {
         let mut outcome = RepublishOutcome::default();
@@ -266,7 +248,7 @@ impl Republisher {
             .get_stream_no_info(self.nats.subjects.fire_stream())
             .await
             .map_err(|e| RepublishError::Stream(e.to_string()))?;
-        let mut live: Option<HashMap<String, usize>> = None;
+        let mut live: Option<Vec<WorkerInfo>> = None;
         for published in candidates {
             let firing = &published.firing;
             match self.whereabouts(&stream, &published).await? {
@@ -329,13 +311,9 @@ impl Republisher {
                         continue;
                     }
                     if live.is_none() {
-                        live = Some(self.live_groups().await?);
+                        live = Some(self.workers.live().await.map_err(RepublishError::Stream)?);
                     }
-                    let workers = live
-                        .as_ref()
-                        .and_then(|l| l.get(&firing.group))
-                        .copied()
-                        .unwrap_or(0);
+                    let workers = live.as_deref().unwrap_or_default();
                     let alert =
                         not_started_alert(&published, workers, self.config.not_started_after, now);
                     self.alerts.publish(&alert).await;
@@ -353,11 +331,12 @@ impl Republisher {
 }
 
 /// The `not_started` alert of a firing whose message waits in the stream,
-/// naming why it is likely not started: no live worker of its group, or
-/// live ones that did not take it.
+/// naming why it is likely not started, judged from the `live` workers: no
+/// live worker of its group, none that offers its handler, or live ones
+/// that did not take it.
 fn not_started_alert(
     published: &PublishedFiring,
-    live_workers: usize,
+    live: &[WorkerInfo],
     after: Duration,
     now: DateTime<Utc>,
 ) -> Alert {
@@ -366,13 +345,13 @@ fn not_started_alert(
         Some(seq) => format!("its message waits in the stream (sequence {seq})"),
         None => "its message's stream sequence is not known".to_string(),
     };
-    let cause = if live_workers == 0 {
-        format!("no worker of group {:?} is alive", firing.group)
-    } else {
-        format!(
-            "{live_workers} live worker(s) of group {:?} have not taken it (all busy, paused by a limit, or not fetching that band)",
+    let cause = match Unoffered::judge(&firing.group, &firing.handler, live) {
+        Some(unoffered) => unoffered.describe(&firing.group, &firing.handler),
+        None => format!(
+            "{} live worker(s) of group {:?} have not taken it (all busy, paused by a limit, or not fetching that band)",
+            live.iter().filter(|w| w.group == firing.group).count(),
             firing.group
-        )
+        ),
     };
     Alert {
         kind: AlertKind::NotStarted,

@@ -4,6 +4,9 @@
 //! the way a trigger is (unadopted, with a `waiting` row) so the slicer
 //! adopts and publishes it like a retry; from there the job's overlap
 //! policy (at start) and retries (at finish) apply as to any firing.
+//!
+//! A dry run does all of it in a transaction it rolls back: the firings it
+//! names are exactly those a backfill would have staged then.
 
 use super::error::StoreError;
 use super::handle::Store;
@@ -13,9 +16,19 @@ use super::stage::NewFiring;
 use super::values::{ms, RowExt};
 use super::waiting::Waiting;
 use chime_common::api::BACKFILL_LIMIT_MAX;
-use chime_common::{FiringId, FiringState};
+use chime_common::{FiringId, FiringState, JobSpec};
 use chrono::{DateTime, Utc};
 use std::collections::{HashMap, HashSet};
+
+/// What a backfill staged (or, dry, would have).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Backfilled {
+    /// The firings, oldest instant first.
+    pub firing_ids: Vec<FiringId>,
+    /// The job's spec as the backfill read it: its overlap policy decides
+    /// what becomes of firings due together.
+    pub spec: JobSpec,
+}
 
 impl Store {
     /// Stages one firing per instant of job `job_id`'s schedule in
@@ -32,6 +45,23 @@ impl Store {
         limit: u32,
         now: DateTime<Utc>,
     ) -> Result<Option<Vec<FiringId>>, StoreError> {
+        let backfilled = self
+            .backfill_with(job_id, from, to, limit, false, now)
+            .await?;
+        Ok(backfilled.map(|b| b.firing_ids))
+    }
+
+    /// [`Store::backfill`], with the job's spec; when `dry_run`, nothing is
+    /// kept and the firings named are those it would have staged.
+    pub async fn backfill_with(
+        &self,
+        job_id: &str,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        limit: u32,
+        dry_run: bool,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Backfilled>, StoreError> {
         if limit == 0 || limit > BACKFILL_LIMIT_MAX {
             return Err(StoreError::invalid(
                 "limit",
@@ -48,7 +78,7 @@ impl Store {
             return Err(StoreError::invalid("to", "must be after from"));
         }
         let (from_ms, to_ms, now_ms) = (ms(from), ms(to), ms(now));
-        self.retrying(|| self.backfill_once(job_id, from_ms, to_ms, limit, now_ms))
+        self.retrying(|| self.backfill_once(job_id, from_ms, to_ms, limit, dry_run, now_ms))
             .await
     }
 
@@ -58,8 +88,9 @@ impl Store {
         from_ms: i64,
         to_ms: i64,
         limit: u32,
+        dry_run: bool,
         now_ms: i64,
-    ) -> Result<Option<Vec<FiringId>>, StoreError> {
+    ) -> Result<Option<Backfilled>, StoreError> {
         let mut tx = self.begin().await?;
         let Some(row) = sqlx::query("SELECT spec, anchor_ms FROM jobs WHERE id = $1")
             .bind(job_id)
@@ -146,13 +177,17 @@ impl Store {
             })
             .collect();
         self.add_waiting(&mut tx, &waiting).await?;
-        tx.commit().await?;
+        if dry_run {
+            tx.rollback().await?;
+        } else {
+            tx.commit().await?;
+        }
         let inserted: HashSet<&str> = inserted.iter().map(String::as_str).collect();
         let firing_ids = firings
             .iter()
             .filter(|firing| inserted.contains(firing.id.as_str()))
             .map(|firing| rows::firing_id(&firing.id))
             .collect::<Result<_, _>>()?;
-        Ok(Some(firing_ids))
+        Ok(Some(Backfilled { firing_ids, spec }))
     }
 }

@@ -62,10 +62,11 @@ impl Store {
             .bind(sqlx::query(&sql))
             .fetch_all(&self.read)
             .await?;
-        let items = found
+        let mut items = found
             .iter()
             .map(rows::firing)
             .collect::<Result<Vec<_>, _>>()?;
+        self.mark_held(&mut items).await?;
         Ok(page_of(items, limit, |f| f.id.to_string()))
     }
 

@@ -30,8 +30,8 @@ use super::locks::Tx;
 use super::rows;
 use super::states::{sources_sql, Transition};
 use super::types::HoldCause as Cause;
-use super::values::id_batch;
-use chime_common::FiringId;
+use super::values::{id_batch, RowExt};
+use chime_common::{Firing, FiringId, FiringState};
 
 /// A firing's held row.
 #[derive(Debug, Clone, Copy)]
@@ -59,6 +59,40 @@ pub(super) struct HeldCount {
 }
 
 impl Store {
+    /// Fills in `held_by` and `held_since` of those of `firings` a limit
+    /// holds back now (held, not yet released into a slot), so that a
+    /// listing says why a `published` firing does not start.
+    pub(super) async fn mark_held(&self, firings: &mut [Firing]) -> Result<(), StoreError> {
+        let ids: Vec<String> = firings
+            .iter()
+            .filter(|f| f.state == FiringState::Published)
+            .map(|f| f.id.to_string())
+            .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let rows = sqlx::query(&format!(
+            "SELECT firing_id, cause, held_at FROM held \
+             WHERE released_at IS NULL AND firing_id IN (SELECT r.id FROM {})",
+            self.backend.json_rows(1, &[("id", Col::Text)])
+        ))
+        .bind_rows(&id_batch(&ids)?)
+        .fetch_all(&self.read)
+        .await?;
+        for row in &rows {
+            let id = row.text("held", "firing_id")?;
+            let stored = row.text(&id, "cause")?;
+            let cause = Cause::parse(&stored)
+                .ok_or_else(|| StoreError::corrupt(&id, format!("hold cause {stored:?}")))?;
+            let since = chrono::DateTime::from_timestamp_millis(row.int(&id, "held_at")?);
+            if let Some(firing) = firings.iter_mut().find(|f| f.id.to_string() == id) {
+                firing.held_by = Some(cause.held_by());
+                firing.held_since = since;
+            }
+        }
+        Ok(())
+    }
+
     /// Holds firing `id` (of `job_id`, in `group`) for `cause`. A firing
     /// held before keeps its place (`held_at`) and gives up a slot it was
     /// released into.

@@ -121,6 +121,7 @@ mod values;
 mod waiting;
 
 pub use audit::{AuditFilter, AuditRecord};
+pub use backfill::Backfilled;
 pub use cancel::{CancelOutcome, CANCELLED_BY_OPERATOR};
 pub use dialect::Backend;
 pub use error::StoreError;

@@ -52,15 +52,13 @@ fn key(row: &AnyRow, column: &str) -> String {
         .unwrap_or_else(|_| format!("<unreadable {column}>"))
 }
 
-/// A stored spec. Parsed without the payload limit: lowering the limit must
-/// not make stored jobs unreadable.
+/// A stored spec, read as [`Limits::stored`] says: lowering the payload
+/// limit or a rule added to the built-in payloads must not make stored jobs
+/// unreadable.
 pub(crate) fn spec(id: &str, text: &str) -> Result<JobSpec, StoreError> {
     let value: serde_json::Value = serde_json::from_str(text)
         .map_err(|e| StoreError::corrupt(id, format!("spec is not JSON: {e}")))?;
-    let unlimited = Limits {
-        max_payload_bytes: usize::MAX,
-    };
-    let spec = JobSpec::from_json(&value, &unlimited).map_err(|errors| {
+    let spec = JobSpec::from_json(&value, &Limits::stored()).map_err(|errors| {
         let text: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
         StoreError::corrupt(id, format!("spec does not parse: {}", text.join("; ")))
     })?;
@@ -159,6 +157,8 @@ pub(crate) fn firing(row: &AnyRow) -> Result<Firing, StoreError> {
         error: row.opt_text(i, "error")?,
         output: row.opt_text(i, "output")?,
         backfill: row.int(i, "backfill")? != 0,
+        held_by: None,
+        held_since: None,
         shard: id.shard,
         id,
     })

@@ -455,6 +455,15 @@ impl HoldCause {
             .into_iter()
             .find(|c| c.as_str() == stored)
     }
+
+    /// How the API names it in a firing's `held_by`.
+    pub fn held_by(self) -> chime_common::HeldBy {
+        match self {
+            HoldCause::Job => chime_common::HeldBy::JobMaxConcurrent,
+            HoldCause::Group => chime_common::HeldBy::GroupMaxConcurrent,
+            HoldCause::Rate => chime_common::HeldBy::GroupMaxPerSecond,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! `http`: one HTTP request per firing.
 //!
 //! Payload `{"url": "https://…", "method"?: "GET", "headers"?: {"Name": "value"},
-//! "body"?: "text" | JSON}`. A JSON body that is not a string is sent as JSON
+//! "body"?: "text" | JSON}`, read by [`HttpPayload`], the definition job
+//! validation checks puts with. A JSON body that is not a string is sent as JSON
 //! (`Content-Type: application/json` unless set). The request also carries
 //! `Chime-Firing-Id`, `Chime-Job-Id`, `Chime-Scheduled-At` and `Chime-Attempt`,
 //! `traceparent` (the run's W3C trace context: the called service's spans
@@ -21,12 +22,11 @@ use crate::handler::{Handler, HandlerError, HandlerResult};
 use crate::output::TailBuffer;
 use async_trait::async_trait;
 use chime_common::duration::format_time;
+use chime_common::payloads::http::{HttpPayload, USAGE};
 use chrono::Utc;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use reqwest::{Method, Url};
-use serde::Deserialize;
-use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -146,18 +146,6 @@ fn private_literal(url: &Url) -> Option<String> {
     is_private(ip).then(|| ip.to_string())
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct HttpPayload {
-    url: String,
-    #[serde(default)]
-    method: Option<String>,
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-    #[serde(default)]
-    body: Option<serde_json::Value>,
-}
-
 /// A request ready to send.
 #[derive(Debug)]
 struct Prepared {
@@ -221,25 +209,19 @@ impl HttpHandler {
 }
 
 fn bad(reason: impl std::fmt::Display) -> HandlerError {
-    HandlerError::new(format!(
-        r#"bad http payload: {reason}; expected {{"url": "https://...", "method"?: "GET", "headers"?: {{...}}, "body"?: "text" or JSON}}"#
-    ))
+    HandlerError::new(format!("bad http payload: {reason}; {USAGE}"))
 }
 
+/// The firing's payload as a request. The payload is checked as a put
+/// checks it (a job stored before a rule existed fails here with the same
+/// words); what it accepts, the conversions below accept too (tested).
 fn prepare(ctx: &FiringContext) -> Result<Prepared, HandlerError> {
-    let payload: HttpPayload = serde_json::from_value(ctx.firing.payload.clone()).map_err(bad)?;
-    let url = Url::parse(&payload.url)
-        .map_err(|e| bad(format!("url {:?} is invalid ({e})", payload.url)))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(bad(format!("url {:?} is not http or https", payload.url)));
-    }
-    let method_name = payload
-        .method
-        .as_deref()
-        .unwrap_or("GET")
-        .to_ascii_uppercase();
-    let method = Method::from_bytes(method_name.as_bytes())
-        .map_err(|_| bad(format!("method {method_name:?} is invalid")))?;
+    let payload = HttpPayload::from_json(&ctx.firing.payload, "payload").map_err(|errors| {
+        let problems: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        bad(problems.join("; "))
+    })?;
+    let method = Method::from_bytes(payload.method.as_bytes())
+        .map_err(|_| bad(format!("method {:?} is invalid", payload.method)))?;
     let mut headers = HeaderMap::new();
     for (name, value) in &payload.headers {
         let header_name = HeaderName::from_bytes(name.as_bytes())
@@ -276,7 +258,7 @@ fn prepare(ctx: &FiringContext) -> Result<Prepared, HandlerError> {
     };
     Ok(Prepared {
         method,
-        url,
+        url: payload.url,
         headers,
         body,
     })
@@ -626,6 +608,39 @@ mod tests {
         assert!(!p.headers.contains_key(CONTENT_TYPE));
     }
 
+    /// Every method, header name and header value the payload check lets
+    /// through becomes a request part, and every one it refuses would not:
+    /// each single byte, and a few longer strings, in each position.
+    #[test]
+    fn the_payload_check_accepts_exactly_what_requests_can_carry() {
+        use chime_common::payloads::http::{is_header_name, is_header_value, is_method};
+        let mut samples: Vec<String> = (0u8..=127).map(|b| format!("A{}", b as char)).collect();
+        samples.extend(
+            [
+                "é", "ÜBER", "x y", "", "a\tb", "\u{7f}", "GET\r\n", "M-SEARCH",
+            ]
+            .map(String::from),
+        );
+        for text in &samples {
+            let upper = text.to_ascii_uppercase();
+            assert_eq!(
+                is_method(text),
+                Method::from_bytes(upper.as_bytes()).is_ok(),
+                "method {text:?}"
+            );
+            assert_eq!(
+                is_header_name(text),
+                HeaderName::from_bytes(text.as_bytes()).is_ok(),
+                "header name {text:?}"
+            );
+            assert_eq!(
+                is_header_value(text),
+                HeaderValue::from_str(text).is_ok(),
+                "header value {text:?}"
+            );
+        }
+    }
+
     #[test]
     fn bad_payloads_are_explained() {
         for payload in [
@@ -635,6 +650,7 @@ mod tests {
             json!({"url": "http://x", "method": "GE T"}),
             json!({"url": "http://x", "headers": {"bad name": "v"}}),
             json!({"url": "http://x", "nope": 1}),
+            json!({"url": "http://x", "headers": {"X-A": "a\r\nB: c"}}),
         ] {
             let error = prepare(&ctx(payload.clone())).unwrap_err();
             assert!(

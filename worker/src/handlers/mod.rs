@@ -12,7 +12,7 @@ use crate::handler::{Handler, HandlerError, HandlerResult};
 use async_trait::async_trait;
 
 /// The built-in handlers' names.
-pub const BUILT_IN: [&str; 2] = ["shell", "http"];
+pub const BUILT_IN: [&str; 2] = chime_common::payloads::BUILT_IN;
 
 /// Stands in for a built-in handler left out of `--handlers`: every firing
 /// for it fails, saying so.
@@ -30,6 +30,10 @@ impl NotAllowed {
 
 #[async_trait]
 impl Handler for NotAllowed {
+    fn offered(&self) -> bool {
+        false
+    }
+
     async fn run(&self, _ctx: FiringContext) -> HandlerResult {
         Err(HandlerError::new(format!(
             "handler not allowed: this worker runs only the handlers in --handlers, not {:?}",

@@ -1,6 +1,7 @@
 //! `shell`: runs a program, no shell interposed.
 //!
-//! Payload `{"argv": ["program", "arg", …], "env"?: {"NAME": "value"}, "cwd"?: "dir"}`.
+//! Payload `{"argv": ["program", "arg", …], "env"?: {"NAME": "value"}, "cwd"?: "dir"}`,
+//! read by [`ShellPayload`], the definition job validation checks puts with.
 //! Exit 0 is success. stdout and stderr are captured together (last
 //! `max_output_bytes` kept). The environment also carries `CHIME_FIRING_ID`,
 //! `CHIME_JOB_ID`, `CHIME_SCHEDULED_AT` and `CHIME_ATTEMPT`, `TRACEPARENT`
@@ -19,12 +20,13 @@ use crate::handler::{Handler, HandlerError, HandlerResult};
 use crate::output::TailBuffer;
 use async_trait::async_trait;
 use chime_common::duration::format_time;
+use chime_common::payloads::shell::{
+    ShellPayload, ENV_ATTEMPT, ENV_FIRING_ID, ENV_JOB_ID, ENV_SCHEDULED_AT, ENV_SHARD, ENV_SHARDS,
+    USAGE,
+};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use serde::Deserialize;
-use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -51,16 +53,6 @@ pub struct ShellHandler {
     /// The worker's environment variables a command inherits; the rest of
     /// the worker's environment (credentials, paths to them) is not passed.
     inherited: Vec<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ShellPayload {
-    argv: Vec<String>,
-    #[serde(default)]
-    env: BTreeMap<String, String>,
-    #[serde(default)]
-    cwd: Option<PathBuf>,
 }
 
 impl ShellHandler {
@@ -90,20 +82,17 @@ impl ShellHandler {
     }
 }
 
+/// The firing's payload, checked as a put checks it: a job stored before a
+/// rule existed, or a trigger's payload from an older scheduler, fails here
+/// with the same words.
 fn parse_payload(payload: &serde_json::Value) -> Result<ShellPayload, HandlerError> {
-    let usage =
-        r#"expected {"argv": ["program", "arg", ...], "env"?: {"NAME": "value"}, "cwd"?: "dir"}"#;
-    let parsed: ShellPayload = serde_json::from_value(payload.clone())
-        .map_err(|e| HandlerError::new(format!("bad shell payload: {e}; {usage}")))?;
-    match parsed.argv.first() {
-        None => Err(HandlerError::new(format!(
-            "bad shell payload: argv is empty; {usage}"
-        ))),
-        Some(program) if program.is_empty() => {
-            Err(HandlerError::new("bad shell payload: argv[0] is empty"))
-        }
-        Some(_) => Ok(parsed),
-    }
+    ShellPayload::from_json(payload, "payload").map_err(|errors| {
+        let problems: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        HandlerError::new(format!(
+            "bad shell payload: {}; {USAGE}",
+            problems.join("; ")
+        ))
+    })
 }
 
 /// Kills the process group when dropped (the run's future was dropped, or it ended).
@@ -156,6 +145,10 @@ fn describe(status: ExitStatus) -> String {
 
 #[async_trait]
 impl Handler for ShellHandler {
+    fn offered(&self) -> bool {
+        self.allowed
+    }
+
     async fn run(&self, ctx: FiringContext) -> HandlerResult {
         if !self.allowed {
             return Err(HandlerError::new(SHELL_DISABLED));
@@ -172,15 +165,15 @@ impl Handler for ShellHandler {
         command
             .args(&payload.argv[1..])
             .envs(&payload.env)
-            .env("CHIME_FIRING_ID", ctx.firing.firing_id.to_string())
-            .env("CHIME_JOB_ID", &ctx.firing.job_id)
-            .env("CHIME_SCHEDULED_AT", format_time(ctx.firing.scheduled_at))
-            .env("CHIME_ATTEMPT", ctx.firing.attempt.to_string())
+            .env(ENV_FIRING_ID, ctx.firing.firing_id.to_string())
+            .env(ENV_JOB_ID, &ctx.firing.job_id)
+            .env(ENV_SCHEDULED_AT, format_time(ctx.firing.scheduled_at))
+            .env(ENV_ATTEMPT, ctx.firing.attempt.to_string())
             .env("TRACEPARENT", ctx.traceparent.to_string());
         if let Some(shard) = ctx.firing.shard {
             command
-                .env("CHIME_SHARD", shard.index.to_string())
-                .env("CHIME_SHARDS", shard.count.to_string());
+                .env(ENV_SHARD, shard.index.to_string())
+                .env(ENV_SHARDS, shard.count.to_string());
         }
         command
             .stdin(Stdio::null())
@@ -192,10 +185,7 @@ impl Handler for ShellHandler {
             command.current_dir(cwd);
         }
         let mut child = command.spawn().map_err(|e| match &payload.cwd {
-            Some(cwd) => HandlerError::new(format!(
-                "cannot start {program:?} in {}: {e}",
-                cwd.display()
-            )),
+            Some(cwd) => HandlerError::new(format!("cannot start {program:?} in {cwd}: {e}")),
             None => HandlerError::new(format!("cannot start {program:?}: {e}")),
         })?;
         let killer = GroupKiller(
@@ -389,6 +379,8 @@ mod tests {
             json!({"argv": []}),
             json!({"argv": "ls"}),
             json!({"argv": ["ls"], "x": 1}),
+            json!({"cmd": "ls -l"}),
+            json!({"argv": ["ls"], "env": {"CHIME_JOB_ID": "x"}}),
         ] {
             let error = ShellHandler::enabled()
                 .run(ctx(payload.clone()))

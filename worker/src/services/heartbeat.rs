@@ -35,6 +35,8 @@ pub(crate) struct Heartbeat {
     slots: Slots,
     running: Running,
     interval: Duration,
+    /// The handlers this worker runs ([`crate::handler::Handler::offered`]).
+    handlers: Vec<String>,
 }
 
 impl Heartbeat {
@@ -45,6 +47,7 @@ impl Heartbeat {
         slots: Slots,
         running: Running,
         interval: Duration,
+        handlers: Vec<String>,
     ) -> Self {
         Heartbeat {
             store,
@@ -54,6 +57,7 @@ impl Heartbeat {
             slots,
             running,
             interval,
+            handlers,
         }
     }
 
@@ -67,6 +71,7 @@ impl Heartbeat {
             version: env!("CARGO_PKG_VERSION").to_string(),
             started_at: self.started_at,
             running: self.running.listed(),
+            handlers: Some(self.handlers.clone()),
             heartbeat_at: None,
         }
     }
