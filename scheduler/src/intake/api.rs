@@ -28,7 +28,7 @@ use chime_common::concurrency::GroupLimits;
 use chime_common::error::ErrorReply;
 use chime_common::job::{if_version, IF_VERSION_FIELD};
 use chime_common::preview::Preview;
-use chime_common::protocol::{heartbeat_matches_key, Alert, CancelRequest, WorkerInfo};
+use chime_common::protocol::{Alert, CancelRequest, WorkerInfo};
 use chime_common::traceparent::{TraceParent, TRACEPARENT};
 use chime_common::warning::Warning;
 use chime_common::{ApiError, ErrorCode, FiringId, JobSpec, Limits, Subjects};
