@@ -311,6 +311,15 @@ backend_tests! {
                     assert_eq!(raw["firings"].as_array().map(Vec::len), Some(1), "{raw}");
                     assert!(raw.get("next").is_some_and(Value::is_null), "{raw}");
                 }
+                Verb::FiringsGet => {
+                    let list = raw_reply(&connection, subjects.api(Verb::FiringsList), &json!({"job_id": "full"})).await;
+                    let listed = list["firings"][0].clone();
+                    let raw = raw_reply(&connection, subject.clone(), &json!({"id": listed["id"]})).await;
+                    reads_back::<FiringReply>(verb, &raw);
+                    assert_eq!(raw["firing"], listed, "the firing as listed: {raw}");
+                    let missing = raw_reply(&connection, subject, &json!({"id": "full@1#1"})).await;
+                    assert_eq!(missing["error"]["code"], "not_found", "{missing}");
+                }
                 Verb::FiringsCancel => {
                     let list = raw_reply(&connection, subjects.api(Verb::FiringsList), &json!({"job_id": "full"})).await;
                     let id = list["firings"][0]["id"].clone();
