@@ -71,13 +71,15 @@ fn server_config() -> String {
     config
 }
 
-/// Sets a program's NATS user, password and inbox prefix.
+/// Sets a program's NATS user and password. No inbox prefix: a program
+/// connecting as a user takes `_INBOX.<user>`, the inboxes the shipped
+/// permissions give that user, by itself.
 fn as_user(command: &mut Command, nats: &NatsServer, user: &str) {
     command
         .env("CHIME_NATS_URL", nats.url())
         .env("CHIME_NATS_USER", user)
         .env("CHIME_NATS_PASSWORD", password(user))
-        .env("CHIME_NATS_INBOX_PREFIX", format!("_INBOX.{user}"));
+        .env_remove("CHIME_NATS_INBOX_PREFIX");
 }
 
 /// A raw client of `user` whose server errors (permission violations) arrive on the receiver.
@@ -162,7 +164,6 @@ async fn scheduler(nats: &NatsServer, db: &SqliteDatabase) -> ChimeProcess {
     command.args(["--database-url", &db.url(), "--metrics-addr", "127.0.0.1:0"]);
     as_user(&mut command, nats, "chime-scheduler");
     command
-        .env_remove("CHIME_NATS_INBOX_PREFIX")
         .env("CHIME_NATS_REPLY_USER", "chime-scheduler-replies")
         .env(
             "CHIME_NATS_REPLY_PASSWORD",
