@@ -102,8 +102,22 @@ async fn chimectl_json_prints_the_servers_reply() {
         },
     )
     .await;
-    let cases: [(&[&str], Verb, Value); 4] = [
+    let firing_id = raw_reply(
+        &connection,
+        subjects.api(Verb::FiringsList),
+        &json!({"job_id": "nightly"}),
+    )
+    .await["firings"][0]["id"]
+        .as_str()
+        .expect("a firing id")
+        .to_string();
+    let cases: [(&[&str], Verb, Value); 5] = [
         (&["get", "nightly"], Verb::JobsGet, json!({"id": "nightly"})),
+        (
+            &["logs", &firing_id],
+            Verb::FiringsGet,
+            json!({"id": firing_id}),
+        ),
         (&["list"], Verb::JobsList, json!({"limit": 100})),
         (
             &["history", "nightly"],
