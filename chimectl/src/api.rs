@@ -1,19 +1,21 @@
-//! The subcommands that talk to a scheduler through the request/reply API.
+//! The subcommands that are one request to a scheduler's API.
 //!
 //! Each sends one typed request with the typed client and prints the typed
 //! reply: its JSON (the server's, as the contract writes it) with `--json`,
-//! a short table otherwise.
+//! a short table otherwise. Times on the command line are read by
+//! `when.rs`, against one `now` per command.
 
 use crate::table::{print_firings, print_jobs, print_workers, printable};
+use crate::when::{self, When};
 use crate::Failure;
 use anyhow::Context as _;
 use chime_common::api::{
     BackfillRequest, FiringReply, JobReply, JobsReply, ListWorkersReply, PauseRequest, TriggerReply,
 };
-use chime_common::client::{Client, ListFiringsRequest, ListJobsRequest};
-use chime_common::duration::parse_time_str;
+use chime_common::client::{Client, ListFiringsReply, ListFiringsRequest, ListJobsRequest};
 use chime_common::warning::Warning;
 use chime_common::{ApiError, ErrorCode, FiringState, JobState};
+use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::Value;
@@ -23,43 +25,74 @@ use std::io::Read;
 #[derive(Debug, Subcommand)]
 pub enum ApiCommand {
     /// Create or replace a job from a JSON spec file (`-` reads stdin).
-    Put { file: String },
-    /// Show one job.
-    Get { id: String },
-    /// List jobs, newest first.
+    #[command(after_help = "Example:\n  chimectl put nightly-report.json\n  \
+                            echo '{\"id\": \"tick\", \"schedule\": {\"every\": \"1m\"}, \"handler\": \"shell\", \
+                            \"payload\": {\"argv\": [\"date\"]}}' | chimectl put -")]
+    Put {
+        /// The job spec (JSON, docs/API.md); `-` reads it from stdin.
+        file: String,
+    },
+    /// List jobs: schedule, next instant (or when a pause ends), version.
+    #[command(after_help = "Example:\n  chimectl list -l team=data --state paused")]
     List(ListArgs),
     /// Delete a job (running firings are cancelled).
-    Delete { id: String },
-    /// Pause a job, or every job of a group or selector (a maintenance window with --until).
+    #[command(after_help = "Example:\n  chimectl delete nightly-report")]
+    Delete {
+        /// The job's id.
+        id: String,
+    },
+    /// Pause a job, or every job of a group or selector (a maintenance window with --until or --for).
+    #[command(after_help = "Example:\n  chimectl pause nightly-report --for 2h\n  \
+                            chimectl pause --group etl --until 2026-11-28T06:00:00Z")]
     Pause(PauseArgs),
     /// Resume paused jobs (missed instants follow each job's misfire policy).
+    #[command(
+        after_help = "Example:\n  chimectl resume nightly-report\n  chimectl resume -l imported-from=crontab"
+    )]
     Resume(PauseArgs),
-    /// Run a job now, once, outside its schedule.
+    /// Run a job now, once, outside its schedule; prints the firing id.
+    #[command(after_help = "Example:\n  chimectl trigger nightly-report\n  \
+                            chimectl trigger nightly-report --payload '{\"argv\": [\"/bin/report\", \"--dry-run\"]}'")]
     Trigger {
+        /// The job's id.
         id: String,
-        /// A JSON payload for this run only.
-        #[arg(long)]
+        /// A JSON payload for this run only (replaces the job's).
+        #[arg(long, value_name = "JSON")]
         payload: Option<String>,
     },
     /// Re-run a job's schedule over a past range: one firing per instant in [--from, --to).
+    #[command(
+        after_help = "Example:\n  chimectl backfill nightly-report --from -7d --to now\n  \
+                            chimectl backfill nightly-report --from 2026-11-20T00:00:00Z --to 2026-11-21T00:00:00Z"
+    )]
     Backfill {
+        /// The job's id.
         id: String,
-        /// Start of the range (RFC 3339), included.
-        #[arg(long)]
-        from: String,
-        /// End of the range (RFC 3339), excluded; not in the future.
-        #[arg(long)]
-        to: String,
+        /// Start of the range, included: RFC 3339, `now`, or an offset such as -7d.
+        #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
+        from: When,
+        /// End of the range, excluded, not in the future: RFC 3339, `now`, or an offset such as -1h.
+        #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
+        to: When,
         /// At most this many instants, the earliest (default 1000, at most 10000).
-        #[arg(long)]
+        #[arg(long, value_name = "N")]
         limit: Option<u32>,
     },
-    /// Show firings (attempts with times, worker, outcome and error), newest first.
+    /// Show firings (id, backfill or retry, times, worker, outcome), newest first.
+    #[command(
+        after_help = "Example:\n  chimectl history nightly-report --since -1d\n  chimectl history --state failed"
+    )]
     History(HistoryArgs),
     /// Cancel a firing: a running one on its worker, a waiting one before it starts.
-    Cancel { firing_id: String },
+    #[command(after_help = "Example:\n  chimectl cancel 'nightly-report@1767225600000#1'")]
+    Cancel {
+        /// The firing's id, as `chimectl history` lists it.
+        firing_id: String,
+    },
     /// List live workers.
+    #[command(after_help = "Example:\n  chimectl workers --group reports")]
     Workers {
+        /// Only the workers of this group.
         #[arg(long)]
         group: Option<String>,
     },
@@ -76,14 +109,19 @@ pub struct PauseArgs {
     /// Every job of this group (with -l: of the group, those matching).
     #[arg(long)]
     group: Option<String>,
-    /// Pause only: the jobs resume by themselves at this time (RFC 3339).
-    #[arg(long)]
-    until: Option<String>,
+    /// Pause only: the jobs resume by themselves at this time (RFC 3339,
+    /// `now`, or an offset such as +2h).
+    #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
+    until: Option<When>,
+    /// Pause only: the jobs resume by themselves after this long (`2h`, `30m`).
+    #[arg(long = "for", value_name = "D", value_parser = duration, conflicts_with = "until")]
+    for_: Option<std::time::Duration>,
 }
 
 /// `list` filters.
 #[derive(Debug, Args)]
 pub struct ListArgs {
+    /// Only the jobs of this group.
     #[arg(long)]
     group: Option<String>,
     /// active, paused or completed.
@@ -92,10 +130,11 @@ pub struct ListArgs {
     /// Only jobs whose labels match this selector (`team=data,env!=dev,critical`).
     #[arg(short = 'l', long)]
     selector: Option<String>,
+    /// At most this many jobs (1 to 1000).
     #[arg(long, default_value_t = 100)]
     limit: u32,
     /// The `next` cursor printed by the previous page.
-    #[arg(long)]
+    #[arg(long, value_name = "CURSOR")]
     after: Option<String>,
 }
 
@@ -107,10 +146,25 @@ pub struct HistoryArgs {
     /// staged, published, executing, succeeded, failed, lost, skipped or cancelled.
     #[arg(long)]
     state: Option<String>,
+    /// Only firings scheduled at or after this time: RFC 3339, `now`, or an
+    /// offset such as -3h, -2d.
+    #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
+    since: Option<When>,
+    /// At most this many firings (1 to 1000).
     #[arg(long, default_value_t = 20)]
     limit: u32,
-    #[arg(long)]
+    /// The `next` cursor printed by the previous page.
+    #[arg(long, value_name = "CURSOR")]
     after: Option<String>,
+}
+
+fn duration(text: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?}: {e}; write e.g. 2h or 30m"))?;
+    if d.is_zero() {
+        return Err("must be more than zero".into());
+    }
+    Ok(d)
 }
 
 fn usage(e: impl std::fmt::Display) -> Failure {
@@ -164,6 +218,7 @@ fn to_json(reply: &impl Serialize) -> Result<Value, Failure> {
 
 /// Runs one API subcommand.
 pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result<(), Failure> {
+    let now = Utc::now();
     let job = |job| {
         to_json(&JobReply {
             job,
@@ -180,10 +235,9 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
             warn(&reply.warnings);
             to_json(&reply)?
         }
-        ApiCommand::Get { id } => job(client.get_job(id).await.map_err(api_failure)?)?,
         ApiCommand::Delete { id } => job(client.delete_job(id).await.map_err(api_failure)?)?,
         ApiCommand::Pause(args) | ApiCommand::Resume(args) => {
-            pause_or_resume(matches!(command, ApiCommand::Pause(_)), args, client).await?
+            pause_or_resume(matches!(command, ApiCommand::Pause(_)), args, client, now).await?
         }
         ApiCommand::Trigger { id, payload } => {
             let payload = payload
@@ -200,13 +254,10 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
             to,
             limit,
         } => {
-            let time = |flag: &str, text: &str| {
-                parse_time_str(text).map_err(|e| usage(format!("{flag}: {e}")))
-            };
             let request = BackfillRequest {
                 id: id.clone(),
-                from: time("--from", from)?,
-                to: time("--to", to)?,
+                from: from.at(now),
+                to: to.at(now),
                 limit: *limit,
                 dry_run: false,
             };
@@ -243,7 +294,11 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
                 limit: Some(args.limit),
                 after: args.after.clone(),
             };
-            to_json(&client.list_firings(&request).await.map_err(api_failure)?)?
+            let mut page = client.list_firings(&request).await.map_err(api_failure)?;
+            if let Some(since) = args.since {
+                since_only(&mut page, since.at(now));
+            }
+            to_json(&page)?
         }
         ApiCommand::Cancel { firing_id } => {
             let firing = client.cancel_firing(firing_id).await.map_err(api_failure)?;
@@ -264,6 +319,12 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
         );
         return Ok(());
     }
+    print_text(command, &reply);
+    Ok(())
+}
+
+/// A reply as text: a table, or the ids a command made.
+fn print_text(command: &ApiCommand, reply: &Value) {
     match command {
         ApiCommand::Trigger { .. } => {
             println!("{}", printable(reply["firing_id"].as_str().unwrap_or("")))
@@ -296,7 +357,16 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
             None => print_jobs(std::slice::from_ref(&reply["job"]), None),
         },
     }
-    Ok(())
+}
+
+/// Keeps the firings of a page scheduled at or after `since`. Pages are
+/// newest first, so once one is cut short the next is older still: no `next`.
+fn since_only(page: &mut ListFiringsReply, since: DateTime<Utc>) {
+    let before = page.firings.len();
+    page.firings.retain(|f| f.scheduled_at >= since);
+    if page.firings.len() < before {
+        page.next = None;
+    }
 }
 
 /// `pause` or `resume`: one job by id, or many by `-l` or `--group`.
@@ -304,6 +374,7 @@ async fn pause_or_resume(
     paused: bool,
     args: &PauseArgs,
     client: &Client,
+    now: DateTime<Utc>,
 ) -> Result<Value, Failure> {
     let job = |job| {
         to_json(&JobReply {
@@ -311,14 +382,20 @@ async fn pause_or_resume(
             warnings: Vec::new(),
         })
     };
-    let until = args
-        .until
-        .as_deref()
-        .map(parse_time_str)
-        .transpose()
-        .map_err(|e| usage(format!("--until: {e}")))?;
+    let until = match (args.until, args.for_) {
+        (Some(until), _) => Some(until.at(now)),
+        (None, Some(length)) => Some(
+            chrono::Duration::from_std(length)
+                .ok()
+                .and_then(|d| now.checked_add_signed(d))
+                .ok_or_else(|| usage("--for: is too long"))?,
+        ),
+        (None, None) => None,
+    };
     if !paused && until.is_some() {
-        return Err(usage("--until: only pause takes --until"));
+        return Err(usage(
+            "--until/--for: only pause takes them; resume ends a pause now",
+        ));
     }
     Ok(match (&args.id, &args.selector, &args.group) {
         (Some(id), None, None) if paused => {

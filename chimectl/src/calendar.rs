@@ -16,7 +16,11 @@ use serde_json::{json, Value};
 #[derive(Debug, Subcommand)]
 pub enum CalendarCommand {
     /// Create or replace a calendar from dates and weekdays.
+    #[command(
+        after_help = "Example:\n  chimectl calendar put holidays --dates 2026-12-24,2026-12-31 --weekdays SAT,SUN"
+    )]
     Put {
+        /// The calendar's id, as jobs name it in `exclude`.
         id: String,
         /// Excluded dates, `YYYY-MM-DD`, comma-separated.
         #[arg(long, value_delimiter = ',', required_unless_present = "weekdays")]
@@ -26,13 +30,28 @@ pub enum CalendarCommand {
         weekdays: Vec<String>,
     },
     /// Create or replace a calendar from the all-day events of an iCalendar (.ics) file.
-    Import { id: String, file: String },
+    #[command(after_help = "Example:\n  chimectl calendar import holidays de-2026.ics")]
+    Import {
+        /// The calendar's id, as jobs name it in `exclude`.
+        id: String,
+        /// The iCalendar file.
+        file: String,
+    },
     /// List calendars.
+    #[command(after_help = "Example:\n  chimectl calendar list")]
     List,
     /// Show one calendar.
-    Get { id: String },
+    #[command(after_help = "Example:\n  chimectl calendar get holidays")]
+    Get {
+        /// The calendar's id.
+        id: String,
+    },
     /// Delete a calendar no job excludes.
-    Delete { id: String },
+    #[command(after_help = "Example:\n  chimectl calendar delete holidays")]
+    Delete {
+        /// The calendar's id.
+        id: String,
+    },
 }
 
 /// Runs one calendar subcommand.

@@ -1,5 +1,7 @@
 //! Jobs as code: `apply`, `diff` and `export` (the library's `plan` and
-//! `manifests` do the work; this file reads the flags and prints).
+//! `manifests` do the work; this file reads the flags and prints). `diff`
+//! answers with its exit status as `kubectl diff` does: 0 when nothing
+//! would change, 1 when something would, 2 on error.
 
 use crate::table::printable;
 use crate::Failure;
@@ -16,10 +18,17 @@ use std::path::PathBuf;
 pub enum CodeCommand {
     /// Create or change the jobs of YAML or JSON files (directories are read
     /// recursively); prints what is created, changed, unchanged and deleted.
+    #[command(after_help = "Example:\n  chimectl apply -f jobs/ --dry-run\n  \
+                            chimectl apply -f jobs/ --prune -l owner=etl")]
     Apply(ApplyArgs),
-    /// Show, field by field, what `apply` would change, changing nothing.
-    Diff(FilesArgs),
+    /// Show, field by field, what `apply` would change, changing nothing;
+    /// exits 0 when nothing would change, 1 when something would, 2 on error.
+    #[command(
+        after_help = "Example:\n  chimectl diff -f jobs/ --prune -l owner=etl || echo \"apply would change something\""
+    )]
+    Diff(DiffArgs),
     /// Print the stored jobs as files `apply` takes back unchanged.
+    #[command(after_help = "Example:\n  chimectl export -l owner=etl --dir jobs/")]
     Export(ExportArgs),
 }
 
@@ -39,12 +48,46 @@ pub struct ApplyArgs {
     /// Print what would be done and change nothing.
     #[arg(long)]
     dry_run: bool,
+    #[command(flatten)]
+    prune: PruneArgs,
+}
+
+/// `diff` flags.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    #[command(flatten)]
+    files: FilesArgs,
+    #[command(flatten)]
+    prune: PruneArgs,
+}
+
+/// Which stored jobs the files own, so those no file defines are deleted.
+#[derive(Debug, Args)]
+pub struct PruneArgs {
     /// Also delete the stored jobs the selector (`-l`) matches that no file defines.
-    #[arg(long, requires = "selector")]
+    #[arg(long)]
     prune: bool,
-    /// With --prune: the jobs that the files own.
+    /// With --prune: the label selector of the jobs the files own (`owner=etl`).
     #[arg(short = 'l', long)]
     selector: Option<String>,
+}
+
+impl PruneArgs {
+    /// The selector to prune by, `None` without `--prune`.
+    fn selector(&self) -> Result<Option<&str>, Failure> {
+        match (self.prune, self.selector.as_deref()) {
+            (true, Some(selector)) => Ok(Some(selector)),
+            (false, None) => Ok(None),
+            (true, None) => Err(Failure::Usage(
+                "--prune needs -l SELECTOR, the labels of the jobs the files own (such as -l \
+                 owner=etl): prune deletes the stored jobs it matches that no file defines"
+                    .into(),
+            )),
+            (false, Some(_)) => Err(Failure::Usage(
+                "-l/--selector: only used with --prune; add --prune or drop -l".into(),
+            )),
+        }
+    }
 }
 
 /// `export` flags.
@@ -62,13 +105,7 @@ pub struct ExportArgs {
 pub async fn run(command: &CodeCommand, client: &Client, as_json: bool) -> Result<(), Failure> {
     match command {
         CodeCommand::Apply(args) => {
-            let prune = args.selector.as_deref().filter(|_| args.prune);
-            if args.selector.is_some() && !args.prune {
-                return Err(Failure::Usage(
-                    "-l/--selector: only used with --prune; add --prune or drop -l".into(),
-                ));
-            }
-            let plan = make_plan(client, &args.files, prune).await?;
+            let plan = make_plan(client, &args.files, args.prune.selector()?).await?;
             if args.dry_run {
                 return show(&plan, &plan.preview(), true, as_json);
             }
@@ -81,9 +118,14 @@ pub async fn run(command: &CodeCommand, client: &Client, as_json: bool) -> Resul
                 ))),
             }
         }
-        CodeCommand::Diff(files) => {
-            let plan = make_plan(client, files, None).await?;
-            show(&plan, &plan.preview(), true, as_json)
+        CodeCommand::Diff(args) => {
+            let plan = make_plan(client, &args.files, args.prune.selector()?).await?;
+            show(&plan, &plan.preview(), true, as_json)?;
+            if plan.is_empty() {
+                Ok(())
+            } else {
+                Err(Failure::Status(1))
+            }
         }
         CodeCommand::Export(args) => export(client, args, as_json).await,
     }

@@ -14,7 +14,11 @@ use serde_json::{json, Value};
 #[derive(Debug, Subcommand)]
 pub enum GroupCommand {
     /// Set a group's limits; a limit left out is removed (no flags: no limits).
+    #[command(
+        after_help = "Example:\n  chimectl group put db --max-concurrent 5 --max-per-second 50"
+    )]
     Put {
+        /// The group's name.
         name: String,
         /// At most this many firings of the group execute at once.
         #[arg(long)]
@@ -24,9 +28,14 @@ pub enum GroupCommand {
         max_per_second: Option<u64>,
     },
     /// List groups: limits, running and held firings.
+    #[command(after_help = "Example:\n  chimectl group list")]
     List,
     /// Show one group.
-    Get { name: String },
+    #[command(after_help = "Example:\n  chimectl group get db")]
+    Get {
+        /// The group's name.
+        name: String,
+    },
 }
 
 /// Runs one group subcommand.

@@ -1,13 +1,14 @@
-//! `chimectl import crontab FILE [--group G] [--apply]`: a crontab as
-//! `shell` jobs (the library's `crontab` reads it), printed as the YAML
-//! `apply` takes, or applied at once like `apply` does.
+//! `chimectl import crontab FILE [--system] [--tz ZONE] [--paused]
+//! [--group G] [--apply]`: a crontab as `shell` jobs (the library's
+//! `crontab` reads it), printed as the YAML `apply` takes, or applied at
+//! once like `apply` does.
 
 use crate::code::show;
 use crate::table::printable;
 use crate::Failure;
 use anyhow::Context as _;
 use chime_common::client::Client;
-use chimectl::crontab::{self, Crontab};
+use chimectl::crontab::{self, host, Crontab, Options};
 use chimectl::manifests::{Manifest, Source};
 use chimectl::plan::Plan;
 use clap::{Args, Subcommand};
@@ -16,8 +17,15 @@ use std::path::PathBuf;
 /// What to import.
 #[derive(Debug, Subcommand)]
 pub enum ImportCommand {
-    /// A crontab (user format, with CRON_TZ= and environment lines) as jobs
-    /// of the shell handler; prints them as YAML for `apply` unless --apply.
+    /// A crontab as jobs of the shell handler; prints them as YAML for
+    /// `apply` unless --apply.
+    #[command(after_help = "Examples:\n  \
+        chimectl import crontab my-crontab > jobs.yaml\n  \
+        chimectl import crontab --system --tz Europe/Berlin --paused /etc/crontab --apply\n\n\
+        Each schedule line becomes a job `cron-<program>` in the zone of the CRON_TZ= line \
+        above it, running `sh -c COMMAND` with the environment lines above it. @reboot, an \
+        unescaped % (cron's standard input) and a user name after the time fields without \
+        --system are refused, naming the line.")]
     Crontab(CrontabArgs),
 }
 
@@ -26,6 +34,18 @@ pub enum ImportCommand {
 pub struct CrontabArgs {
     /// The crontab file (`-` reads stdin).
     file: PathBuf,
+    /// A system crontab (/etc/crontab, /etc/cron.d/*): the sixth field is
+    /// the user to run as, kept as the label `cron-user`.
+    #[arg(long)]
+    system: bool,
+    /// Time zone of the lines without a CRON_TZ= line above them
+    /// [default: this machine's zone, with a note saying which].
+    #[arg(long, value_name = "ZONE")]
+    tz: Option<String>,
+    /// The jobs start paused (`chimectl resume -l imported-from=crontab`
+    /// starts them).
+    #[arg(long)]
+    paused: bool,
     /// Put every job in this group.
     #[arg(long)]
     group: Option<String>,
@@ -50,6 +70,7 @@ pub async fn run(
     as_json: bool,
 ) -> Result<(), Failure> {
     let ImportCommand::Crontab(args) = command;
+    let (options, host_zone) = options(args)?;
     let text = if args.file.as_os_str() == "-" {
         let mut s = String::new();
         std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
@@ -60,7 +81,7 @@ pub async fn run(
             .with_context(|| format!("cannot read {}", args.file.display()))?
     };
     let file = args.file.display().to_string();
-    let imported = crontab::import(&text, args.group.as_deref()).map_err(|errors| {
+    let imported = crontab::import(&text, &options).map_err(|errors| {
         let lines: Vec<String> = errors
             .iter()
             .map(|e| printable(&format!("{file}: {e}")))
@@ -69,6 +90,18 @@ pub async fn run(
     })?;
     for note in &imported.notes {
         eprintln!("chimectl: note: {file}: {}", printable(note));
+    }
+    if let (Some(host), Some(first)) = (&host_zone, imported.in_default_zone.first()) {
+        eprintln!(
+            "chimectl: note: {file}: line {first}{}: no CRON_TZ= above it: runs in {}, this \
+             machine's zone (from {}); give --tz ZONE for another",
+            match imported.in_default_zone.len() - 1 {
+                0 => String::new(),
+                n => format!(" and {n} more"),
+            },
+            printable(&host.zone),
+            host.source
+        );
     }
     match client {
         Some(client) if args.apply => apply(client, &imported, &args.file, as_json).await,
@@ -89,6 +122,34 @@ pub async fn run(
     }
 }
 
+/// The import's options; the machine's zone when `--tz` is not given, to
+/// say so.
+fn options(args: &CrontabArgs) -> Result<(Options, Option<host::HostZone>), Failure> {
+    let (zone, host_zone) = match &args.tz {
+        Some(zone) => {
+            if zone.parse::<chrono_tz::Tz>().is_err() {
+                return Err(Failure::Usage(format!(
+                    "--tz: {:?} is not an IANA time zone (such as Europe/Berlin or UTC)",
+                    printable(zone)
+                )));
+            }
+            (zone.clone(), None)
+        }
+        None => {
+            let host = host::host_zone();
+            (host.zone.clone(), Some(host))
+        }
+    };
+    let options = Options {
+        group: args.group.clone(),
+        system: args.system,
+        zone,
+        paused: args.paused,
+        known_users: host::known_users(),
+    };
+    Ok((options, host_zone))
+}
+
 async fn apply(
     client: &Client,
     imported: &Crontab,
@@ -98,13 +159,14 @@ async fn apply(
     let manifests: Vec<Manifest> = imported
         .jobs
         .iter()
-        .enumerate()
-        .map(|(i, job)| Manifest {
+        .map(|job| Manifest {
             source: Source {
                 file: file.to_path_buf(),
-                index: Some(i),
+                index: None,
+                line: Some(job.line),
             },
             spec: job.spec.clone(),
+            // A job that exists keeps its pause; a new one starts as --paused says.
             sets_paused: false,
         })
         .collect();

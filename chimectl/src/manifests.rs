@@ -38,13 +38,17 @@ pub struct Source {
     pub file: PathBuf,
     /// 0-based position of the job among the file's jobs, when it has more than one.
     pub index: Option<usize>,
+    /// 1-based line of a file with one job per line (a crontab), which
+    /// names the place better than the position.
+    pub line: Option<usize>,
 }
 
 impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.index {
-            Some(i) => write!(f, "{}[{i}]", self.file.display()),
-            None => write!(f, "{}", self.file.display()),
+        match (self.line, self.index) {
+            (Some(line), _) => write!(f, "{}: line {line}", self.file.display()),
+            (None, Some(i)) => write!(f, "{}[{i}]", self.file.display()),
+            (None, None) => write!(f, "{}", self.file.display()),
         }
     }
 }
@@ -121,6 +125,7 @@ fn problem(file: &Path, index: Option<usize>, message: String) -> Problem {
         source: Source {
             file: file.to_path_buf(),
             index,
+            line: None,
         },
         job: None,
         field: None,
@@ -231,6 +236,7 @@ fn parse_file(file: &Path, text: &str, problems: &mut Vec<Problem>) -> Vec<Manif
         let source = Source {
             file: file.to_path_buf(),
             index: several.then_some(i),
+            line: None,
         };
         let job = value.get("id").and_then(Value::as_str).map(str::to_string);
         if value.get(IF_VERSION_FIELD).is_some() {

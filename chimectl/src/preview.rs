@@ -1,14 +1,17 @@
-//! `chimectl preview`: the next firing times of a schedule, computed locally.
+//! `chimectl preview`: the next firing times of a schedule, computed locally,
+//! or of a stored job (`preview ID`: the job is fetched, then previewed the
+//! same way; `get` shows the same instants).
 //!
 //! The flags are turned into the same `schedule` JSON a JobSpec carries and go
 //! through `ScheduleSpec::from_json` and `Schedule::compile`, so the CLI accepts
-//! and refuses exactly what the API does, with the same messages.
+//! and refuses exactly what the API does, with the same messages. Only
+//! calendars (`--exclude`, a job's `exclude`) need the server, which keeps them.
 
+use crate::when::{self, When};
 use crate::Failure;
 use anyhow::Context;
 use chime_common::api::{PreviewReply, PreviewRequest};
 use chime_common::client::Client;
-use chime_common::duration::parse_time_str;
 use chime_common::preview::Preview;
 use chrono::{DateTime, Utc};
 use clap::Args;
@@ -16,7 +19,16 @@ use serde_json::{json, Map, Value};
 use std::io::Write;
 
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    chimectl preview --cron '0 30 2 * * *' --tz Europe/Berlin -n 3\n  \
+    chimectl preview --every 90m --from now\n  \
+    chimectl preview nightly-report --from +1d     # a stored job (asks the server)")]
 pub struct PreviewArgs {
+    /// A stored job: preview its schedule with its zone, DST rules, jitter
+    /// and calendars (asks the server for the job).
+    #[arg(value_name = "ID", conflicts_with_all = ["cron", "every", "tz", "id", "dst_gap", "dst_repeat", "jitter", "exclude"])]
+    job: Option<String>,
+
     /// Cron expression: 5 fields (Unix), 6 (seconds first) or 7 (with year, Quartz), or @daily etc.
     #[arg(long, value_name = "EXPR")]
     cron: Option<String>,
@@ -29,9 +41,10 @@ pub struct PreviewArgs {
     #[arg(long, value_name = "D")]
     every: Option<String>,
 
-    /// Show instants strictly after this RFC 3339 time [default: now].
-    #[arg(long, value_name = "TIME")]
-    from: Option<String>,
+    /// Show instants strictly after this time: RFC 3339, `now`, or an
+    /// offset such as -3h, +30m, +2d [default: now].
+    #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
+    from: Option<When>,
 
     /// How many instants to show.
     #[arg(short = 'n', value_name = "N", default_value_t = 10)]
@@ -59,9 +72,42 @@ pub struct PreviewArgs {
 }
 
 impl PreviewArgs {
-    /// Whether the preview needs the server: only calendars live there.
+    /// Whether the preview needs the server: only jobs and calendars live there.
     pub fn needs_server(&self) -> bool {
-        !self.exclude.is_empty()
+        self.job.is_some() || !self.exclude.is_empty()
+    }
+}
+
+/// The `jobs.preview` request for a stored job (its JSON, as `jobs.get`
+/// gives it): its schedule and time rules, `count` instants after `from`.
+pub fn job_request(job: &Value, from: DateTime<Utc>, count: u32) -> PreviewRequest {
+    let field = |name: &str| job.get(name).filter(|v| !v.is_null()).cloned();
+    PreviewRequest {
+        schedule: job["schedule"].clone(),
+        from: Some(from),
+        count: Some(count),
+        id: job["id"].as_str().map(str::to_string),
+        dst: field("dst"),
+        jitter: field("jitter"),
+        exclude: field("exclude").filter(|v| v.as_array().is_some_and(|a| !a.is_empty())),
+    }
+}
+
+/// The instants of `request`: computed here, or by the server when it
+/// names calendars, which only the server has.
+pub async fn instants(
+    request: &PreviewRequest,
+    client: Option<&Client>,
+    now: DateTime<Utc>,
+) -> Result<PreviewReply, Failure> {
+    match client {
+        Some(client) if request.exclude.is_some() => {
+            client.preview(request).await.map_err(|e| match e.field {
+                Some(field) => Failure::Usage(format!("invalid {}: {}", flag(&field), e.message)),
+                None => Failure::Other(anyhow::anyhow!("{}", e.message)),
+            })
+        }
+        _ => local(request, now),
     }
 }
 
@@ -73,14 +119,16 @@ pub async fn run(
     json_output: bool,
 ) -> Result<(), Failure> {
     let now = Utc::now();
-    let request = request(args, now)?;
-    let reply = match client {
-        Some(client) => client.preview(&request).await.map_err(|e| match e.field {
-            Some(field) => Failure::Usage(format!("invalid {}: {}", flag(&field), e.message)),
-            None => Failure::Other(anyhow::anyhow!("{}", e.message)),
-        })?,
-        None => local(&request, now)?,
+    let request = match (&args.job, client) {
+        (Some(id), Some(client)) => {
+            let job = client.get_job(id).await.map_err(crate::api::api_failure)?;
+            let job = serde_json::to_value(&job).context("cannot read the job")?;
+            let from = args.from.map_or(now, |from| from.at(now));
+            job_request(&job, from, count(args)?)
+        }
+        _ => request(args, now)?,
     };
+    let reply = instants(&request, client, now).await?;
     let mut out = std::io::stdout().lock();
     if json_output {
         writeln!(out, "{}", json!(reply)).context("writing to stdout")?;
@@ -123,17 +171,19 @@ fn local(request: &PreviewRequest, now: DateTime<Utc>) -> Result<PreviewReply, F
     Ok(preview.reply(&[]))
 }
 
-/// The `jobs.preview` request the flags describe, or the usage error naming
-/// the flag at fault.
-fn request(args: &PreviewArgs, now: DateTime<Utc>) -> Result<PreviewRequest, Failure> {
+/// `-n`, checked.
+fn count(args: &PreviewArgs) -> Result<u32, Failure> {
     if args.n == 0 {
         return Err(usage("-n", "must be at least 1"));
     }
-    let count = u32::try_from(args.n).map_err(|_| usage("-n", "is too large"))?;
-    let from = match &args.from {
-        Some(text) => parse_time_str(text).map_err(|e| usage("--from", &e))?,
-        None => now,
-    };
+    u32::try_from(args.n).map_err(|_| usage("-n", "is too large"))
+}
+
+/// The `jobs.preview` request the flags describe, or the usage error naming
+/// the flag at fault.
+fn request(args: &PreviewArgs, now: DateTime<Utc>) -> Result<PreviewRequest, Failure> {
+    let count = count(args)?;
+    let from = args.from.map_or(now, |from| from.at(now));
     let mut schedule = Map::new();
     match (&args.cron, &args.every) {
         (Some(cron), None) => {
@@ -153,7 +203,7 @@ fn request(args: &PreviewArgs, now: DateTime<Utc>) -> Result<PreviewRequest, Fai
         }
         (None, None) => {
             return Err(Failure::Usage(
-                "preview needs --cron EXPR [--tz TZ] or --every D".to_string(),
+                "preview needs a job ID, --cron EXPR [--tz TZ] or --every D".to_string(),
             ));
         }
     }
@@ -210,6 +260,7 @@ mod tests {
 
     fn args(cron: Option<&str>, tz: Option<&str>, every: Option<&str>, n: usize) -> PreviewArgs {
         PreviewArgs {
+            job: None,
             cron: cron.map(str::to_string),
             tz: tz.map(str::to_string),
             every: every.map(str::to_string),
@@ -227,6 +278,8 @@ mod tests {
     fn preview(args: &PreviewArgs, now: DateTime<Utc>) -> Result<Vec<String>, Failure> {
         Ok(lines(&local(&request(args, now)?, now)?))
     }
+
+    use chime_common::duration::parse_time_str;
 
     fn from() -> DateTime<Utc> {
         parse_time_str("2026-03-28T00:00:00Z").unwrap()

@@ -18,7 +18,21 @@ pub fn printable(text: &str) -> String {
     out
 }
 
-fn text(v: &Value) -> String {
+/// Like [`printable`], for text of many lines: newlines and tabs act,
+/// every other control character is shown escaped.
+pub fn printable_text(text: &str) -> String {
+    text.split('\n')
+        .map(|line| {
+            line.split('\t')
+                .map(printable)
+                .collect::<Vec<_>>()
+                .join("\t")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+pub(crate) fn text(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
         Value::String(s) => printable(s),
@@ -28,7 +42,7 @@ fn text(v: &Value) -> String {
 
 /// A job's schedule in a few words; a fan-in names the jobs it waits for
 /// and those of them that do not exist (`upstream_missing`).
-fn schedule(job: &Value) -> String {
+pub(crate) fn schedule(job: &Value) -> String {
     let v = &job["schedule"];
     if let Some(after) = v.get("after") {
         let ids = |list: &Value| {
@@ -55,7 +69,7 @@ fn schedule(job: &Value) -> String {
     }
 }
 
-fn print_rows(header: &[&str], rows: Vec<Vec<String>>) {
+pub(crate) fn print_rows(header: &[&str], rows: Vec<Vec<String>>) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in &rows {
         for (i, cell) in row.iter().enumerate() {
@@ -76,9 +90,19 @@ fn print_rows(header: &[&str], rows: Vec<Vec<String>>) {
     }
 }
 
-fn print_next(next: Option<&Value>) {
+pub(crate) fn print_next(next: Option<&Value>) {
     if let Some(Value::String(cursor)) = next {
         println!("(more: --after {cursor})");
+    }
+}
+
+/// What comes next for a job: its next instant, or for a paused job when
+/// its pause ends (a paused job fires nothing until it resumes).
+pub(crate) fn next_fire(job: &Value) -> String {
+    match (job["state"].as_str(), job.get("paused_until")) {
+        (Some("paused"), Some(Value::String(until))) => format!("resumes {}", printable(until)),
+        (Some("paused"), _) => "- (paused)".to_string(),
+        _ => text(&job["next_fire_at"]),
     }
 }
 
@@ -93,7 +117,7 @@ pub fn print_jobs(jobs: &[Value], next: Option<&Value>) {
                 text(&j["state"]),
                 schedule(j),
                 text(&j["handler"]),
-                text(&j["next_fire_at"]),
+                next_fire(j),
                 text(&j["version"]),
             ]
         })
@@ -113,7 +137,22 @@ pub fn print_jobs(jobs: &[Value], next: Option<&Value>) {
     print_next(next);
 }
 
-/// Firings, one attempt per line; SHARD is `-` for an unsharded job.
+/// How a firing came to run: from the schedule (or a trigger) or a
+/// backfill, and which retry it is (attempt 2 is retry 1).
+pub(crate) fn run_kind(firing: &Value) -> String {
+    let backfill = firing["backfill"].as_bool().unwrap_or(false);
+    let retry = firing["attempt"].as_u64().unwrap_or(1).saturating_sub(1);
+    match (backfill, retry) {
+        (false, 0) => "-".to_string(),
+        (true, 0) => "backfill".to_string(),
+        (false, n) => format!("retry {n}"),
+        (true, n) => format!("backfill retry {n}"),
+    }
+}
+
+/// Firings, one attempt per line: its id (what `logs` and `cancel` take),
+/// whether it is a backfill or a retry, and the start of its error or the
+/// end of its output.
 pub fn print_firings(firings: &[Value], next: Option<&Value>) {
     let rows = firings
         .iter()
@@ -134,10 +173,9 @@ pub fn print_firings(firings: &[Value], next: Option<&Value>) {
             }
             let detail: String = detail.chars().take(60).collect();
             vec![
-                text(&f["job_id"]),
+                text(&f["id"]),
                 text(&f["scheduled_at"]),
-                text(&f["shard"]),
-                text(&f["attempt"]),
+                run_kind(f),
                 text(&f["state"]),
                 text(&f["worker"]),
                 text(&f["started_at"]),
@@ -148,10 +186,9 @@ pub fn print_firings(firings: &[Value], next: Option<&Value>) {
         .collect();
     print_rows(
         &[
-            "JOB",
+            "FIRING ID",
             "SCHEDULED",
-            "SHARD",
-            "ATTEMPT",
+            "RUN",
             "STATE",
             "WORKER",
             "STARTED",
@@ -200,6 +237,36 @@ mod tests {
             "after a,b (missing: b)"
         );
         assert_eq!(schedule(&json!({"schedule": {"every": "1m"}})), "every 1m");
+    }
+
+    #[test]
+    fn backfills_and_retries_are_marked_and_a_pause_replaces_the_next_instant() {
+        assert_eq!(run_kind(&json!({"attempt": 1})), "-");
+        assert_eq!(
+            run_kind(&json!({"attempt": 1, "backfill": true})),
+            "backfill"
+        );
+        assert_eq!(run_kind(&json!({"attempt": 3})), "retry 2");
+        assert_eq!(
+            run_kind(&json!({"attempt": 2, "backfill": true})),
+            "backfill retry 1"
+        );
+        let next = "2026-01-01T00:00:00.000Z";
+        assert_eq!(
+            next_fire(&json!({"state": "active", "next_fire_at": next})),
+            next
+        );
+        assert_eq!(
+            next_fire(
+                &json!({"state": "paused", "next_fire_at": next, "paused_until": "2026-02-01T00:00:00.000Z"})
+            ),
+            "resumes 2026-02-01T00:00:00.000Z"
+        );
+        assert_eq!(
+            next_fire(&json!({"state": "paused", "next_fire_at": next})),
+            "- (paused)"
+        );
+        assert_eq!(printable_text("a\tb\nc\u{1b}[2J"), "a\tb\nc\\u{1b}[2J");
     }
 
     #[test]

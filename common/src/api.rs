@@ -33,6 +33,8 @@ pub enum Verb {
     JobsBackfill,
     JobsPreview,
     FiringsList,
+    /// One firing, its whole output and error included.
+    FiringsGet,
     FiringsCancel,
     WorkersList,
     CalendarsPut,
@@ -63,7 +65,7 @@ pub enum Access {
 
 impl Verb {
     /// Every verb, in the contract's order.
-    pub const ALL: [Verb; 21] = [
+    pub const ALL: [Verb; 22] = [
         Verb::JobsPut,
         Verb::JobsGet,
         Verb::JobsList,
@@ -74,6 +76,7 @@ impl Verb {
         Verb::JobsBackfill,
         Verb::JobsPreview,
         Verb::FiringsList,
+        Verb::FiringsGet,
         Verb::FiringsCancel,
         Verb::WorkersList,
         Verb::AlertsList,
@@ -94,6 +97,7 @@ impl Verb {
             | Verb::JobsList
             | Verb::JobsPreview
             | Verb::FiringsList
+            | Verb::FiringsGet
             | Verb::WorkersList
             | Verb::AlertsList
             | Verb::AuditList
@@ -138,6 +142,7 @@ impl Verb {
             Verb::JobsBackfill => "jobs.backfill",
             Verb::JobsPreview => "jobs.preview",
             Verb::FiringsList => "firings.list",
+            Verb::FiringsGet => "firings.get",
             Verb::FiringsCancel => "firings.cancel",
             Verb::WorkersList => "workers.list",
             Verb::AlertsList => "alerts.list",
@@ -452,8 +457,8 @@ pub struct ListFiringsReply {
     pub next: Option<String>,
 }
 
-/// `firings.cancel` reply: the firing afterwards (`cancelled`, or
-/// `executing` until its worker reports the cancel).
+/// `firings.get` reply, and `firings.cancel`'s: the firing afterwards
+/// (`cancelled`, or `executing` until its worker reports the cancel).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FiringReply {
     pub firing: Firing,
@@ -644,7 +649,7 @@ mod tests {
             unknown.message,
             "no API verb \"jobs.frobnicate\"; verbs are jobs.put, jobs.get, jobs.list, \
              jobs.delete, jobs.pause, jobs.resume, jobs.trigger, jobs.backfill, jobs.preview, \
-             firings.list, firings.cancel, workers.list, alerts.list, audit.list, \
+             firings.list, firings.get, firings.cancel, workers.list, alerts.list, audit.list, \
              calendars.put, calendars.get, calendars.delete, calendars.list, groups.put, \
              groups.get, groups.list"
         );

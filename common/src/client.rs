@@ -6,14 +6,16 @@
 
 use crate::api::{
     BackfillReply, BackfillRequest, FiringReply, GroupReply, GroupRequest, IdRequest, JobReply,
-    JobsReply, ListCalendarsRequest, ListGroupsReply, ListGroupsRequest, ListWorkersReply,
-    ListWorkersRequest, PauseRequest, PreviewReply, PreviewRequest, TriggerReply, TriggerRequest,
+    JobsReply, ListAlertsReply, ListAlertsRequest, ListAuditReply, ListAuditRequest,
+    ListCalendarsRequest, ListGroupsReply, ListGroupsRequest, ListWorkersReply, ListWorkersRequest,
+    PauseRequest, PreviewReply, PreviewRequest, TriggerReply, TriggerRequest,
 };
 use crate::calendars::{Calendar, CalendarReply, ListCalendarsReply};
 use crate::concurrency::Group;
 use crate::error::{ApiError, ErrorReply};
 use crate::firing::Firing;
 use crate::job::Job;
+use crate::protocol::Alert;
 use crate::protocol::WorkerInfo;
 use crate::subjects::Subjects;
 use chrono::{DateTime, Utc};
@@ -193,6 +195,27 @@ impl Client {
         request: &ListFiringsRequest,
     ) -> Result<ListFiringsReply, ApiError> {
         self.call(Verb::FiringsList, request).await
+    }
+
+    /// `firings.get`: one firing, its whole output and error included.
+    pub async fn get_firing(&self, id: &str) -> Result<Firing, ApiError> {
+        Ok(self
+            .call::<FiringReply>(Verb::FiringsGet, &IdRequest { id: id.into() })
+            .await?
+            .firing)
+    }
+
+    /// `alerts.list`: the newest alerts first.
+    pub async fn list_alerts(&self, request: &ListAlertsRequest) -> Result<Vec<Alert>, ApiError> {
+        Ok(self
+            .call::<ListAlertsReply>(Verb::AlertsList, request)
+            .await?
+            .alerts)
+    }
+
+    /// `audit.list`: one page of the audit trail, newest first.
+    pub async fn list_audit(&self, request: &ListAuditRequest) -> Result<ListAuditReply, ApiError> {
+        self.call(Verb::AuditList, request).await
     }
 
     /// `firings.cancel`: the firing afterwards (`cancelled`, or `executing`

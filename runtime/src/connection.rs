@@ -20,6 +20,9 @@ use std::time::Duration;
 /// The NATS URL used when none is given.
 pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 
+/// The heading of the connection flags in every program's `--help`.
+pub const HELP_HEADING: &str = "Connection";
+
 /// Returns once the server has processed everything sent on `jetstream`'s
 /// connection before the call, its subscriptions included.
 ///
@@ -41,6 +44,7 @@ pub async fn confirm_subscriptions(
 /// (`--user`, `--password`, `--token`, `--nkey`, `--creds`) are the names
 /// CONTRACT.md gives chimectl.
 #[derive(Clone, PartialEq, Eq, clap::Args)]
+#[command(next_help_heading = HELP_HEADING)]
 pub struct NatsConnection {
     /// NATS server URL(s), comma-separated; `nats://user:password@host` or
     /// `nats://token@host` carry credentials; `tls://` requires TLS.
@@ -116,9 +120,12 @@ pub struct NatsConnection {
     )]
     pub tls_key: Option<PathBuf>,
 
-    /// Subject prefix of this program's reply inboxes (default `_INBOX`):
+    /// Subject prefix of this program's reply inboxes [default:
+    /// `_INBOX.<user>` when connecting as a NATS user (--nats-user, a
+    /// user in --nats-url, or the name in --nats-creds), else `_INBOX`]:
     /// with NATS permissions, `_INBOX.<user>` keeps replies, pulled firings
-    /// among them, readable only by this user (docs/SECURITY.md).
+    /// among them, readable only by this user, and the audit trail names
+    /// the user (docs/SECURITY.md).
     #[arg(
         long = "nats-inbox-prefix",
         env = "CHIME_NATS_INBOX_PREFIX",
@@ -545,11 +552,32 @@ impl NatsConnection {
         Ok(client)
     }
 
+    /// The inbox prefix replies come to: `--nats-inbox-prefix`, else
+    /// `_INBOX.<user>` when the connection names a user that is one subject
+    /// token (the shipped permissions give each user those inboxes, and the
+    /// audit trail reads the user from them), else NATS' own `_INBOX`.
+    pub async fn inbox_prefix(&self) -> Option<String> {
+        if let Some(prefix) = &self.inbox_prefix {
+            return Some(prefix.clone());
+        }
+        let user = match self.auth().ok()? {
+            Auth::UserPassword { user, .. } => user,
+            Auth::Creds(path) => creds_user(&tokio::fs::read_to_string(path).await.ok()?)?,
+            Auth::None | Auth::Token(_) | Auth::Nkey(_) => return None,
+        };
+        let token_ok = !user.is_empty()
+            && user.len() <= 64
+            && user
+                .chars()
+                .all(|c| c.is_ascii_graphic() && !matches!(c, '.' | '*' | '>'));
+        token_ok.then(|| format!("_INBOX.{user}"))
+    }
+
     /// Connect options for one attempt (the credentials file is read each time).
     async fn options(&self, name: &str) -> Result<ConnectOptions, ConnectError> {
         let mut options = ConnectOptions::new().name(name);
-        if let Some(prefix) = &self.inbox_prefix {
-            options = options.custom_inbox_prefix(prefix.as_str());
+        if let Some(prefix) = self.inbox_prefix().await {
+            options = options.custom_inbox_prefix(prefix);
         }
         match self.auth().map_err(ConnectError::Settings)? {
             Auth::None => {}
@@ -592,6 +620,20 @@ impl NatsConnection {
         }
         Ok(options)
     }
+}
+
+/// The user name a NATS credentials file's JWT carries (its `name` claim).
+fn creds_user(creds: &str) -> Option<String> {
+    use base64::Engine as _;
+    let mut lines = creds.lines().map(str::trim);
+    lines.find(|line| line.contains("BEGIN NATS USER JWT"))?;
+    let jwt = lines.find(|line| !line.is_empty())?;
+    let claims = jwt.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(claims.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    claims.get("name")?.as_str().map(str::to_string)
 }
 
 #[cfg(test)]
@@ -696,6 +738,59 @@ mod tests {
             .validate()
             .unwrap_err()
             .contains("different credentials"));
+    }
+
+    #[tokio::test]
+    async fn a_user_gets_inboxes_of_its_own_by_default() {
+        let with_user = |user: &str| NatsConnection {
+            user: Some(user.into()),
+            password: Some(Secret::new("pw")),
+            ..NatsConnection::new(DEFAULT_NATS_URL)
+        };
+        assert_eq!(
+            with_user("chime-admin").inbox_prefix().await.as_deref(),
+            Some("_INBOX.chime-admin")
+        );
+        assert_eq!(
+            NatsConnection::new("nats://ops:pw@h:4222")
+                .inbox_prefix()
+                .await
+                .as_deref(),
+            Some("_INBOX.ops")
+        );
+        // A name that is not one subject token keeps NATS' default.
+        for odd in ["a.b", "a b", "a>", ""] {
+            assert_eq!(with_user(odd).inbox_prefix().await, None, "{odd:?}");
+        }
+        let chosen = NatsConnection {
+            inbox_prefix: Some("_INBOX.elsewhere".into()),
+            ..with_user("chime-admin")
+        };
+        assert_eq!(
+            chosen.inbox_prefix().await.as_deref(),
+            Some("_INBOX.elsewhere")
+        );
+        assert_eq!(
+            NatsConnection::new(DEFAULT_NATS_URL).inbox_prefix().await,
+            None
+        );
+    }
+
+    #[test]
+    fn a_credentials_file_names_its_user() {
+        use base64::Engine as _;
+        let encode = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+        let jwt = format!(
+            "{}.{}.c2ln",
+            encode(r#"{"typ":"JWT","alg":"ed25519-nkey"}"#),
+            encode(r#"{"name":"alice","sub":"UABC","nats":{"type":"user"}}"#)
+        );
+        let creds = format!(
+            "-----BEGIN NATS USER JWT-----\n{jwt}\n------END NATS USER JWT------\n\n\
+             -----BEGIN USER NKEY SEED-----\nSUAXXX\n------END USER NKEY SEED------\n"
+        );
+        assert_eq!(creds_user(&creds).as_deref(), Some("alice"));
+        assert_eq!(creds_user("not a creds file"), None);
     }
 
     #[test]

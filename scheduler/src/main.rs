@@ -331,17 +331,6 @@ fn with_password_from(url: &str, file: &std::path::Path) -> anyhow::Result<Strin
     Ok(parsed.into())
 }
 
-fn init_tracing(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
-
 async fn terminated() {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(s) => s,
@@ -369,7 +358,7 @@ async fn main() -> anyhow::Result<()> {
         println!("{}", hash_password(password).map_err(anyhow::Error::msg)?);
         return Ok(());
     }
-    init_tracing(&args.log_format);
+    chime_runtime::logging::init(args.log_format == "json");
     let config = args.into_config()?;
     let export = chime_runtime::traces::init("chime-scheduler").map_err(anyhow::Error::msg)?;
     if export.is_some() {

@@ -109,7 +109,15 @@ impl Replica {
         parts.supervisor.close();
         parts.tracker.close();
 
-        tracing::info!(replica = %config.replica_id, ?metrics_addr, ?http_addr, "chime-scheduler ready");
+        // `off` rather than `None`: the line is read by people.
+        let shown =
+            |addr: Option<std::net::SocketAddr>| addr.map_or("off".to_string(), |a| a.to_string());
+        tracing::info!(
+            replica = %config.replica_id,
+            metrics = %shown(metrics_addr),
+            http = %shown(http_addr),
+            "chime-scheduler ready"
+        );
         Ok(Replica {
             id: config.replica_id,
             health: parts.supervisor.health(),

@@ -311,7 +311,7 @@ pub fn api_request(data: &[u8]) {
         Ok(ApiRequest::ListAlerts(ListAlertsRequest { limit: None, .. })) => {
             panic!("{verb}: the alert page size was not settled")
         }
-        Ok(ApiRequest::CancelFiring(id)) => {
+        Ok(ApiRequest::CancelFiring(id) | ApiRequest::GetFiring(id)) => {
             assert_eq!(
                 check_name(&id.job_id, MAX_ID_LEN).err(),
                 None::<String>,

@@ -35,13 +35,12 @@ async fn firings(client: &Client, job_id: &str) -> Vec<Firing> {
 /// The metrics address a scheduler logged in its ready line.
 fn metrics_addr(ready_line: &str) -> String {
     let start = ready_line
-        .find("metrics_addr=Some(")
-        .map(|i| i + "metrics_addr=Some(".len())
+        .find("metrics=")
+        .map(|i| i + "metrics=".len())
         .unwrap_or_else(|| panic!("no metrics address in {ready_line:?}"));
     let end = ready_line[start..]
-        .find(')')
-        .map(|i| start + i)
-        .unwrap_or_else(|| panic!("no metrics address in {ready_line:?}"));
+        .find(char::is_whitespace)
+        .map_or(ready_line.len(), |i| start + i);
     ready_line[start..end].to_string()
 }
 

@@ -235,6 +235,14 @@ backend_tests! {
                 "{listed}"
             );
         }
+        // One firing by its id (`#` escaped in the path), as NATS gives it.
+        let firing_id = triggered.body["firing_id"].as_str().expect("a firing id");
+        let path = format!("/api/v1/firings/{}", firing_id.replace('#', "%23"));
+        let one = server.call(Method::GET, &path, "viewer", None).await;
+        assert_eq!(one.status, StatusCode::OK, "{}", one.body);
+        assert_eq!(one.body["firing"]["id"], firing_id, "{}", one.body);
+        let nats = server.nats_call("firings.get", &json!({"id": firing_id})).await;
+        assert_eq!(one.body, nats, "GET {path} and firings.get differ");
         // The trail names the override by its digest, not its content.
         let audit = server
             .call(Method::GET, "/api/v1/audit?target=nightly", "viewer", None)
@@ -1219,6 +1227,7 @@ async fn the_openapi_document_lists_every_route_and_validates() {
         ("/api/v1/jobs/{id}/{action}", &["post"][..]),
         ("/api/v1/preview", &["post"][..]),
         ("/api/v1/firings", &["get"][..]),
+        ("/api/v1/firings/{id}", &["get"][..]),
         ("/api/v1/firings/{id}/cancel", &["post"][..]),
         ("/api/v1/workers", &["get"][..]),
         ("/api/v1/alerts", &["get"][..]),

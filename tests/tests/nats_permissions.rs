@@ -71,13 +71,15 @@ fn server_config() -> String {
     config
 }
 
-/// Sets a program's NATS user, password and inbox prefix.
+/// Sets a program's NATS user and password. No inbox prefix: a program
+/// connecting as a user takes `_INBOX.<user>`, the inboxes the shipped
+/// permissions give that user, by itself.
 fn as_user(command: &mut Command, nats: &NatsServer, user: &str) {
     command
         .env("CHIME_NATS_URL", nats.url())
         .env("CHIME_NATS_USER", user)
         .env("CHIME_NATS_PASSWORD", password(user))
-        .env("CHIME_NATS_INBOX_PREFIX", format!("_INBOX.{user}"));
+        .env_remove("CHIME_NATS_INBOX_PREFIX");
 }
 
 /// A raw client of `user` whose server errors (permission violations) arrive on the receiver.
@@ -162,7 +164,6 @@ async fn scheduler(nats: &NatsServer, db: &SqliteDatabase) -> ChimeProcess {
     command.args(["--database-url", &db.url(), "--metrics-addr", "127.0.0.1:0"]);
     as_user(&mut command, nats, "chime-scheduler");
     command
-        .env_remove("CHIME_NATS_INBOX_PREFIX")
         .env("CHIME_NATS_REPLY_USER", "chime-scheduler-replies")
         .env(
             "CHIME_NATS_REPLY_PASSWORD",
@@ -196,6 +197,12 @@ async fn each_role_does_its_work_and_nothing_else() {
         .expect("the admin reads the audit trail");
     let audit: serde_json::Value = serde_json::from_slice(&audit.payload).expect("JSON");
     assert_eq!(audit["entries"][0]["actor"], "nats:chime-admin", "{audit}");
+    // And `chimectl audit` shows it, to a viewer too.
+    let trail = chimectl(&nats, "chime-viewer", &["audit", "--target", "tick"])
+        .expect("the viewer reads the audit trail");
+    let trail: serde_json::Value = serde_json::from_str(&trail).expect("JSON");
+    assert_eq!(trail["entries"][0]["actor"], "nats:chime-admin", "{trail}");
+    assert_eq!(trail["entries"][0]["verb"], "jobs.put", "{trail}");
 
     // Two workers of group default run it with their own users, one after
     // the other (so each surely gets firings): one with its own user and
@@ -235,6 +242,20 @@ async fn each_role_does_its_work_and_nothing_else() {
     for id in ["worker-default-1", "scaled-7f9c"] {
         assert!(history.contains(&format!("\"{id}\"")), "{id}: {history}");
     }
+    // The viewer reads a firing's output.
+    let firings: serde_json::Value = serde_json::from_str(&history).expect("JSON");
+    let succeeded = firings["firings"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["state"] == "succeeded"))
+        .unwrap_or_else(|| panic!("a succeeded firing in {history}"));
+    let logs = chimectl(
+        &nats,
+        "chime-viewer",
+        &["logs", succeeded["id"].as_str().expect("an id")],
+    )
+    .expect("the viewer reads a firing's output");
+    let logs: serde_json::Value = serde_json::from_str(&logs).expect("JSON");
+    assert_eq!(logs["firing"]["id"], succeeded["id"], "{logs}");
 
     // A read-only client lists but cannot put or delete.
     let listed = chimectl(&nats, "chime-viewer", &["list"]).expect("the viewer lists");

@@ -112,7 +112,11 @@ async fn apply_reports_and_stores_exactly_what_changed() {
     std::fs::write(&last, serde_yaml_ng::to_string(&jobs).unwrap()).unwrap();
 
     let (code, diff, err) = chimectl(&url, &["diff", "-f", &dir]).await;
-    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        code,
+        Some(1),
+        "diff exits 1 when something would change: {err}"
+    );
     assert_eq!(
         ids(&diff, "changed"),
         ["job-03", "job-17", "job-41"],
@@ -210,8 +214,9 @@ async fn apply_reports_and_stores_exactly_what_changed() {
 
     // A paused job stays paused: files that do not say `paused` leave it alone.
     client.pause_job("job-05", None).await.unwrap();
-    let (_, paused, _) = chimectl(&url, &["diff", "-f", &dir]).await;
+    let (code, paused, _) = chimectl(&url, &["diff", "-f", &dir]).await;
     assert!(ids(&paused, "changed").is_empty(), "{paused}");
+    assert_eq!(code, Some(0), "nothing would change: {paused}");
 
     replica.shutdown().await;
 }

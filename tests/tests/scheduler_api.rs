@@ -102,8 +102,22 @@ async fn chimectl_json_prints_the_servers_reply() {
         },
     )
     .await;
-    let cases: [(&[&str], Verb, Value); 4] = [
+    let firing_id = raw_reply(
+        &connection,
+        subjects.api(Verb::FiringsList),
+        &json!({"job_id": "nightly"}),
+    )
+    .await["firings"][0]["id"]
+        .as_str()
+        .expect("a firing id")
+        .to_string();
+    let cases: [(&[&str], Verb, Value); 5] = [
         (&["get", "nightly"], Verb::JobsGet, json!({"id": "nightly"})),
+        (
+            &["logs", &firing_id],
+            Verb::FiringsGet,
+            json!({"id": firing_id}),
+        ),
         (&["list"], Verb::JobsList, json!({"limit": 100})),
         (
             &["history", "nightly"],
@@ -311,6 +325,15 @@ backend_tests! {
                     reads_back::<ListFiringsReply>(verb, &raw);
                     assert_eq!(raw["firings"].as_array().map(Vec::len), Some(1), "{raw}");
                     assert!(raw.get("next").is_some_and(Value::is_null), "{raw}");
+                }
+                Verb::FiringsGet => {
+                    let list = raw_reply(&connection, subjects.api(Verb::FiringsList), &json!({"job_id": "full"})).await;
+                    let listed = list["firings"][0].clone();
+                    let raw = raw_reply(&connection, subject.clone(), &json!({"id": listed["id"]})).await;
+                    reads_back::<FiringReply>(verb, &raw);
+                    assert_eq!(raw["firing"], listed, "the firing as listed: {raw}");
+                    let missing = raw_reply(&connection, subject, &json!({"id": "full@1#1"})).await;
+                    assert_eq!(missing["error"]["code"], "not_found", "{missing}");
                 }
                 Verb::FiringsCancel => {
                     let list = raw_reply(&connection, subjects.api(Verb::FiringsList), &json!({"job_id": "full"})).await;

@@ -54,10 +54,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
+    chime_runtime::logging::init(false);
     if !(args.drain_grace.is_finite() && (0.0..=3600.0).contains(&args.drain_grace)) {
         eprintln!("conformance: --drain-grace must be 0–3600 seconds");
         return ExitCode::from(2);

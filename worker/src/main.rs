@@ -6,11 +6,9 @@ use chime_worker::cli::{Args, LogFormat};
 use chime_worker::handlers::{HttpHandler, NotAllowed, ShellHandler};
 use chime_worker::{admin, Worker};
 use clap::Parser;
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::EnvFilter;
 
 /// As in `chime-scheduler`: glibc's allocator cost the scheduler about a third
 /// of its CPU in a burst, and a worker allocates per firing the same way.
@@ -19,7 +17,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    init_logging(args.log_format);
+    chime_runtime::logging::init(args.log_format == LogFormat::Json);
     if let Err(message) = args.validate() {
         eprintln!("chime-worker: {message}");
         return ExitCode::from(2);
@@ -63,17 +61,6 @@ fn main() -> ExitCode {
     code
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none());
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
 async fn run(args: Args) -> Result<()> {
     let config = args.worker_config();
     let threads = config.threads;
@@ -109,11 +96,14 @@ async fn run(args: Args) -> Result<()> {
     let worker = builder.build().context("invalid worker settings")?;
 
     let stop_admin = CancellationToken::new();
+    // What the ready line shows: the port bound (`:0` picks one), or `off`.
+    let mut metrics_shown = "off".to_string();
     let admin_task = match args.metrics_addr().map_err(anyhow::Error::msg)? {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot listen on --metrics-addr {addr}"))?;
+            metrics_shown = listener.local_addr().unwrap_or(addr).to_string();
             let serve = admin::serve(
                 listener,
                 worker.metrics().clone(),
@@ -139,11 +129,11 @@ async fn run(args: Args) -> Result<()> {
         _ = interrupt.recv() => return stop_before_start(stop_admin, admin_task, "SIGINT").await,
     };
     tracing::info!(
-        worker_id = handle.id(),
-        group = handle.group(),
+        worker_id = %handle.id(),
+        group = %handle.group(),
         threads,
         shell = args.allow_shell,
-        metrics = %args.metrics_addr,
+        metrics = %metrics_shown,
         "chime-worker ready"
     );
 

@@ -21,6 +21,11 @@ const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(5);
 /// How often a wait that goes on is logged again.
 const LOG_EVERY: Duration = Duration::from_secs(30);
+/// A wait shorter than this is part of a normal start (a scheduler creates
+/// a new group's consumers within seconds of the worker's first heartbeat)
+/// and logged as info; a longer one says something is wrong (no scheduler,
+/// another subject prefix) and is logged as a warning.
+const WARN_AFTER: Duration = Duration::from_secs(15);
 
 /// Calls `find` until it succeeds, pausing with bounded exponential backoff
 /// (100 ms doubling to 5 s) and logging what it waits for. `status` says what
@@ -34,6 +39,7 @@ where
     let began = Instant::now();
     let mut delay = FIRST_RETRY;
     let mut logged: Option<Instant> = None;
+    let mut warned = false;
     loop {
         match find().await {
             Ok(found) => {
@@ -45,9 +51,16 @@ where
             }
             Err(error) => {
                 status.set_waiting_for(Some(what.to_string()));
-                if logged.is_none_or(|at| at.elapsed() >= LOG_EVERY) {
+                let waited = began.elapsed();
+                let late = waited >= WARN_AFTER;
+                if logged.is_none_or(|at| at.elapsed() >= LOG_EVERY) || (late && !warned) {
                     logged = Some(Instant::now());
-                    tracing::warn!(waited = ?began.elapsed(), %error, "waiting for {what}");
+                    if late {
+                        warned = true;
+                        tracing::warn!(?waited, %error, "still waiting for {what}: is a scheduler running, with the same --subject-prefix?");
+                    } else {
+                        tracing::info!(?waited, %error, "waiting for {what}");
+                    }
                 }
             }
         }

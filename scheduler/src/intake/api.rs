@@ -221,7 +221,7 @@ fn parse_pause(verb: Verb, body: &[u8]) -> Result<ApiRequest, ApiError> {
     Ok(ApiRequest::SetPaused(target, pause))
 }
 
-/// The firing a `firings.cancel` names.
+/// The firing a `firings.get` or `firings.cancel` names.
 fn parse_firing_id(body: &[u8]) -> Result<FiringId, ApiError> {
     let req: IdRequest = parse_request(body)?;
     let id: FiringId = req
@@ -276,6 +276,8 @@ pub enum ApiRequest {
     /// `jobs.preview`: the instants, computed; only `exclude` needs the store.
     Preview(Preview),
     ListFirings(FiringFilter),
+    /// `firings.get`.
+    GetFiring(FiringId),
     /// `firings.cancel`.
     CancelFiring(FiringId),
     ListWorkers(ListWorkersRequest),
@@ -361,6 +363,7 @@ impl ApiRequest {
                     after: req.after,
                 })
             }
+            Verb::FiringsGet => ApiRequest::GetFiring(parse_firing_id(body)?),
             Verb::FiringsCancel => ApiRequest::CancelFiring(parse_firing_id(body)?),
             Verb::WorkersList => ApiRequest::ListWorkers(parse_request(body)?),
             Verb::AlertsList => {
@@ -451,6 +454,7 @@ impl ApiRequest {
             | ApiRequest::ListJobs(_)
             | ApiRequest::Preview(_)
             | ApiRequest::ListFirings(_)
+            | ApiRequest::GetFiring(_)
             | ApiRequest::ListWorkers(_)
             | ApiRequest::ListAlerts(_)
             | ApiRequest::ListAudit(_) => None,
@@ -602,6 +606,14 @@ impl Api {
                     firings: page.items,
                     next: page.next,
                 }))
+            }
+            ApiRequest::GetFiring(id) => {
+                let firing = self
+                    .store
+                    .get_firing(&id)
+                    .await?
+                    .ok_or_else(|| ApiError::not_found(format!("no firing with id {id}")))?;
+                Ok(Reply::Firing(Box::new(FiringReply { firing })))
             }
             ApiRequest::CancelFiring(id) => self.cancel_firing(&id, now).await,
             ApiRequest::ListWorkers(req) => {

@@ -70,6 +70,17 @@ impl Store {
         Ok(page_of(items, limit, |f| f.id.to_string()))
     }
 
+    /// One firing by its id, `None` if there is none.
+    pub async fn get_firing(&self, id: &FiringId) -> Result<Option<Firing>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {FIRING_COLUMNS} FROM firings WHERE id = $1"
+        ))
+        .bind(id.to_string())
+        .fetch_optional(&self.read)
+        .await?;
+        row.as_ref().map(rows::firing).transpose()
+    }
+
     /// One batch of the retention sweep (see [`RetentionCursor`]): scans the
     /// next `batch` firings after `after` scheduled before `finished_before`,
     /// then deletes, of the firings of the jobs it met scheduled no later

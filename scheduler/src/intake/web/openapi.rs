@@ -26,6 +26,7 @@ use utoipa::{Modify, OpenApi};
         super::routes::job_action,
         super::routes::docs::preview,
         super::routes::docs::list_firings,
+        super::routes::docs::get_firing,
         super::routes::docs::cancel_firing,
         super::routes::docs::list_workers,
         super::routes::docs::list_alerts,

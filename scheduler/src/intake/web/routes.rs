@@ -83,13 +83,14 @@ const fn route(method: Method, path: &'static str, verb: Verb, shape: Shape) -> 
 /// (`/api/v1/jobs/{id}/{action}`) and `/api/v1/verbs/{verb}` name their
 /// verb in the path and have handlers of their own.
 #[rustfmt::skip]
-const ROUTES: [Route; 17] = [
+const ROUTES: [Route; 18] = [
     route(Method::GET,    "/api/v1/jobs",                Verb::JobsList,        Shape::Query),
     route(Method::GET,    "/api/v1/jobs/{id}",           Verb::JobsGet,         Shape::Path("id")),
     route(Method::PUT,    "/api/v1/jobs/{id}",           Verb::JobsPut,         Shape::PathBody("id")),
     route(Method::DELETE, "/api/v1/jobs/{id}",           Verb::JobsDelete,      Shape::Path("id")),
     route(Method::POST,   "/api/v1/preview",             Verb::JobsPreview,     Shape::Body),
     route(Method::GET,    "/api/v1/firings",             Verb::FiringsList,     Shape::Query),
+    route(Method::GET,    "/api/v1/firings/{id}",        Verb::FiringsGet,      Shape::Path("id")),
     route(Method::POST,   "/api/v1/firings/{id}/cancel", Verb::FiringsCancel,   Shape::PathBody("id")),
     route(Method::GET,    "/api/v1/workers",             Verb::WorkersList,     Shape::Query),
     route(Method::GET,    "/api/v1/alerts",              Verb::AlertsList,      Shape::Query),
@@ -485,6 +486,13 @@ pub mod docs {
         responses((status = 200, body = chime_common::api::ListFiringsReply),
             (status = 400, body = ErrorReply), (status = 401)))]
     pub fn list_firings() {}
+
+    /// One firing, its whole output and error included.
+    #[utoipa::path(get, path = "/api/v1/firings/{id}", tag = "firings",
+        params(("id" = String, Path, description = "the firing id, `#` written `%23`")),
+        responses((status = 200, description = "`{\"firing\": Firing}`"),
+            (status = 400, body = ErrorReply), (status = 404, body = ErrorReply), (status = 401)))]
+    pub fn get_firing() {}
 
     /// Cancels a firing (operator).
     #[utoipa::path(post, path = "/api/v1/firings/{id}/cancel", tag = "firings",
