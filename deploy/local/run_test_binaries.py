@@ -59,7 +59,9 @@ SDK_SUITES = [
     ("sdk/typescript", "unit", ["npm", "test", "--silent"]),
     ("sdk/typescript", "integration", ["npm", "run", "--silent", "test:integration"]),
     ("sdk/typescript", "readme example", ["npm", "run", "--silent", "test:e2e"]),
-    ("sdk/python", "unit and NATS", ["python3", "-m", "pytest", "-q"]),
+    # The tests also start the conformance worker as a program: it imports
+    # the package from the source tree too.
+    ("sdk/python", "unit and NATS", ["sh", "-c", 'PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" exec python3 -m pytest -q']),
     ("sdk/python", "readme example", ["scripts/e2e-installed.sh"]),
 ]
 
