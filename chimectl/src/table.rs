@@ -175,6 +175,7 @@ pub fn print_firings(firings: &[Value], next: Option<&Value>) {
             vec![
                 text(&f["id"]),
                 text(&f["scheduled_at"]),
+                text(&f["shard"]),
                 run_kind(f),
                 text(&f["state"]),
                 text(&f["worker"]),
@@ -188,6 +189,7 @@ pub fn print_firings(firings: &[Value], next: Option<&Value>) {
         &[
             "FIRING ID",
             "SCHEDULED",
+            "SHARD",
             "RUN",
             "STATE",
             "WORKER",
