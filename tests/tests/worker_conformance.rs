@@ -179,6 +179,29 @@ impl Stage {
         .await
     }
 
+    /// Waits until an attempt of `job` succeeded (on `worker`, when named)
+    /// and returns every attempt; an API that does not answer yet, as right
+    /// after a NATS outage, is waited out.
+    async fn succeeded(&self, job: &str, worker: Option<&str>, patience: Duration) -> Vec<Firing> {
+        until_ok(
+            patience,
+            &format!("a succeeded attempt of {job}"),
+            || async {
+                let firings = self.attempts_if_answered(job).await?;
+                let done = firings.iter().any(|f| {
+                    f.state == FiringState::Succeeded
+                        && worker.is_none_or(|w| f.worker.as_deref() == Some(w))
+                });
+                if done {
+                    Ok(firings)
+                } else {
+                    Err(format!("{firings:?}"))
+                }
+            },
+        )
+        .await
+    }
+
     /// Waits until `firing` is executing on a worker.
     async fn executing(&self, job: &str) -> Firing {
         until_ok(PATIENCE, &format!("{job} executing"), || async {
@@ -340,18 +363,7 @@ async fn a_killed_worker_s_run_runs_again_elsewhere(implementation: Implementati
     stage.executing("survivor").await;
     first.kill9();
     let _second = stage.worker("conf", "heir", 1, 5.0).await;
-    let firings = until_ok(PATIENCE, "a run on the second worker", || async {
-        let firings = stage.attempts("survivor").await;
-        if firings
-            .iter()
-            .any(|f| f.state == FiringState::Succeeded && f.worker.as_deref() == Some("heir"))
-        {
-            Ok(firings)
-        } else {
-            Err(format!("{firings:?}"))
-        }
-    })
-    .await;
+    let firings = stage.succeeded("survivor", Some("heir"), PATIENCE).await;
     assert_eq!(
         firings
             .iter()
@@ -391,15 +403,7 @@ async fn runs_again_what_overran_the_drain(implementation: Implementation) {
     let status = worker.terminate(Duration::from_secs(30)).await;
     assert!(status.success(), "exit {status:?}: {}", worker.log_tail(40));
     let _next = stage.worker("conf", "patient", 1, 20.0).await;
-    let firings = until_ok(PATIENCE, "the interrupted run again", || async {
-        let firings = stage.attempts("overrun").await;
-        if firings.iter().any(|f| f.state == FiringState::Succeeded) {
-            Ok(firings)
-        } else {
-            Err(format!("{firings:?}"))
-        }
-    })
-    .await;
+    let firings = stage.succeeded("overrun", None, PATIENCE).await;
     assert!(
         firings.iter().all(|f| f.state != FiringState::Cancelled),
         "{firings:?}"
@@ -519,15 +523,9 @@ async fn fences_when_nats_is_gone_and_comes_back(implementation: Implementation)
     // margin): the outage is the fault under test.
     tokio::time::sleep(Duration::from_secs(16)).await;
     stage.nats.restart().await;
-    let firings = until_ok(Duration::from_secs(90), "the fenced run again", || async {
-        let firings = stage.attempts_if_answered("stranded").await?;
-        if firings.iter().any(|f| f.state == FiringState::Succeeded) {
-            Ok(firings)
-        } else {
-            Err(format!("{firings:?}"))
-        }
-    })
-    .await;
+    let firings = stage
+        .succeeded("stranded", None, Duration::from_secs(90))
+        .await;
     assert!(
         firings.len() >= 2,
         "the fenced attempt is recorded: {firings:?}"
