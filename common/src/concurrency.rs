@@ -53,11 +53,15 @@ pub struct Concurrency {
     /// Each instant becomes this many firings, shard 0…N-1 (default 1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shards: Option<u32>,
+    /// Each instant becomes one firing per live worker of the group that
+    /// takes offers, each addressed to its worker (default `false`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub broadcast: bool,
 }
 
 impl Concurrency {
     /// The keys this reads from a job object.
-    pub const FIELDS: [&'static str; 3] = ["max_concurrent", "queue_limit", "shards"];
+    pub const FIELDS: [&'static str; 4] = ["max_concurrent", "queue_limit", "shards", "broadcast"];
 
     /// Reads the fields present in `obj` (absent and `null` are the same)
     /// for a job with `overlap` (`None`: the overlap was itself invalid, so
@@ -77,11 +81,38 @@ impl Concurrency {
                 "applies only with overlap: queue (it bounds the firings that wait)",
             ));
         }
+        let broadcast = match obj.get("broadcast") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                errors.push(FieldError::new(
+                    "broadcast",
+                    format!("must be true or false, not {}", json_kind(other)),
+                ));
+                false
+            }
+        };
+        if broadcast && max_concurrent.is_none() && overlap.is_some_and(|o| o != Overlap::Allow) {
+            // One instant's worth is as many firings as live workers, which
+            // a limit stored with the job cannot know.
+            errors.push(FieldError::new(
+                "max_concurrent",
+                "is required for a broadcast job whose overlap is not allow: it bounds the \
+                 job's firings on all its workers together",
+            ));
+        }
+        if broadcast && shards.is_some() {
+            errors.push(FieldError::new(
+                "broadcast",
+                "cannot be combined with shards: a broadcast has one shard per live worker",
+            ));
+        }
         if errors.is_empty() {
             Ok(Concurrency {
                 max_concurrent,
                 queue_limit,
                 shards,
+                broadcast,
             })
         } else {
             Err(errors)

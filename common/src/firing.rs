@@ -209,6 +209,10 @@ pub struct Firing {
     pub due_at: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<String>,
+    /// A broadcast job's firing: the worker it is addressed to, known
+    /// before it starts; only that worker may start it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",

@@ -24,6 +24,8 @@ pub const TIMEOUT_MS: &str = "Chime-Timeout-Ms";
 pub const SHARD: &str = "Chime-Shard";
 /// A sharded job's firing: how many shards its instant has (absent when unsharded).
 pub const SHARDS: &str = "Chime-Shards";
+/// An offer (a broadcast job's firing): the worker it is addressed to.
+pub const WORKER_ID: &str = "Chime-Worker-Id";
 /// W3C Trace Context: the firing's trace, with its `published` span as the
 /// parent (docs/PROTOCOL.md); on a submission, the trace a one-shot job's
 /// firings keep (docs/API.md).

@@ -132,7 +132,7 @@ pub struct JobSpec {
     pub timeout: Duration,
     pub retry: RetryPolicy,
     pub overlap: Overlap,
-    /// `max_concurrent`, `queue_limit`, `shards`.
+    /// `max_concurrent`, `queue_limit`, `shards`, `broadcast`.
     #[serde(flatten)]
     pub concurrency: Concurrency,
     pub misfire: Misfire,

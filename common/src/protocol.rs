@@ -295,6 +295,11 @@ pub struct WorkerInfo {
     /// takes them to offer any handler.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handlers: Option<Vec<String>>,
+    /// The worker takes offers: it hears its offer subject and runs the
+    /// firings of broadcast jobs addressed to it (docs/PROTOCOL.md §4,
+    /// "Offers"). A worker that does not say gets no share of a broadcast.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub offers: bool,
     /// When the bucket last received this heartbeat: filled in by
     /// `workers.list` from the key's write time (extension); workers leave
     /// it out.

@@ -152,6 +152,14 @@ impl Subjects {
         format!("{}.cancel.{worker_id}", self.prefix)
     }
 
+    /// `chime.offer.<group>.<worker id>`: the firings of broadcast jobs
+    /// addressed to the worker, as core NATS messages (docs/PROTOCOL.md §4,
+    /// "Offers"). The group in the subject lets NATS permissions give a
+    /// group's users its own workers' offers only.
+    pub fn offer(&self, group: &str, worker_id: &str) -> String {
+        format!("{}.offer.{group}.{worker_id}", self.prefix)
+    }
+
     /// `chime.alerts`: JSON alert events (failed or lost firings, repeated failures).
     pub fn alerts(&self) -> String {
         format!("{}.alerts", self.prefix)

@@ -37,6 +37,7 @@ fn firing() -> StagedFiring {
         shards: 1,
         traceparent: None,
         staged_at: scheduled_at,
+        worker_id: None,
     }
 }
 

@@ -2,6 +2,7 @@
 //! anything starts (the binary fills them from flags and environment).
 
 use crate::firing::immediate::ImmediateConfig;
+use crate::firing::offers::OffersConfig;
 use crate::firing::publisher::PublisherConfig;
 use crate::firing::slicer::SlicerConfig;
 use crate::intake::api::ApiConfig;
@@ -60,6 +61,8 @@ pub struct SchedulerConfig {
     pub limit_release: LimitReleaseConfig,
     /// Publishing firings staged outside a slice at once.
     pub immediate: ImmediateConfig,
+    /// Offering broadcast firings to their workers again until they start.
+    pub offers: OffersConfig,
     /// How failed services are restarted and when they make `/healthz` fail.
     pub supervisor: SupervisorConfig,
     /// The clock offset check (`--max-clock-offset`).
@@ -102,6 +105,7 @@ impl SchedulerConfig {
             maintenance: MaintenanceWindowsConfig::default(),
             limit_release: LimitReleaseConfig::default(),
             immediate: ImmediateConfig::default(),
+            offers: OffersConfig::default(),
             supervisor: SupervisorConfig::default(),
             clock: ClockMonitorConfig::default(),
             consumers: ConsumersConfig::default(),
@@ -129,6 +133,7 @@ impl SchedulerConfig {
         self.maintenance.validate()?;
         self.limit_release.validate()?;
         self.immediate.validate()?;
+        self.offers.validate()?;
         self.supervisor.validate()?;
         self.clock.validate()?;
         self.consumers.validate()?;

@@ -5,6 +5,7 @@
 //! tests exercise the same wiring as production.
 
 use crate::config::SchedulerConfig;
+use crate::firing::offers::Offers;
 use crate::ops::clock_monitor::{ClockMonitor, ClockStatus};
 use crate::ops::consumers::Consumers;
 use crate::ops::job_metrics::JobMetrics;
@@ -12,6 +13,7 @@ use crate::ops::metrics::Metrics;
 use crate::services::{spawn_periodic_services, FirstPassed, Links, Parts, Streaming};
 use crate::signals::Signals;
 use crate::store::Store;
+use crate::workers::registry::Registry;
 use anyhow::Context as _;
 use chime_runtime::supervisor::{Health, Supervisor};
 use std::net::SocketAddr;
@@ -97,11 +99,25 @@ impl Replica {
             .run_once(chrono::Utc::now())
             .await
             .context("cannot read the jobs' newest ends for the per-job metrics")?;
+        let offers = Arc::new(Offers::new(
+            config.offers.clone(),
+            links.store.clone(),
+            Registry::new(links.workers.clone()),
+            links.nats.clone(),
+            parts.alerts.clone(),
+        ));
+        // Before the first slice: broadcast firings go to the workers
+        // alive now, not to nobody. A bucket that cannot be read yet is
+        // read again by the next pass.
+        if let Err(error) = offers.run_once(chrono::Utc::now()).await {
+            tracing::warn!(%error, "cannot read the workers broadcast firings go to yet");
+        }
         let streaming = Streaming::new(&config, &links, &parts, api, &clock).await?;
         streaming.spawn(&config, &parts);
         parts.spawn_webhooks(&config, &links)?;
         let first = FirstPassed {
             clock: clock.clone(),
+            offers,
             consumers,
             job_metrics,
         };

@@ -12,6 +12,7 @@
 use crate::config::SchedulerConfig;
 use crate::firing::claim::SliceProgress;
 use crate::firing::immediate::{Immediate, Wake};
+use crate::firing::offers::Offers;
 use crate::firing::publisher::Publisher;
 use crate::firing::slicer::Slicer;
 use crate::firing::unstarted::Unstarted;
@@ -53,7 +54,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Every supervised service, by the name its metrics and `/healthz` use.
-pub const SERVICES: [&str; 17] = [
+pub const SERVICES: [&str; 18] = [
     "starts",
     "finishes",
     "api",
@@ -67,6 +68,7 @@ pub const SERVICES: [&str; 17] = [
     "maintenance",
     "limit_release",
     "immediate",
+    "offers",
     "clock",
     "consumers",
     "job_metrics",
@@ -559,7 +561,7 @@ struct PeriodicSpec {
 }
 
 /// The periodic services, in the order they start.
-const PERIODIC: [PeriodicSpec; 10] = [
+const PERIODIC: [PeriodicSpec; 11] = [
     PeriodicSpec {
         name: "expiry",
         leased: |c| Some(c.expiry.lease_ttl),
@@ -617,6 +619,14 @@ const PERIODIC: [PeriodicSpec; 10] = [
         woken: true,
     },
     PeriodicSpec {
+        name: "offers",
+        leased: |_| None,
+        every: |c| c.offers.interval,
+        store_errors: true,
+        leader_gauge: false,
+        woken: false,
+    },
+    PeriodicSpec {
         name: "clock",
         leased: |_| None,
         every: |c| c.clock.interval,
@@ -646,13 +656,14 @@ const PERIODIC: [PeriodicSpec; 10] = [
 /// replica reports ready.
 pub(crate) struct FirstPassed {
     pub clock: Arc<ClockMonitor>,
+    pub offers: Arc<Offers>,
     pub consumers: Arc<Consumers>,
     pub job_metrics: Arc<JobMetrics>,
 }
 
 /// Spawns every periodic service of [`PERIODIC`] (the checkpointer on
-/// SQLite only); the clock monitor, the consumers service and the per-job
-/// gauges ran their first pass during start-up.
+/// SQLite only); the clock monitor, the consumers service, the per-job
+/// gauges and the offers ran their first pass during start-up.
 pub(crate) fn spawn_periodic_services(
     config: &SchedulerConfig,
     links: &Links,
@@ -744,6 +755,7 @@ pub(crate) fn spawn_periodic_services(
         ),
         signals.immediate.clone(),
     );
+    spawner.spawn_arc(spec("offers"), first.offers, signals.offers.clone());
     spawner.spawn_arc(spec("clock"), first.clock, signals.clock.clone());
     spawner.spawn_arc(
         spec("consumers"),

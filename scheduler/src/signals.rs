@@ -5,6 +5,7 @@
 //! services report what they applied.
 
 use crate::firing::immediate::ImmediateOutcome;
+use crate::firing::offers::OffersOutcome;
 use crate::ops::consumers::ConsumersOutcome;
 use crate::ops::job_metrics::JobMetricsOutcome;
 use crate::ops::maintenance_windows::MaintenanceOutcome;
@@ -31,6 +32,8 @@ pub struct Signals {
     pub maintenance: TestSignal<Pass<MaintenanceOutcome>>,
     /// Each pass putting unadopted due firings in the wheel.
     pub immediate: TestSignal<Pass<ImmediateOutcome>>,
+    /// Each pass offering broadcast firings again.
+    pub offers: TestSignal<Pass<OffersOutcome>>,
     /// Each pass releasing held firings (only on the lease holder).
     pub limit_release: TestSignal<Pass<LimitReleaseOutcome>>,
     /// Each clock offset measurement.

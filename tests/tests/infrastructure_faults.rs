@@ -274,6 +274,7 @@ fn info(id: &str, running: Option<Vec<FiringId>>) -> WorkerInfo {
         started_at: chrono::Utc::now(),
         running,
         handlers: None,
+        offers: false,
         heartbeat_at: None,
     }
 }

@@ -269,6 +269,7 @@ backend_tests! {
             started_at: chrono::Utc::now(),
             running: None,
             handlers: None,
+            offers: false,
             heartbeat_at: None,
         };
         async_nats::jetstream::new(connection.clone())
@@ -749,6 +750,7 @@ async fn a_put_reply_warns_of_numbered_weekdays_and_of_a_group_without_workers()
         started_at: chrono::Utc::now(),
         running: None,
         handlers: None,
+        offers: false,
         heartbeat_at: None,
     };
     async_nats::jetstream::new(connection.clone())
@@ -763,5 +765,61 @@ async fn a_put_reply_warns_of_numbered_weekdays_and_of_a_group_without_workers()
     let put = raw_reply(&connection, subjects.api(Verb::JobsPut), &spec("quiet")).await;
     assert!(put.get("job").is_some(), "{put}");
     assert!(put.get("warnings").is_none(), "{put}");
+    replica.shutdown().await;
+}
+
+/// A one-shot put a moment after its time (a slow batch of puts, a late
+/// deploy) still fires, late; one whose time is further in the past than
+/// its `misfire_threshold` is stored completed, and the reply says so.
+#[tokio::test]
+async fn a_one_shot_put_after_its_time_fires_late_within_its_misfire_threshold() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let replica = Replica::start(SchedulerConfig::new(nats.url(), db.url()))
+        .await
+        .expect("replica starts");
+    let connection = nats.connect().await;
+    let client = Client::new(connection.clone());
+    let subjects = Subjects::default();
+    let now = chrono::Utc::now();
+
+    let mut late = spec("late");
+    late["schedule"] = json!({"at": format_time(now - chrono::Duration::seconds(5))});
+    let put = raw_reply(&connection, subjects.api(Verb::JobsPut), &late).await;
+    assert_eq!(put["job"]["state"], "active", "{put}");
+    assert!(put["warnings"]
+        .as_array()
+        .is_none_or(|w| w.iter().all(|w| w["field"] != "schedule.at")));
+    eventually(Duration::from_secs(20), "the late one-shot fires", || {
+        let client = client.clone();
+        async move {
+            client
+                .list_firings(&ListFiringsRequest {
+                    job_id: Some("late".into()),
+                    ..Default::default()
+                })
+                .await
+                .is_ok_and(|page| page.firings.len() == 1)
+        }
+    })
+    .await;
+
+    let mut gone = spec("long-past");
+    gone["misfire_threshold"] = json!("10s");
+    gone["schedule"] = json!({"at": format_time(now - chrono::Duration::seconds(30))});
+    let put = raw_reply(&connection, subjects.api(Verb::JobsPut), &gone).await;
+    assert_eq!(put["job"]["state"], "completed", "{put}");
+    let warning = put["warnings"]
+        .as_array()
+        .and_then(|w| w.iter().find(|w| w["field"] == "schedule.at"))
+        .unwrap_or_else(|| panic!("no schedule.at warning: {put}"));
+    assert!(
+        warning["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not fire"),
+        "{warning}"
+    );
     replica.shutdown().await;
 }

@@ -159,6 +159,7 @@ async fn groups_get_their_consumers_from_jobs_and_from_worker_heartbeats() {
         started_at: chrono::Utc::now(),
         running: None,
         handlers: None,
+        offers: false,
         heartbeat_at: None,
     };
     workers

@@ -16,6 +16,7 @@ use crate::running::Running;
 use crate::services::cancel::CancelListener;
 use crate::services::fence::Fence;
 use crate::services::heartbeat::Heartbeat;
+use crate::services::offers::OfferListener;
 use crate::services::pull::{Feeds, Puller, Source};
 use crate::shutdown::{Stage, WorkerHandle};
 use crate::slots::Slots;
@@ -140,7 +141,7 @@ impl Worker {
             subjects.clone(),
             config.group.clone(),
         );
-        let (consumers, doorbell, cancels) =
+        let (consumers, doorbell, cancels, offers) =
             open_feeds(&status, &source, &config, &subjects).await?;
 
         let handler_names: Vec<String> = handlers.names().into_iter().map(String::from).collect();
@@ -167,9 +168,17 @@ impl Worker {
         );
         let firings = TaskTracker::new();
         let waiting = Arc::new(tokio::sync::watch::Sender::new(false));
+        let dispatcher = Arc::new(dispatcher);
+        let offer_listener = OfferListener {
+            client: client.clone(),
+            subject: subjects.offer(&config.group, &config.worker_id),
+            dispatcher: dispatcher.clone(),
+            slots: slots.clone(),
+            firings: firings.clone(),
+        };
         let puller = Puller {
             source,
-            dispatcher: Arc::new(dispatcher),
+            dispatcher,
             slots: slots.clone(),
             fence,
             firings: firings.clone(),
@@ -187,6 +196,14 @@ impl Worker {
         let stop = fetching.stop.clone();
         fetching.supervisor.spawn("fetch", move || {
             puller.clone().run(take(&first_feeds), stop.clone())
+        });
+        // Offers are taken like fetches, so shutdown stops both first.
+        let first_offers = Mutex::new(Some(offers));
+        let stop = fetching.stop.clone();
+        fetching.supervisor.spawn("offer_listener", move || {
+            offer_listener
+                .clone()
+                .run(take(&first_offers), stop.clone())
         });
         let listener = CancelListener {
             client,
@@ -243,7 +260,7 @@ fn spawn_heartbeat_and_fence(background: &Stage, heartbeat: &Heartbeat, fence: &
 }
 
 /// Waits for the streams and the group's consumers a scheduler makes,
-/// subscribes to the group's doorbell and to this worker's cancels, and
+/// subscribes to the group's doorbell, to this worker's cancels and offers, and
 /// confirms the subscriptions with the server, so nothing sent once the
 /// worker reports started is missed.
 async fn open_feeds(
@@ -254,6 +271,7 @@ async fn open_feeds(
 ) -> Result<
     (
         [async_nats::jetstream::consumer::PullConsumer; 3],
+        async_nats::Subscriber,
         async_nats::Subscriber,
         async_nats::Subscriber,
     ),
@@ -287,8 +305,13 @@ async fn open_feeds(
         .subscribe(subjects.cancel(&config.worker_id))
         .await
         .map_err(|e| WorkerError::nats("subscribe to cancel requests")(e.into()))?;
+    let offers = source
+        .client
+        .subscribe(subjects.offer(&config.group, &config.worker_id))
+        .await
+        .map_err(|e| WorkerError::nats("subscribe to offers")(e.into()))?;
     confirm_subscriptions(jetstream)
         .await
         .map_err(|e| WorkerError::nats("confirm subscriptions")(e.into()))?;
-    Ok((consumers, doorbell, cancels))
+    Ok((consumers, doorbell, cancels, offers))
 }

@@ -43,6 +43,7 @@ mod names {
     pub const TIMEOUT_MS: HeaderName = HeaderName::from_static(headers::TIMEOUT_MS);
     pub const SHARD: HeaderName = HeaderName::from_static(headers::SHARD);
     pub const SHARDS: HeaderName = HeaderName::from_static(headers::SHARDS);
+    pub const WORKER_ID: HeaderName = HeaderName::from_static(headers::WORKER_ID);
     pub const TRACEPARENT: HeaderName = HeaderName::from_static(headers::TRACEPARENT);
 }
 
@@ -71,6 +72,9 @@ pub fn firing_headers(firing: &StagedFiring, now: chrono::DateTime<Utc>) -> Head
     if let Some(shard) = firing.id.shard {
         h.insert(names::SHARD, shard.to_string());
         h.insert(names::SHARDS, firing.shards.to_string());
+    }
+    if let Some(worker) = &firing.worker_id {
+        h.insert(names::WORKER_ID, worker.as_str());
     }
     // Its trace (the one it keeps, or its instant's), its `published`
     // span the parent: the same for every attempt's every copy.
@@ -213,6 +217,7 @@ mod tests {
             shards,
             traceparent: None,
             staged_at: now,
+            worker_id: None,
         }
     }
 
@@ -241,6 +246,7 @@ mod tests {
             shards: 1,
             traceparent: None,
             staged_at: scheduled_at,
+            worker_id: None,
         };
         let now = scheduled_at + chrono::Duration::seconds(5);
         let h = firing_headers(&firing, now);

@@ -96,9 +96,18 @@ pub struct Publisher {
     pub unstarted: Unstarted,
 }
 
-struct Sent {
-    entry: WheelEntry,
-    ack: PublishAckFuture,
+/// A firing sent: published to its group's consumers, its ack to come, or
+/// offered to the one worker it is addressed to (a broadcast's share), a
+/// core NATS message with no ack (the offers pass offers it again until it
+/// starts).
+enum Sent {
+    Published {
+        entry: WheelEntry,
+        ack: PublishAckFuture,
+    },
+    Offered {
+        entry: WheelEntry,
+    },
 }
 
 impl Publisher {
@@ -112,17 +121,40 @@ impl Publisher {
             let now = Utc::now();
             let firing = &entry.firing;
             let lateness = (now - firing.due_at).num_microseconds().unwrap_or(0).max(0);
-            let subject = self
-                .subjects
-                .fire(&firing.group, Band::of_priority(firing.priority));
-            let message = PublishMessage::build()
-                .payload(firing.payload.clone())
-                .headers(firing_headers(firing, now));
-            match self.jetstream.send_publish(subject, message).await {
+            let sent = match &firing.worker_id {
+                Some(worker) => self
+                    .nats
+                    .publish_with_headers(
+                        self.subjects.offer(&firing.group, worker),
+                        firing_headers(firing, now),
+                        firing.payload.clone(),
+                    )
+                    .await
+                    .map(|()| None)
+                    .map_err(|e| e.to_string()),
+                None => {
+                    let subject = self
+                        .subjects
+                        .fire(&firing.group, Band::of_priority(firing.priority));
+                    let message = PublishMessage::build()
+                        .payload(firing.payload.clone())
+                        .headers(firing_headers(firing, now));
+                    self.jetstream
+                        .send_publish(subject, message)
+                        .await
+                        .map(Some)
+                        .map_err(|e| e.to_string())
+                }
+            };
+            match sent {
                 Ok(ack) => {
                     self.metrics.publish_lateness.observe(lateness as f64 / 1e6);
                     traces::published(firing, now, Utc::now());
-                    if acks.send(Sent { entry, ack }).await.is_err() {
+                    let sent = match ack {
+                        Some(ack) => Sent::Published { entry, ack },
+                        None => Sent::Offered { entry },
+                    };
+                    if acks.send(sent).await.is_err() {
                         return count;
                     }
                 }
@@ -268,7 +300,8 @@ impl Collector {
         loop {
             tokio::select! {
                 next = sent.recv(), if open => match next {
-                    Some(Sent { entry, ack }) => inflight.push(async move { let r = ack.await; (entry, r) }),
+                    Some(Sent::Published { entry, ack }) => inflight.push(async move { let r = ack.await; (entry, r) }),
+                    Some(Sent::Offered { entry }) => self.on_offered(entry),
                     None => open = false,
                 },
                 Some((entry, result)) = inflight.next(), if !inflight.is_empty() => {
@@ -301,6 +334,24 @@ impl Collector {
         for (group, bands) in unrung {
             self.ring(&group, bands).await;
         }
+    }
+
+    /// Counts an offer towards its slice and hands it to the marker: no
+    /// stream holds it (sequence 0), and no doorbell is rung for it.
+    fn on_offered(&self, entry: WheelEntry) {
+        self.metrics
+            .firings_published
+            .with_label_values(&[entry.firing.group.as_str()])
+            .inc();
+        if let Some(slice) = &entry.slice {
+            self.progress.acked(slice);
+        }
+        self.unstarted.acked(entry.firing.id.clone());
+        let _ = self.marks.send(Acked {
+            id: entry.firing.id,
+            stream_seq: 0,
+            at: Utc::now(),
+        });
     }
 
     /// Handles one ack; returns the group whose doorbell should ring, and the band.

@@ -143,6 +143,7 @@ mod tests {
             shards: 1,
             traceparent: None,
             staged_at: at,
+            worker_id: None,
         }
     }
 

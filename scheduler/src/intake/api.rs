@@ -682,6 +682,7 @@ impl Api {
                 })?;
         self.job_changes.changed(&spec.id);
         let mut warnings = spec.warnings();
+        warnings.extend(long_past_warning(&job));
         warnings.extend(self.handler_warning(spec).await);
         Ok(Reply::put(job, warnings))
     }
@@ -996,6 +997,25 @@ pub async fn record_audit(
             "cannot record an audit entry"
         );
     }
+}
+
+/// The put warning for a one-shot whose time was already further in the
+/// past than its `misfire_threshold`: stored completed, it never fires.
+fn long_past_warning(job: &chime_common::Job) -> Option<Warning> {
+    let chime_common::schedule::ScheduleSpec::At { at } = job.spec.schedule else {
+        return None;
+    };
+    (job.state == chime_common::JobState::Completed).then(|| {
+        Warning::new(
+            "schedule.at",
+            format!(
+                "{} was more than misfire_threshold ({}) ago: the job is stored completed \
+                 and does not fire (jobs.trigger runs it now)",
+                at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+                chime_common::duration::format_duration(job.spec.misfire_threshold)
+            ),
+        )
+    })
 }
 
 fn not_found(id: &str) -> ApiError {

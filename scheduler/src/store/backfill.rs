@@ -8,6 +8,7 @@
 //! A dry run does all of it in a transaction it rolls back: the firings it
 //! names are exactly those a backfill would have staged then.
 
+use super::audience::shares;
 use super::error::StoreError;
 use super::handle::Store;
 use super::rows;
@@ -100,6 +101,15 @@ impl Store {
             return Ok(None);
         };
         let spec = rows::spec(job_id, &row.text(job_id, "spec")?)?;
+        if spec.concurrency.broadcast {
+            // Its past instants went to the workers alive then; today's
+            // are other workers, and running them there is not a replay.
+            return Err(StoreError::invalid(
+                "id",
+                "is a broadcast job: its instants go to the workers alive at each, so past \
+                 ones cannot be backfilled (jobs.trigger runs it on today's workers)",
+            ));
+        }
         let schedule = compile(&spec, row.int(job_id, "anchor_ms")?)?;
         let shards = spec.concurrency.shard_count();
         // One backfill writes at most BACKFILL_LIMIT_MAX firings, every
@@ -158,9 +168,10 @@ impl Store {
                 shard: 0,
                 shards: 1,
                 traceparent: None,
+                worker_id: None,
                 guard: None,
             };
-            firings.extend(first.sharded(shards));
+            firings.extend(first.shared(&shares(&spec.concurrency, &[]), now_ms));
         }
         let inserted = self.insert_firings(&mut tx, &firings, now_ms).await?;
         // A firing inserted since the attempts were read (a retry, another

@@ -3,6 +3,7 @@
 //! database aborted it for contention. Each transition adds its methods in
 //! its own file.
 
+use super::audience::Audiences;
 use super::dialect::{self, Backend, BindRows};
 use super::error::StoreError;
 use super::types::StoreOptions;
@@ -13,6 +14,7 @@ use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::query::QueryAs;
 use sqlx::{Any, AnyPool, FromRow, Transaction};
 use std::future::Future;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// How often an operation the database aborted for contention is run again
@@ -44,6 +46,9 @@ pub struct Store {
     pub(super) specs: spec_cache::SpecCache,
     /// A SQLite file's checkpoints ([`Store::checkpoint`]).
     pub(super) checkpoints: Option<dialect::Checkpoints>,
+    /// Who broadcast firings go to, as the heartbeats last said
+    /// ([`Store::set_audiences`]).
+    pub(super) audiences: Arc<RwLock<Audiences>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -85,9 +90,26 @@ impl Store {
             limits: options.limits,
             specs: spec_cache::SpecCache::new(spec_cache::DEFAULT_BUDGET_BYTES),
             checkpoints: pools.checkpoints,
+            audiences: Arc::default(),
         };
         store.check_partitions().await?;
         Ok(store)
+    }
+
+    /// Who the broadcast firings staged from now on go to: the live
+    /// workers the heartbeats list, kept fresh by the offers pass. Every
+    /// path that stages a firing (a slice, a trigger, an `on_success`)
+    /// reads it without waiting on NATS inside its transaction.
+    pub fn set_audiences(&self, audiences: Audiences) {
+        *self.audiences.write().unwrap_or_else(|p| p.into_inner()) = audiences;
+    }
+
+    /// The audiences last set.
+    pub(super) fn audiences(&self) -> Audiences {
+        self.audiences
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The database behind the store.

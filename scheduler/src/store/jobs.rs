@@ -1,6 +1,7 @@
 //! Job definitions: put, get, list, delete, trigger (pause and resume are
 //! in `pause.rs`).
 
+use super::audience::shares;
 use super::dialect::Backend;
 use super::error::StoreError;
 use super::handle::Store;
@@ -15,7 +16,7 @@ use super::types::{Deleted, JobFilter, Page};
 use super::values::{at_ms, ms, truncate, RowExt};
 use super::waiting::Waiting;
 use chime_common::api::page_limit;
-use chime_common::schedule::ScheduleSpec;
+use chime_common::schedule::{Schedule, ScheduleSpec};
 use chime_common::traceparent::TraceParent;
 use chime_common::{FiringId, FiringState, Job, JobSpec, JobState};
 use chrono::{DateTime, Utc};
@@ -234,7 +235,7 @@ impl Store {
         let schedule = job_schedule(spec, now).map_err(StoreError::Invalid)?;
         self.check_no_cycle(spec).await?;
         self.check_calendars_exist(spec).await?;
-        let next = next_ms(&schedule, now_ms);
+        let next = first_instant(spec, &schedule, now_ms);
         let state = if spec.paused {
             JobState::Paused
         } else {
@@ -581,11 +582,12 @@ impl Store {
             else {
                 break;
             };
-            // A sharded job's trigger runs every shard; the reply names shard 0.
-            let shards = spec.concurrency.shard_count();
-            let id = FiringId::of_shard(job_id, at, 0, shards, 1);
+            // A sharded job's trigger runs every shard, a broadcast's goes to
+            // every live worker; the reply names the first.
+            let audiences = self.audiences();
+            let shares = shares(&spec.concurrency, audiences.of_group(&spec.group));
             let first = NewFiring {
-                id: id.to_string(),
+                id: FiringId::new(job_id, at, 1).to_string(),
                 job_id,
                 scheduled_at: at,
                 attempt: 1,
@@ -602,30 +604,56 @@ impl Store {
                 shard: 0,
                 shards: 1,
                 traceparent,
+                worker_id: None,
                 guard: None,
             };
-            let firings: Vec<NewFiring> = first.sharded(shards).collect();
+            let firings: Vec<NewFiring> = first.shared(&shares, now_ms);
+            let id: FiringId = firings[0]
+                .id
+                .parse()
+                .map_err(|e| StoreError::Internal(format!("a firing id of its own: {e}")))?;
             let inserted = self.insert_firings(tx, &firings, now_ms).await?;
-            if !inserted.is_empty() {
-                let part = self.partition_of(job_id);
-                let waiting: Vec<Waiting> = inserted
-                    .iter()
-                    .map(|text| Waiting {
-                        id: text,
-                        group_name: &spec.group,
-                        part,
-                        due_at: now_ms,
-                        slice: None,
-                    })
-                    .collect();
-                self.add_waiting(tx, &waiting).await?;
-                return Ok(Some(id));
+            if inserted.is_empty() {
+                continue;
             }
+            let part = self.partition_of(job_id);
+            // A broadcast with no worker to go to inserted a skipped firing.
+            let waiting: Vec<Waiting> = firings
+                .iter()
+                .filter(|f| f.state == FiringState::Staged.as_str() && inserted.contains(&f.id))
+                .map(|f| Waiting {
+                    id: &f.id,
+                    group_name: &spec.group,
+                    part,
+                    due_at: now_ms,
+                    slice: None,
+                })
+                .collect();
+            self.add_waiting(tx, &waiting).await?;
+            return Ok(Some(id));
         }
         Err(StoreError::Conflict(format!(
             "job {job_id:?} was triggered too often this second; try again"
         )))
     }
+}
+
+/// The first instant a put schedules: the schedule's first after `now_ms`,
+/// except that a one-shot `at` put shortly after its time still fires,
+/// late. A client whose batch of puts took a few seconds, or a deploy that
+/// applied its files a moment late, must not lose one-shots silently; an
+/// instant at most `misfire_threshold` old is one a slice would fire late
+/// too. An older one is not scheduled: re-applying a file of long-past
+/// one-shots must not run them again (the put's reply warns instead).
+fn first_instant(spec: &JobSpec, schedule: &Schedule, now_ms: i64) -> Option<i64> {
+    let from = match spec.schedule {
+        ScheduleSpec::At { .. } => {
+            let threshold = i64::try_from(spec.misfire_threshold.as_millis()).unwrap_or(i64::MAX);
+            now_ms.saturating_sub(threshold).saturating_sub(1)
+        }
+        _ => now_ms,
+    };
+    next_ms(schedule, from)
 }
 
 /// The state of a job that is not paused: `completed` once its schedule

@@ -33,6 +33,9 @@ pub(super) struct FiringRow {
     pub handler: String,
     /// `None` for a firing staged before digests were stored.
     pub payload_sha256: Option<String>,
+    /// The worker a broadcast's share is addressed to, alone allowed to
+    /// start it.
+    pub addressed_to: Option<String>,
     /// The instant its start's lateness is measured from ([`due_instant`]).
     pub due_instant: i64,
     /// Attempts of its instant before it that the infrastructure ended and
@@ -57,6 +60,13 @@ impl FiringRow {
     pub fn refusal_for(&self, request: &StartRequest) -> Option<StartRefusal> {
         if request.group != self.group {
             return Some(StartRefusal::WrongGroup);
+        }
+        if self
+            .addressed_to
+            .as_ref()
+            .is_some_and(|worker| *worker != request.worker_id)
+        {
+            return Some(StartRefusal::WrongWorker);
         }
         let handler_differs = request
             .handler
@@ -152,7 +162,7 @@ impl Store {
         let due = due_instant("f");
         let sql = format!(
             "SELECT f.id, f.state, f.group_name, f.timeout_ms, f.handler, f.payload_sha256, \
-                 f.infra_retries, {due} AS due_instant, e.worker_id, j.spec, \
+                 f.worker_id AS addressed_to, f.infra_retries, {due} AS due_instant, e.worker_id, j.spec, \
                  {LATENESS_SPEC} AS lateness_spec, \
                  CAST(CASE WHEN {NOTHING_HELD_IN_GROUP} THEN 0 ELSE 1 END AS BIGINT) \
                      AS held_in_group, \
@@ -195,6 +205,7 @@ impl Store {
                         timeout_ms: row.int(&text, "timeout_ms")?,
                         handler: row.text(&text, "handler")?,
                         payload_sha256: row.opt_text(&text, "payload_sha256")?,
+                        addressed_to: row.opt_text(&text, "addressed_to")?,
                         due_instant,
                         infra_retries: infra_retries(row.int(&text, "infra_retries")?),
                         id,
@@ -228,7 +239,8 @@ impl Store {
     ) -> Result<Option<FiringRow>, StoreError> {
         let text = id.to_string();
         let Some(row) = sqlx::query(&format!(
-            "SELECT state, group_name, timeout_ms, handler, payload_sha256, infra_retries, \
+            "SELECT state, group_name, timeout_ms, handler, payload_sha256, \
+                 worker_id AS addressed_to, infra_retries, \
                  {} AS due_instant \
              FROM firings f WHERE id = $1{}",
             due_instant("f"),
@@ -247,6 +259,7 @@ impl Store {
                 timeout_ms: row.int(&text, "timeout_ms")?,
                 handler: row.text(&text, "handler")?,
                 payload_sha256: row.opt_text(&text, "payload_sha256")?,
+                addressed_to: row.opt_text(&text, "addressed_to")?,
                 due_instant: row.int(&text, "due_instant")?,
                 infra_retries: infra_retries(row.int(&text, "infra_retries")?),
                 id: id.clone(),

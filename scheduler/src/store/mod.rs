@@ -76,6 +76,7 @@
 //! out; `start`, `finish` and `requeue` treat an unreadable firing as unknown
 //! and an unreadable job as deleted (logged).
 
+mod audience;
 mod audit;
 mod backfill;
 mod calendars;
@@ -97,6 +98,7 @@ mod jobs;
 mod lateness;
 mod listing;
 mod locks;
+mod offers;
 mod outcomes;
 mod pause;
 mod plan;
@@ -120,6 +122,7 @@ mod types;
 mod values;
 mod waiting;
 
+pub use audience::Audiences;
 pub use audit::{AuditFilter, AuditRecord};
 pub use backfill::Backfilled;
 pub use cancel::{CancelOutcome, CANCELLED_BY_OPERATOR};

@@ -67,6 +67,8 @@ impl Store {
                  AND (w.published_at > $3 OR (w.published_at = $3 AND w.firing_id > $4)) \
                  AND NOT EXISTS (SELECT 1 FROM held h \
                      WHERE h.firing_id = w.firing_id AND h.released_at IS NULL) \
+                 AND NOT EXISTS (SELECT 1 FROM firings f \
+                     WHERE f.id = w.firing_id AND f.worker_id IS NOT NULL) \
              ORDER BY w.published_at, w.firing_id LIMIT $2",
         )
         .bind(ms(published_before))

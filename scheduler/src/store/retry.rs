@@ -99,10 +99,10 @@ impl Store {
         let group: Option<String> = sqlx::query_scalar(
             "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, handler, \
                  payload, payload_sha256, timeout_ms, due_at, state, created_at, backfill, \
-                 shard, shards, infra_retries, traceparent) \
+                 shard, shards, infra_retries, traceparent, worker_id) \
              SELECT $1, job_id, scheduled_at, attempt + 1, group_name, priority, handler, payload, \
                  payload_sha256, timeout_ms, $3, 'staged', $4, backfill, shard, shards, $5, \
-                 traceparent \
+                 traceparent, worker_id \
              FROM firings WHERE id = $2 ON CONFLICT DO NOTHING RETURNING group_name",
         )
         .bind(id.as_str())

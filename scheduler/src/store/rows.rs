@@ -18,11 +18,13 @@ pub(crate) const JOB_TABLES: &str = "jobs j JOIN job_schedule s ON s.job_id = j.
 
 /// Columns [`firing`] reads.
 pub(crate) const FIRING_COLUMNS: &str = "id, job_id, scheduled_at, attempt, state, group_name, \
-     priority, due_at, worker, published_at, started_at, finished_at, error, output, backfill";
+     priority, due_at, worker, published_at, started_at, finished_at, error, output, backfill, \
+     worker_id";
 
 /// Columns [`staged`] reads.
 pub(crate) const STAGED_COLUMNS: &str = "id, job_id, group_name, priority, handler, payload, \
-     scheduled_at, due_at, attempt, timeout_ms, publish_seq, shards, traceparent, created_at";
+     scheduled_at, due_at, attempt, timeout_ms, publish_seq, shards, traceparent, created_at, \
+     worker_id";
 
 /// Columns [`executing`] reads.
 pub(crate) const EXECUTING_COLUMNS: &str =
@@ -151,6 +153,7 @@ pub(crate) fn firing(row: &AnyRow) -> Result<Firing, StoreError> {
         priority: priority(i, row.int(i, "priority")?)?,
         due_at: instant(i, "due_at", row.int(i, "due_at")?)?,
         worker: row.opt_text(i, "worker")?,
+        worker_id: row.opt_text(i, "worker_id")?,
         published_at: opt_instant(row, i, "published_at")?,
         started_at: opt_instant(row, i, "started_at")?,
         finished_at: opt_instant(row, i, "finished_at")?,
@@ -199,6 +202,7 @@ pub(crate) fn staged(row: &AnyRow) -> Result<StagedFiring, StoreError> {
         shards,
         traceparent: super::stage::stored_trace(row.opt_text(i, "traceparent")?.as_deref()),
         staged_at: instant(i, "created_at", row.int(i, "created_at")?)?,
+        worker_id: row.opt_text(i, "worker_id")?,
         id,
     })
 }

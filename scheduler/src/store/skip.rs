@@ -1,6 +1,7 @@
 //! Firings that end without starting: skipped by the overlap policy or a
 //! full queue, or
-//! failed because they cannot start (refused `already_finished`).
+//! failed because they cannot start (refused `already_finished`), or lost
+//! because the one worker they were addressed to is gone (`offers.rs`).
 
 use super::error::StoreError;
 use super::finish::end_firing;
@@ -36,7 +37,7 @@ impl Store {
     }
 
     /// Ends a firing that never started, in a final `state`, with `error`.
-    async fn end_unstarted(
+    pub(super) async fn end_unstarted(
         &self,
         tx: &mut Tx,
         id: &str,

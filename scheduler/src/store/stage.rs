@@ -3,6 +3,7 @@
 //! firings no slice owns (retries, triggers, released queue firings). Also
 //! the reads that find staged firings to publish.
 
+use super::audience::{no_audience, shares, Audiences, Share};
 use super::dialect::{Backend, BindRows, Col};
 use super::error::StoreError;
 use super::handle::Store;
@@ -23,7 +24,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::Any;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,7 +32,7 @@ use std::time::Duration;
 pub(super) const BATCH_ROWS: usize = 10_000;
 
 /// Columns of a batch of new firings, as [`NewFiring`] serializes them.
-const NEW_FIRING_COLUMNS: [(&str, Col); 18] = [
+const NEW_FIRING_COLUMNS: [(&str, Col); 19] = [
     ("id", Col::Text),
     ("job_id", Col::Text),
     ("scheduled_at", Col::Int),
@@ -50,6 +51,7 @@ const NEW_FIRING_COLUMNS: [(&str, Col); 18] = [
     ("shard", Col::Int),
     ("shards", Col::Int),
     ("traceparent", Col::Text),
+    ("worker_id", Col::Text),
 ];
 
 /// One row of a firings batch insert.
@@ -77,6 +79,8 @@ pub(super) struct NewFiring<'a> {
     /// The trace it keeps (a trigger's, or a submitted one-shot job's);
     /// `None`: its trace is derived from its instant.
     pub traceparent: Option<&'a str>,
+    /// The worker a broadcast's share is addressed to; `None` elsewhere.
+    pub worker_id: Option<&'a str>,
     /// What its job must still be when it is inserted, for an insert that
     /// checks (SQLite's staging); `None` elsewhere.
     #[serde(flatten)]
@@ -95,19 +99,39 @@ pub(super) struct Guard {
 /// Columns of [`Guard`], after a row's own.
 const GUARD_COLUMNS: [(&str, Col); 2] = [("from_fire_at", Col::Int), ("version", Col::Int)];
 
-impl NewFiring<'_> {
-    /// This first attempt of an instant as every shard of it, shard 0…
-    /// `shards`-1, each with its own id (the row itself when `shards` is 1).
-    /// They go into the same batch insert: one statement for all.
-    pub(super) fn sharded(self, shards: u32) -> impl Iterator<Item = Self> {
-        let shards = shards.max(1);
-        (0..shards).map(move |shard| NewFiring {
-            id: FiringId::of_shard(self.job_id, self.scheduled_at, shard, shards, self.attempt)
-                .to_string(),
-            shard,
-            shards,
-            ..self.clone()
-        })
+impl<'a> NewFiring<'a> {
+    /// This attempt of an instant as each of its `shares` (see
+    /// [`shares`]), each with its own id: every shard of a sharded job, one
+    /// firing per worker of a broadcast, the row itself for a plain job.
+    /// They go into the same batch insert: one statement for all. A
+    /// broadcast with no worker to go to (no shares) is the row itself,
+    /// skipped, finished at `now`.
+    pub(super) fn shared(self, shares: &[Share<'a>], now: i64) -> Vec<Self> {
+        if shares.is_empty() {
+            let staged = self.state == FiringState::Staged.as_str();
+            return vec![NewFiring {
+                state: FiringState::Skipped.as_str(),
+                error: if staged {
+                    Some(no_audience(self.group_name))
+                } else {
+                    self.error
+                },
+                finished_at: Some(now),
+                ..self
+            }];
+        }
+        shares
+            .iter()
+            .map(|share| NewFiring {
+                id: share
+                    .id(self.job_id, self.scheduled_at, self.attempt)
+                    .to_string(),
+                shard: share.shard,
+                shards: share.shards,
+                worker_id: share.worker,
+                ..self.clone()
+            })
+            .collect()
     }
 }
 
@@ -203,58 +227,77 @@ impl Batch {
     /// Records what the committed transaction over `jobs` staged: the
     /// firings it inserted (`inserted`) to publish, and a `missed` alert for
     /// each instant it inserted as skipped.
-    fn collect(&mut self, jobs: &[DueJob], inserted: &HashSet<String>, now: i64) {
+    fn collect(
+        &mut self,
+        jobs: &[DueJob],
+        writes: &Writes<'_>,
+        inserted: &HashSet<String>,
+        now: i64,
+    ) {
+        let mut bodies: HashMap<&str, (bytes::Bytes, &DueJob)> = HashMap::new();
         for job in jobs {
-            let spec = &job.definition.spec;
-            let shards = spec.concurrency.shard_count();
             let body = bytes::Bytes::copy_from_slice(job.definition.payload.as_bytes());
-            let traceparent = stored_trace(job.traceparent.as_deref());
-            let shard_ids = |scheduled_at| {
-                (0..shards).map(move |shard| {
-                    FiringId::of_shard(spec.id.as_str(), scheduled_at, shard, shards, 1)
-                })
+            bodies.insert(job.definition.spec.id.as_str(), (body, job));
+        }
+        for row in writes
+            .firings
+            .iter()
+            .filter(|f| f.state == FiringState::Staged.as_str() && inserted.contains(&f.id))
+        {
+            let Some((body, job)) = bodies.get(row.job_id) else {
+                continue;
             };
-            for (id, due_at) in job.plan.staged.iter().flat_map(|&(scheduled_at, due_at)| {
-                shard_ids(scheduled_at).map(move |id| (id, due_at))
-            }) {
-                if !inserted.contains(&id.to_string()) {
-                    continue;
+            let Ok(id) = row.id.parse::<FiringId>() else {
+                continue;
+            };
+            let spec = &job.definition.spec;
+            self.firings.push(StagedFiring {
+                id,
+                job_id: spec.id.clone(),
+                group: spec.group.clone(),
+                priority: spec.priority,
+                handler: spec.handler.clone(),
+                payload: body.clone(),
+                scheduled_at: at_ms(row.scheduled_at),
+                due_at: at_ms(row.due_at),
+                attempt: 1,
+                timeout: spec.timeout,
+                publish_seq: 0,
+                shards: row.shards,
+                traceparent: stored_trace(job.traceparent.as_deref()),
+                staged_at: at_ms(now),
+                worker_id: row.worker_id.map(str::to_string),
+            });
+        }
+        // One alert per instant, naming its first firing.
+        let mut alerted = HashSet::new();
+        for row in writes
+            .firings
+            .iter()
+            .filter(|f| f.state == FiringState::Skipped.as_str() && inserted.contains(&f.id))
+        {
+            let Some((_, job)) = bodies.get(row.job_id) else {
+                continue;
+            };
+            let spec = &job.definition.spec;
+            let cause = match &row.error {
+                Some(_) if job.plan.skipped.contains(&row.scheduled_at) => MissCause::Misfire,
+                Some(_) if job.excluded.iter().any(|(t, _)| *t == row.scheduled_at) => {
+                    if !spec.time.alert_on_excluded {
+                        continue;
+                    }
+                    MissCause::Calendar
                 }
-                let scheduled_at = id.scheduled_ms;
-                self.firings.push(StagedFiring {
-                    id,
-                    job_id: spec.id.clone(),
-                    group: spec.group.clone(),
-                    priority: spec.priority,
-                    handler: spec.handler.clone(),
-                    payload: body.clone(),
-                    scheduled_at: at_ms(scheduled_at),
-                    due_at: at_ms(due_at),
-                    attempt: 1,
-                    timeout: spec.timeout,
-                    publish_seq: 0,
-                    shards,
-                    traceparent,
-                    staged_at: at_ms(now),
-                });
+                _ => MissCause::NoWorker,
+            };
+            if !alerted.insert((row.job_id, row.scheduled_at)) {
+                continue;
             }
-            let misfired = job
-                .plan
-                .skipped
-                .iter()
-                .map(|&t| (t, MissCause::Misfire, misfire_error(spec, t, now)));
-            let excluded = job
-                .excluded
-                .iter()
-                .filter(|_| spec.time.alert_on_excluded)
-                .map(|(t, error)| (*t, MissCause::Calendar, error.clone()));
-            // One alert per instant, naming its first shard.
-            for (scheduled_at, cause, error) in misfired.chain(excluded) {
-                let id = FiringId::of_shard(spec.id.as_str(), scheduled_at, 0, shards, 1);
-                if inserted.contains(&id.to_string()) {
-                    self.missed.push(missed(spec, id, cause, &error, now));
-                }
-            }
+            let Ok(id) = row.id.parse::<FiringId>() else {
+                continue;
+            };
+            let error = row.error.clone().unwrap_or_default();
+            self.missed.push(missed(spec, id, cause, &error, now));
         }
     }
 }
@@ -270,7 +313,13 @@ struct Writes<'a> {
 impl<'a> Writes<'a> {
     /// The rows for `jobs`; each firing and advance carries its job's
     /// [`Guard`] if `guarded`.
-    fn of(jobs: &'a [DueJob], req: &StageRequest, guarded: bool) -> Writes<'a> {
+    /// A broadcast job's instants go to its group's workers in `audiences`.
+    fn of(
+        jobs: &'a [DueJob],
+        req: &StageRequest,
+        audiences: &'a Audiences,
+        guarded: bool,
+    ) -> Writes<'a> {
         let now = ms(req.now);
         let mut firings = Vec::new();
         let mut advances = Vec::with_capacity(jobs.len());
@@ -295,15 +344,16 @@ impl<'a> Writes<'a> {
                 shard: 0,
                 shards: 1,
                 traceparent: job.traceparent.as_deref(),
+                worker_id: None,
                 guard: guarded.then_some(job.guard),
             };
-            let shards = spec.concurrency.shard_count();
+            let shares = shares(&spec.concurrency, audiences.of_group(&spec.group));
             for &(scheduled_at, due_at) in &job.plan.staged {
                 let first = NewFiring {
                     payload: &job.definition.payload,
                     ..base(scheduled_at, due_at, FiringState::Staged.as_str())
                 };
-                firings.extend(first.sharded(shards));
+                firings.extend(first.shared(&shares, now));
             }
             for (scheduled_at, error) in &job.excluded {
                 let first = NewFiring {
@@ -311,7 +361,7 @@ impl<'a> Writes<'a> {
                     finished_at: Some(now),
                     ..base(*scheduled_at, *scheduled_at, FiringState::Skipped.as_str())
                 };
-                firings.extend(first.sharded(shards));
+                firings.extend(first.shared(&shares, now));
             }
             for &scheduled_at in &job.plan.skipped {
                 let first = NewFiring {
@@ -319,7 +369,7 @@ impl<'a> Writes<'a> {
                     finished_at: Some(now),
                     ..base(scheduled_at, scheduled_at, FiringState::Skipped.as_str())
                 };
-                firings.extend(first.sharded(shards));
+                firings.extend(first.shared(&shares, now));
             }
             advances.push(Advance {
                 id: &spec.id,
@@ -477,10 +527,11 @@ impl Store {
                 let due = self.select_due(&mut *tx, req, max_jobs).await?;
                 let (mut batch, jobs) = self.plan_due(&due, req).await?;
                 if !jobs.is_empty() {
-                    let writes = Writes::of(&jobs, req, false);
+                    let audiences = self.audiences();
+                    let writes = Writes::of(&jobs, req, &audiences, false);
                     let inserted = self.write_staged(&mut tx, &writes, req).await?;
                     batch.advanced = jobs.len();
-                    batch.collect(&jobs, &inserted, ms(req.now));
+                    batch.collect(&jobs, &writes, &inserted, ms(req.now));
                 }
                 tx.commit().await?;
                 Ok(batch)
@@ -489,10 +540,11 @@ impl Store {
                 let due = self.select_due(&self.read, req, max_jobs).await?;
                 let (mut batch, jobs) = self.plan_due(&due, req).await?;
                 if !jobs.is_empty() {
-                    let writes = Writes::of(&jobs, req, true);
+                    let audiences = self.audiences();
+                    let writes = Writes::of(&jobs, req, &audiences, true);
                     let (inserted, advanced) = self.write_staged_at_once(&writes, req).await?;
                     batch.advanced = advanced;
-                    batch.collect(&jobs, &inserted, ms(req.now));
+                    batch.collect(&jobs, &writes, &inserted, ms(req.now));
                 }
                 Ok(batch)
             }
@@ -699,10 +751,10 @@ impl Store {
         format!(
             "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
                  handler, payload, timeout_ms, due_at, state, error, finished_at, \
-                 payload_sha256, backfill, shard, shards, traceparent, created_at) \
+                 payload_sha256, backfill, shard, shards, traceparent, worker_id, created_at) \
              SELECT r.id, r.job_id, r.scheduled_at, r.attempt, r.group_name, r.priority, \
                  r.handler, r.payload, r.timeout_ms, r.due_at, r.state, r.error, r.finished_at, \
-                 r.payload_sha256, r.backfill, r.shard, r.shards, r.traceparent, $3 \
+                 r.payload_sha256, r.backfill, r.shard, r.shards, r.traceparent, r.worker_id, $3 \
              FROM {} WHERE true {also} ON CONFLICT DO NOTHING RETURNING {returning}",
             self.backend.json_rows(1, columns)
         )
@@ -989,7 +1041,7 @@ mod tests {
             .await
             .expect("the put that wins");
         let (inserted, advanced) = store
-            .write_staged_at_once(&Writes::of(&jobs, &req, true), &req)
+            .write_staged_at_once(&Writes::of(&jobs, &req, &Audiences::default(), true), &req)
             .await
             .expect("write");
         assert!(inserted.is_empty(), "staged as read: {inserted:?}");
@@ -1008,7 +1060,7 @@ mod tests {
             .expect("pause")
             .expect("the job");
         let (inserted, advanced) = store
-            .write_staged_at_once(&Writes::of(&jobs, &req, true), &req)
+            .write_staged_at_once(&Writes::of(&jobs, &req, &Audiences::default(), true), &req)
             .await
             .expect("write");
         assert!(inserted.is_empty(), "staged while paused: {inserted:?}");
@@ -1025,7 +1077,8 @@ mod tests {
         store.put_job(&job(1), t(0)).await.expect("put");
         let req = StageRequest::new("s", 0, t(11), t(0));
         let jobs = read_and_plan(store, &req).await;
-        let writes = Writes::of(&jobs, &req, true);
+        let audiences = Audiences::default();
+        let writes = Writes::of(&jobs, &req, &audiences, true);
 
         let (first, advanced) = store
             .write_staged_at_once(&writes, &req)

@@ -46,6 +46,7 @@ const STARTED_COLUMNS: [(&str, Col); 2] = [("id", Col::Text), ("worker_id", Col:
 /// the request carries it). [`super::locks::FiringRow::refusal_for`] says
 /// the same for the transaction path, and names the refusal.
 const AS_STAGED: &str = "f.group_name = r.group_name \
+     AND (f.worker_id IS NULL OR f.worker_id = r.worker_id) \
      AND (r.handler IS NULL OR f.handler = r.handler) \
      AND (r.payload_sha256 IS NULL OR f.payload_sha256 IS NULL \
           OR f.payload_sha256 = r.payload_sha256)";

@@ -43,6 +43,7 @@ pub(crate) enum Transition {
     Retry,
     Requeue,
     Cancel,
+    Withdraw,
 }
 
 /// A firing waits to start (and has a `waiting` row) in these states.
@@ -67,6 +68,8 @@ const TRANSITIONS: &[(Transition, &[FiringState], &[FiringState])] = &[
     (Transition::Retry, &[Failed, Lost], &[Staged]),
     (Transition::Requeue, &[Executing], &[Lost]),
     (Transition::Cancel, WAITING, &[Cancelled]),
+    // An addressed firing whose worker is gone, or never took it.
+    (Transition::Withdraw, WAITING, &[Lost]),
 ];
 
 /// The states `transition` leaves.

@@ -252,6 +252,9 @@ pub struct StagedFiring {
     pub traceparent: Option<chime_common::traceparent::TraceParent>,
     /// When it was written `staged`: where its `staged` span begins.
     pub staged_at: DateTime<Utc>,
+    /// The worker a broadcast's share is addressed to, which gets it as an
+    /// offer; `None`: published to its group's consumers.
+    pub worker_id: Option<String>,
 }
 
 /// What `stage_slice` did.
@@ -289,6 +292,8 @@ pub enum MissCause {
     Misfire,
     /// Its local date is in a calendar the job excludes.
     Calendar,
+    /// A broadcast with no live worker of its group to go to.
+    NoWorker,
 }
 
 impl MissCause {
@@ -297,6 +302,7 @@ impl MissCause {
         match self {
             MissCause::Misfire => "misfire",
             MissCause::Calendar => "calendar",
+            MissCause::NoWorker => "no_worker",
         }
     }
 }

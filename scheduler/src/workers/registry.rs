@@ -144,6 +144,7 @@ mod tests {
             started_at: Utc::now(),
             running: None,
             handlers: handlers.map(|h| h.iter().map(ToString::to_string).collect()),
+            offers: false,
             heartbeat_at: None,
         }
     }

@@ -3,7 +3,9 @@
 
 use crate::config::WorkerConfig;
 use crate::firing::context::FiringContext;
+use crate::firing::delivery::Delivery;
 use crate::firing::finish::Reporter;
+use crate::firing::message::BadMessage;
 use crate::firing::message::FiringMessage;
 use crate::firing::run::run;
 use crate::firing::start::{rejected_delay, StartDecision, Starter, MAX_REJECTED_DELIVERIES};
@@ -12,7 +14,8 @@ use crate::handler::Handlers;
 use crate::metrics::Metrics;
 use crate::running::Running;
 use crate::slots::Slot;
-use async_nats::jetstream::{self, AckKind};
+use async_nats::jetstream::AckKind;
+use chime_common::headers;
 use chime_common::protocol::{Finished, StartRefusal};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -61,15 +64,15 @@ impl Dispatcher {
     }
 
     /// Handles one delivery; `slot` is the thread it holds until the run ends.
-    pub(crate) async fn dispatch(self: Arc<Self>, message: jetstream::Message, slot: Slot) {
-        let parsed = match FiringMessage::parse(message.headers.as_ref(), &message.payload) {
+    pub(crate) async fn dispatch(self: Arc<Self>, message: Delivery, slot: Slot) {
+        let parsed = FiringMessage::parse(message.headers(), message.payload())
+            .and_then(|parsed| self.addressed_here(&message, parsed));
+        let parsed = match parsed {
             Ok(parsed) => parsed,
             Err(error) => {
                 self.metrics.bad_messages.inc();
-                tracing::warn!(subject = %message.subject, %error, "terminating a message that is not a valid firing");
-                if let Err(e) = message.ack_with(AckKind::Term).await {
-                    tracing::warn!(error = %e, "cannot terminate a bad message; it will be redelivered");
-                }
+                tracing::warn!(subject = %message.subject(), %error, "dropping a message that is not a valid firing (terminated if pulled)");
+                message.ack(AckKind::Term).await;
                 return;
             }
         };
@@ -82,7 +85,31 @@ impl Dispatcher {
         self.handle(message, parsed, slot).instrument(span).await
     }
 
-    async fn handle(&self, message: jetstream::Message, parsed: FiringMessage, slot: Slot) {
+    /// An offer must name this worker in `Chime-Worker-Id`; a pulled
+    /// message is checked by the scheduler at its start.
+    fn addressed_here(
+        &self,
+        message: &Delivery,
+        parsed: FiringMessage,
+    ) -> Result<FiringMessage, BadMessage> {
+        if !matches!(message, Delivery::Offered(_)) {
+            return Ok(parsed);
+        }
+        let named = message
+            .headers()
+            .and_then(|h| h.get(headers::WORKER_ID))
+            .map(|v| v.as_str());
+        match named {
+            Some(id) if id == self.worker_id => Ok(parsed),
+            Some(id) => Err(BadMessage::Invalid {
+                header: headers::WORKER_ID,
+                reason: format!("an offer for worker {id:?}, not this one"),
+            }),
+            None => Err(BadMessage::Missing(headers::WORKER_ID)),
+        }
+    }
+
+    async fn handle(&self, message: Delivery, parsed: FiringMessage, slot: Slot) {
         let firing = &parsed.firing;
         let id = firing.firing_id.clone();
         let Some(control) = self.running.claim(&id) else {
@@ -92,7 +119,7 @@ impl Dispatcher {
                 .with_label_values(&["duplicate_delivery"])
                 .inc();
             tracing::info!("dropping a second delivery of an attempt this worker holds");
-            ack(&message, AckKind::Ack).await;
+            message.ack(AckKind::Ack).await;
             return;
         };
         if control.token().is_cancelled() {
@@ -101,14 +128,14 @@ impl Dispatcher {
             // worker will not start (docs/PROTOCOL.md §4): a bare NAK is
             // redelivered at once, to whichever worker asks first.
             self.running.release(&id);
-            ack(&message, AckKind::Nak(Some(self.nak_delay))).await;
+            message.ack(AckKind::Nak(Some(self.nak_delay))).await;
             return;
         }
 
         let asked = Instant::now();
         let decision = self
             .starter
-            .ask(&id, &firing.handler, &message.payload)
+            .ask(&id, &firing.handler, message.payload())
             .await;
         self.metrics
             .start_decision
@@ -123,7 +150,7 @@ impl Dispatcher {
                     .with_label_values(&[reason])
                     .inc();
                 tracing::info!(reason, "start refused; dropping the delivery");
-                ack(&message, AckKind::Ack).await;
+                message.ack(AckKind::Ack).await;
                 return;
             }
             StartDecision::Rejected(error) => {
@@ -132,15 +159,14 @@ impl Dispatcher {
                     .start_refusals
                     .with_label_values(&["rejected"])
                     .inc();
-                let delivered = message.info().map(|info| info.delivered).unwrap_or(1);
-                let delivered = u64::try_from(delivered).unwrap_or(1);
+                let delivered = message.delivered();
                 if delivered >= MAX_REJECTED_DELIVERIES {
                     tracing::error!(%error, delivered, "the scheduler keeps rejecting this firing; dropping it");
-                    ack(&message, AckKind::Term).await;
+                    message.ack(AckKind::Term).await;
                 } else {
                     let delay = rejected_delay(self.nak_delay, delivered);
                     tracing::warn!(%error, delivered, ?delay, "start rejected; asking again later");
-                    ack(&message, AckKind::Nak(Some(delay))).await;
+                    message.ack(AckKind::Nak(Some(delay))).await;
                 }
                 return;
             }
@@ -151,7 +177,7 @@ impl Dispatcher {
                     .with_label_values(&["scheduler_unavailable"])
                     .inc();
                 tracing::warn!(%error, delay = ?self.nak_delay, "no start decision; handing the firing back");
-                ack(&message, AckKind::Nak(Some(self.nak_delay))).await;
+                message.ack(AckKind::Nak(Some(self.nak_delay))).await;
                 return;
             }
         };
@@ -159,7 +185,7 @@ impl Dispatcher {
         // From here the scheduler's executing table owns the firing, and
         // the heartbeats list it until its report is acknowledged.
         self.running.accepted(&id);
-        ack(&message, AckKind::Ack).await;
+        message.ack(AckKind::Ack).await;
         let now = Utc::now();
         let lateness = (now - firing.due_at).to_std().unwrap_or_default();
         self.metrics.start_lateness.observe(lateness.as_secs_f64());
@@ -228,18 +254,6 @@ fn deadline_of(
         .and_then(|t| chrono::Duration::from_std(t).ok())
         .and_then(|t| now.checked_add_signed(t))
         .unwrap_or(firing.deadline)
-}
-
-async fn ack(message: &jetstream::Message, kind: AckKind) {
-    let what = match kind {
-        AckKind::Ack => "ack",
-        AckKind::Nak(_) => "nak",
-        AckKind::Term => "terminate",
-        _ => "acknowledge",
-    };
-    if let Err(error) = message.ack_with(kind).await {
-        tracing::warn!(%error, "cannot {what} the firing message; JetStream will redeliver it");
-    }
 }
 
 #[cfg(test)]

@@ -185,8 +185,8 @@ fn read_shard(headers: &HeaderMap, firing_id: &FiringId) -> Result<Option<Shard>
     let count: u32 = count
         .parse()
         .ok()
-        .filter(|n| *n >= 2)
-        .ok_or_else(|| invalid(headers::SHARDS, "must be a whole number above 1".into()))?;
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| invalid(headers::SHARDS, "must be a whole number above 0".into()))?;
     if Some(index) != firing_id.shard || index >= count {
         return Err(invalid(
             headers::SHARD,

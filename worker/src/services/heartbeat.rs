@@ -72,6 +72,8 @@ impl Heartbeat {
             started_at: self.started_at,
             running: self.running.listed(),
             handlers: Some(self.handlers.clone()),
+            // It subscribes to its offer subject before its first fetch.
+            offers: true,
             heartbeat_at: None,
         }
     }

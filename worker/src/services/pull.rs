@@ -34,6 +34,7 @@
 //! - A restarted loop opens its own consumers and doorbell subscription.
 
 use crate::clock::ServerClock;
+use crate::firing::delivery::Delivery;
 use crate::firing::dispatch::Dispatcher;
 use crate::services::fence::Fence;
 use crate::services::open_pull::{Event, OpenPull, OPEN_PULL_MAX_MESSAGES};
@@ -457,9 +458,12 @@ impl Pulling {
     /// Runs `message` on `slot`, in a task of its own.
     fn dispatch(&self, message: jetstream::Message, slot: Slot) {
         let puller = &self.puller;
-        puller
-            .firings
-            .spawn(puller.dispatcher.clone().dispatch(message, slot));
+        puller.firings.spawn(
+            puller
+                .dispatcher
+                .clone()
+                .dispatch(Delivery::Pulled(message), slot),
+        );
     }
 
     /// Fetches up to `max` messages and dispatches each as it arrives.

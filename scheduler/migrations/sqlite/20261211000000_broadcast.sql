@@ -1,0 +1,12 @@
+-- Broadcast jobs (docs/API.md, "Broadcast"): a broadcast job's firing is
+-- addressed to one worker, which alone may start it, and it reaches that
+-- worker as an offer rather than through the group's consumers.
+--
+-- `firings.worker_id` is that worker; NULL for every other firing. The
+-- offers pass reads the addressed firings not started yet, which the
+-- partial index keeps to the few that wait. Nullable without a default, so
+-- an older release's inserts still work. Kept in step with
+-- ../postgres/20261211000000_broadcast.sql.
+ALTER TABLE firings ADD COLUMN worker_id TEXT;
+CREATE INDEX firings_offered ON firings (due_at)
+    WHERE worker_id IS NOT NULL AND state IN ('staged', 'published');
