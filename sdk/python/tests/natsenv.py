@@ -1,7 +1,7 @@
 """The world a worker runs in, without a scheduler, for the SDK's tests against a real
 nats-server: Chime's streams, bucket and a group's consumers (as a scheduler creates
 them), a stand-in for the scheduler's start service, a reader of finished events, and a
-publisher of firing messages with the contract's headers. The Rust suites use the same
+publisher of firing messages (and offers) with the contract's headers. The Rust suites use the same
 stand-ins (tests/src/worker_env), so the SDK is driven by exactly the messages of
 docs/PROTOCOL.md.
 """
@@ -217,6 +217,15 @@ class Env:
     async def publish(self, firing: Firing) -> str:
         subject = f"{self.subjects.prefix}.fire.{firing.group}.{firing.band}"
         await self.js.publish(subject, firing.body(), headers=firing.headers())
+        return firing.id
+
+    async def offer(self, firing: Firing, worker_id: str, addressee: str | None = None) -> str:
+        """Offers ``firing`` to ``worker_id`` as a scheduler offers a broadcast job's firing:
+        core NATS on the worker's offer subject, ``Chime-Worker-Id`` naming ``addressee``
+        (by default the worker itself)."""
+        headers = {**firing.headers(), "Chime-Worker-Id": addressee or worker_id}
+        await self.nc.publish(self.subjects.offer(firing.group, worker_id), firing.body(), headers=headers)
+        await self.nc.flush()
         return firing.id
 
     async def publish_raw(self, group: str, headers: dict[str, str] | None, body: bytes, band: str = "normal") -> None:

@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 
-from chime_worker.message import BadMessage, parse_firing
+from chime_worker.message import BadMessage, check_addressee, parse_firing
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -87,7 +87,8 @@ def test_a_shard_is_read_and_checked_against_its_id():
         ("Chime-Shard", "4", "Chime-Shard"),
         ("Chime-Shard", "x", "Chime-Shard"),
         ("Chime-Shards", "3", "Chime-Shard"),
-        ("Chime-Shards", "1", "Chime-Shards"),
+        ("Chime-Shards", "1", "Chime-Shard"),
+        ("Chime-Shards", "0", "Chime-Shards"),
         ("Chime-Shards", "-8", "Chime-Shards"),
         ("Chime-Shards", "", "Chime-Shards"),
     ]:
@@ -101,6 +102,21 @@ def test_a_shard_is_read_and_checked_against_its_id():
     with pytest.raises(BadMessage) as error:
         parse_firing(h, b"")
     assert error.value.header == "Chime-Shard"
+
+
+def test_a_broadcast_to_one_worker_is_shard_0_of_1():
+    h = sharded()
+    h["Chime-Firing-Id"], h["Chime-Shard"], h["Chime-Shards"] = "job-1@1774661400000.0#2", "0", "1"
+    m = parse_firing(h, b"")
+    assert (m.shard, m.shards, m.firing_id.shard) == (0, 1, 0)
+
+
+def test_an_offer_must_name_this_worker():
+    check_addressee({**good(), "Chime-Worker-Id": "w1"}, "w1")
+    for headers, problem in [(good(), "missing"), ({**good(), "Chime-Worker-Id": "w2"}, "invalid")]:
+        with pytest.raises(BadMessage) as error:
+            check_addressee(headers, "w1")
+        assert error.value.header == "Chime-Worker-Id" and problem in str(error.value)
 
 
 @pytest.mark.parametrize(

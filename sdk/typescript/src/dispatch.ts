@@ -1,16 +1,18 @@
 /**
- * One fetched message, from receipt to report (docs/PROTOCOL.md §3–§6):
- * check it, ask the scheduler to start it, ack or NAK it, run it, report
- * how it ended. Every branch answers the message exactly once, so nothing
- * is left held and unstarted.
+ * One firing message, from receipt to report (docs/PROTOCOL.md §3–§6):
+ * check it, ask the scheduler to start it, settle it, run it, report how it
+ * ended. Every branch settles the message exactly once, so nothing is left
+ * held and unstarted. A pulled message and an offer take the same path;
+ * how each is settled (acked, NAKed, terminated, or for an offer nothing at
+ * all) is its acker's (delivery.ts).
  */
 
-import { Match, type Msg, type NatsConnection } from "@nats-io/transport-node";
-import { ACK, nakWithDelay, parseAckSubject, TERM } from "./ack.js";
+import { Match, type Msg } from "@nats-io/transport-node";
+import { kindOf, type Delivery } from "./delivery.js";
 import type { Handler } from "./handler.js";
 import type { Logger } from "./log.js";
 import { errorMessage } from "./log.js";
-import { BadMessage, HEADERS, parseFiring, type FiringMessage, type HeaderReader } from "./message.js";
+import { BadMessage, checkAddressee, HEADERS, parseFiring, type FiringMessage, type HeaderReader } from "./message.js";
 import type { Metrics } from "./metrics.js";
 import type { Reporter } from "./report.js";
 import { runFiring } from "./run.js";
@@ -21,7 +23,6 @@ import { monotonicMs } from "./wait.js";
 
 /** What the dispatcher works with; one per worker. */
 export interface DispatchDeps {
-  nc: NatsConnection;
   starter: Starter;
   handlers: Map<string, Handler>;
   running: Running;
@@ -59,28 +60,42 @@ export function deadlineOf(message: FiringMessage, fromReply: Date | undefined, 
 export class Dispatcher {
   constructor(private readonly d: DispatchDeps) {}
 
-  private answer(msg: Msg, body: string, what: string): void {
-    try {
-      if (msg.reply) this.d.nc.publish(msg.reply, body);
-    } catch (error) {
-      this.d.log.warn(`cannot ${what} the firing message; JetStream will redeliver it`, { error: errorMessage(error) });
+  /** Handles one firing message; `release` frees its thread and is called exactly once, when the run ends. */
+  async dispatch(delivery: Delivery, release: () => void): Promise<void> {
+    const parsed = this.check(delivery);
+    if (parsed) {
+      await this.take(delivery, parsed, release);
+    } else {
+      release();
     }
   }
 
-  /** Handles one delivery; `release` frees its thread and is called exactly once, when the run ends. */
-  async dispatch(msg: Msg, release: () => void): Promise<void> {
+  /**
+   * The firing a message carries; `undefined` for one that is not a valid
+   * firing (or an offer for another worker), which is counted, logged and
+   * settled here.
+   */
+  check(delivery: Delivery): FiringMessage | undefined {
+    const { msg, acker } = delivery;
     try {
-      let parsed: FiringMessage;
-      try {
-        parsed = parseFiring(headerReader(msg), msg.data);
-      } catch (error) {
-        this.d.metrics.badMessage();
-        const reason = error instanceof BadMessage ? error.message : `unreadable headers: ${errorMessage(error)}`;
-        this.d.log.warn("terminating a message that is not a valid firing", { subject: msg.subject, error: reason });
-        this.answer(msg, TERM, "terminate");
-        return;
-      }
-      await this.handle(msg, parsed, release);
+      const read = headerReader(msg);
+      const parsed = parseFiring(read, msg.data);
+      if (delivery.addressee !== undefined) checkAddressee(read, delivery.addressee);
+      return parsed;
+    } catch (error) {
+      this.d.metrics.badMessage();
+      const reason = error instanceof BadMessage ? error.message : `unreadable headers: ${errorMessage(error)}`;
+      const what = delivery.addressee === undefined ? "a message" : "an offer";
+      this.d.log.warn(`${acker.discards} ${what} that is not a valid firing`, { subject: msg.subject, error: reason });
+      acker.term();
+      return undefined;
+    }
+  }
+
+  /** Starts, runs and reports a checked firing; `release` frees its thread and is called exactly once. */
+  async take(delivery: Delivery, parsed: FiringMessage, release: () => void): Promise<void> {
+    try {
+      await this.handle(delivery, parsed, release);
     } catch (error) {
       // Nothing above throws by design; a bug must not strand the message or the thread.
       this.d.log.error("dispatching a firing failed", { error: errorMessage(error) });
@@ -89,27 +104,29 @@ export class Dispatcher {
     }
   }
 
-  private async handle(msg: Msg, parsed: FiringMessage, release: () => void): Promise<void> {
+  private async handle(delivery: Delivery, parsed: FiringMessage, release: () => void): Promise<void> {
     const d = this.d;
+    const acker = delivery.acker;
+    const kind = kindOf(delivery);
     const firing = parsed.firing;
     const id = firing.firingId;
     const fields = { firing_id: id, job_id: firing.jobId, attempt: firing.attempt };
     const control = d.running.claim(id);
     if (!control) {
       d.metrics.startRefusal("duplicate_delivery");
-      d.log.info("dropping a second delivery of an attempt this worker holds", fields);
-      this.answer(msg, ACK, "ack");
+      d.log.info(`dropping a second ${kind} of an attempt this worker holds`, fields);
+      acker.ack();
       return;
     }
     if (control.stopped) {
       // Shutting down past the drain grace, or fenced: leave it to another worker, with a delay.
       d.running.release(id);
-      this.answer(msg, nakWithDelay(d.nakDelayMs), "nak");
+      acker.nakWithDelay(d.nakDelayMs);
       return;
     }
 
     const asked = monotonicMs();
-    const decision = await d.starter.ask(id, firing.handler, msg.data);
+    const decision = await d.starter.ask(id, firing.handler, delivery.msg.data);
     d.metrics.startDecision((monotonicMs() - asked) / 1000);
     switch (decision.kind) {
       case "refused": {
@@ -117,29 +134,29 @@ export class Dispatcher {
         const known = decision.refusal !== undefined && (REFUSALS as readonly string[]).includes(decision.refusal);
         const reason = known ? decision.refusal! : "unspecified";
         d.metrics.startRefusal(reason);
-        d.log.info("start refused; dropping the delivery", { ...fields, reason: decision.refusal ?? "unspecified" });
-        this.answer(msg, ACK, "ack");
+        d.log.info(`start refused; dropping the ${kind}`, { ...fields, reason: decision.refusal ?? "unspecified" });
+        acker.ack();
         return;
       }
       case "rejected": {
         d.running.release(id);
         d.metrics.startRefusal("rejected");
-        const delivered = parseAckSubject(msg.reply)?.delivered ?? 1;
+        const delivered = acker.delivered;
         if (delivered >= MAX_REJECTED_DELIVERIES) {
           d.log.error("the scheduler keeps rejecting this firing; dropping it", { ...fields, error: decision.error, delivered });
-          this.answer(msg, TERM, "terminate");
+          acker.term();
         } else {
           const delay = rejectedDelayMs(d.nakDelayMs, delivered);
-          d.log.warn("start rejected; asking again later", { ...fields, error: decision.error, delivered, delay_ms: delay });
-          this.answer(msg, nakWithDelay(delay), "nak");
+          d.log.warn(`start rejected; the ${kind} comes back later`, { ...fields, error: decision.error, delivered, delay_ms: delay });
+          acker.nakWithDelay(delay);
         }
         return;
       }
       case "unavailable": {
         d.running.release(id);
         d.metrics.startRefusal("scheduler_unavailable");
-        d.log.warn("no start decision; handing the firing back", { ...fields, error: decision.error, delay_ms: d.nakDelayMs });
-        this.answer(msg, nakWithDelay(d.nakDelayMs), "nak");
+        d.log.warn(`no start decision; handing the ${kind} back`, { ...fields, error: decision.error, delay_ms: d.nakDelayMs });
+        acker.nakWithDelay(d.nakDelayMs);
         return;
       }
       case "accepted":
@@ -148,7 +165,7 @@ export class Dispatcher {
 
     // From here the scheduler owns the firing; heartbeats list it until its report is acknowledged.
     d.running.accept(id);
-    this.answer(msg, ACK, "ack");
+    acker.ack();
     const now = new Date();
     d.metrics.startLateness(Math.max(0, now.getTime() - firing.dueAt.getTime()) / 1000);
     const deadline = deadlineOf(parsed, decision.deadline, now);

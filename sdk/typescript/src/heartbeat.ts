@@ -4,7 +4,8 @@
  * drops a key `worker_ttl` after its last write, which is how the scheduler
  * learns a worker died. Each acknowledged beat renews the fence's lease;
  * each lists the firings the worker runs (`running`) and the handlers it
- * offers. After a failed beat the next comes after a quarter of the
+ * offers, and says it takes offers (`offers`: the scheduler gives a share
+ * of each broadcast job only to such workers). After a failed beat the next comes after a quarter of the
  * interval; each beat waits at most the interval, at most 1 s.
  */
 
@@ -29,6 +30,8 @@ export interface WorkerInfo {
   started_at: string;
   running?: string[];
   handlers: string[];
+  /** The worker takes the firings of broadcast jobs offered to it (it always subscribes to its offer subject). */
+  offers: true;
 }
 
 /** What a heartbeat reads from the worker each time it beats. */
@@ -65,6 +68,7 @@ export class Heartbeat {
       version: s.version,
       started_at: formatTime(this.startedAt),
       handlers: s.handlers,
+      offers: true,
     };
     const running = s.running.listed();
     if (running !== undefined) info.running = running;

@@ -1,7 +1,8 @@
 /**
  * Reading a firing message: its headers and JSON body (docs/PROTOCOL.md §3).
  * A message whose headers are missing or invalid, or whose body is not JSON,
- * is not a firing: the worker terminates it and never runs it.
+ * is not a firing: the worker terminates it (drops it, for an offer, which
+ * must also name this worker: {@link checkAddressee}) and never runs it.
  */
 
 import { parseFiringId } from "./firing-id.js";
@@ -21,6 +22,7 @@ export const HEADERS = {
   timeoutMs: "Chime-Timeout-Ms",
   shard: "Chime-Shard",
   shards: "Chime-Shards",
+  workerId: "Chime-Worker-Id",
   traceparent: "traceparent",
 } as const;
 
@@ -174,8 +176,9 @@ function readShard(
     throw new BadMessage(`header ${HEADERS.shard} is invalid: not a whole number`);
   }
   const shards = wholeNumber(shardsText);
-  if (shards === undefined || shards < 2 || shards > MAX_U32) {
-    throw new BadMessage(`header ${HEADERS.shards} is invalid: must be a whole number above 1`);
+  // A broadcast to a single worker is shard 0 of 1.
+  if (shards === undefined || shards < 1 || shards > MAX_U32) {
+    throw new BadMessage(`header ${HEADERS.shards} is invalid: must be a whole number above 0`);
   }
   if (shard !== idShard || shard >= shards) {
     throw new BadMessage(
@@ -183,6 +186,17 @@ function readShard(
     );
   }
   return { shard, shards };
+}
+
+/** An offer is a firing addressed to one worker: its `Chime-Worker-Id` must be `workerId`. */
+export function checkAddressee(read: HeaderReader | undefined, workerId: string): void {
+  const addressee = read?.(HEADERS.workerId)?.trim();
+  if (!addressee) throw new BadMessage(`header ${HEADERS.workerId} is missing`);
+  if (addressee !== workerId) {
+    throw new BadMessage(
+      `header ${HEADERS.workerId} is invalid: the offer is for worker ${JSON.stringify(addressee)}, not for ${JSON.stringify(workerId)}`,
+    );
+  }
 }
 
 const JSON_WHITESPACE = new Set([0x20, 0x09, 0x0a, 0x0d, 0x0c]);

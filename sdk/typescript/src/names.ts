@@ -70,6 +70,11 @@ export class Names {
     return `${this.prefix}.cancel.${this.workerId}`;
   }
 
+  /** `chime.offer.<group>.<worker id>`: where the scheduler offers the firings of broadcast jobs to this worker. */
+  get offer(): string {
+    return `${this.prefix}.offer.${this.group}.${this.workerId}`;
+  }
+
   /** `<group>.<worker id>`: the heartbeat key. */
   get heartbeatKey(): string {
     return `${this.group}.${this.workerId}`;

@@ -24,6 +24,7 @@ import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node"
 import type { JetStreamManager } from "@nats-io/jetstream";
 import { parseAckSubject } from "./ack.js";
 import { ClockOffset, nowNs } from "./clock.js";
+import { pulled } from "./delivery.js";
 import type { Dispatcher } from "./dispatch.js";
 import { fetchBatch } from "./fetch.js";
 import type { Fence } from "./fence.js";
@@ -197,8 +198,8 @@ export class Puller {
     }
     const release = this.d.slots.tryTake();
     if (!release) {
-      // Only this loop takes slots and it asks for no more than are free; never hold a message unstarted.
-      this.d.log.error("fetched a firing without a free thread; handing it back");
+      // An offer took the thread while the fetch was in flight; never hold a message unstarted.
+      this.d.log.info("fetched a firing after an offer took its thread; handing it back");
       try {
         if (msg.reply) this.d.nc.publish(msg.reply, "-NAK");
       } catch {
@@ -206,6 +207,6 @@ export class Puller {
       }
       return;
     }
-    this.d.track(this.d.dispatcher.dispatch(msg, release));
+    this.d.track(this.d.dispatcher.dispatch(pulled(this.d.nc, msg, this.d.log), release));
   }
 }

@@ -22,6 +22,10 @@ export class WorkerStatus {
     return this.fenced;
   }
 
+  get isDraining(): boolean {
+    return this.draining;
+  }
+
   setWaitingFor(what: string | undefined): void {
     this.waitingFor = what;
   }

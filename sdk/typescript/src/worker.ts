@@ -4,8 +4,9 @@
  * handler under the firing's deadline and reports how it ended
  * (docs/PROTOCOL.md). Start-up finds (never creates) the heartbeat bucket,
  * writes the first heartbeat, waits for the streams and the group's
- * consumers, then starts the heartbeat, the fence, the cancel listener and
- * the fetch loop. Shutdown stops fetching, lets runs finish within the
+ * consumers, then starts the heartbeat, the fence, the cancel listener, the
+ * offer listener (the firings of broadcast jobs addressed to this worker)
+ * and the fetch loop. Shutdown stops fetching and taking offers, lets runs finish within the
  * drain grace, stops the rest (reported interrupted), flushes finished
  * events, and deletes the heartbeat key.
  */
@@ -25,6 +26,7 @@ import { Heartbeat } from "./heartbeat.js";
 import { errorMessage, stderrLogger, type Logger } from "./log.js";
 import { loadPromClient, noMetrics, promMetrics, type Metrics } from "./metrics.js";
 import { BANDS, Names } from "./names.js";
+import { OfferListener } from "./offers.js";
 import { Puller } from "./pull.js";
 import { Reporter, type Finished } from "./report.js";
 import { Running } from "./running.js";
@@ -71,6 +73,7 @@ interface Started {
   pull: Promise<void>;
   beats: Promise<void>;
   cancels: Subscription;
+  offers: Subscription;
   admin: Server | undefined;
 }
 
@@ -226,7 +229,6 @@ export class Worker {
       }
       const reporter = new Reporter(js, names.finished, this.running, this.metrics, this.log, this.options.onFinished);
       const dispatcher = new Dispatcher({
-        nc,
         starter: new Starter(nc, names.start, s.workerId, s.group, s.startTimeoutMs),
         handlers: this.handlers,
         running: this.running,
@@ -238,6 +240,10 @@ export class Worker {
         stopGraceMs: s.stopGraceMs,
         maxOutputBytes: s.maxOutputBytes,
       });
+      const track = (task: Promise<void>) => {
+        this.firings.add(task);
+        void task.finally(() => this.firings.delete(task));
+      };
       const puller = new Puller({
         nc,
         jsm,
@@ -250,10 +256,7 @@ export class Worker {
         pollIntervalMs: s.pollIntervalMs,
         fetchExpiryMs: s.fetchExpiryMs,
         inboxPrefix: this.options.nats?.inboxPrefix,
-        track: (task) => {
-          this.firings.add(task);
-          void task.finally(() => this.firings.delete(task));
-        },
+        track,
       });
       puller.subscribeDoorbell();
       const cancels = nc.subscribe(names.cancel, {
@@ -261,10 +264,24 @@ export class Worker {
           if (msg) onCancel(msg, this.running, this.log);
         },
       });
+      const offerListener = new OfferListener({
+        workerId: s.workerId,
+        dispatcher,
+        slots: this.slots,
+        fence,
+        status: this.status,
+        log: this.log,
+        track,
+      });
+      const offers = nc.subscribe(names.offer, {
+        callback: (_err, msg) => {
+          if (msg) offerListener.onOffer(msg);
+        },
+      });
       // Confirms the subscriptions with the server: nothing sent once the worker reports started is missed.
       await nc.flush();
       const pull = this.supervise("fetch", () => puller.run(signal), signal);
-      this.started = { nc, heartbeat, fence, reporter, pull, beats, cancels, admin };
+      this.started = { nc, heartbeat, fence, reporter, pull, beats, cancels, offers, admin };
       this.status.setStarted();
       this.log.info("worker started", {
         worker_id: s.workerId,
@@ -338,6 +355,7 @@ export class Worker {
       this.stopBackground.abort();
       return { drained: true, interrupted: 0, unsentEvents: 0 };
     }
+    started.offers.unsubscribe();
     await started.pull;
 
     const drained = await settlesWithin(() => Promise.all([...this.firings]), s.drainGraceMs);

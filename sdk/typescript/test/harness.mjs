@@ -192,3 +192,54 @@ export async function eventually(what, check, timeoutMs = 20_000, everyMs = 100)
 export function inMs(ms) {
   return new Date(Math.ceil((Date.now() + ms) / 1000) * 1000).toISOString().replace(/\.\d{3}Z$/, "Z");
 }
+
+/**
+ * Chime's streams, heartbeat bucket and `group`'s consumers on `nc`, as a
+ * scheduler creates them, for tests that stand in for the scheduler.
+ */
+export async function createTopology(nc, group, prefix = "chime") {
+  const { jetstreamManager, AckPolicy, RetentionPolicy } = await import("@nats-io/jetstream");
+  const { Kvm } = await import("@nats-io/kv");
+  const upper = prefix.toUpperCase().replaceAll("-", "_");
+  const jsm = await jetstreamManager(nc);
+  for (const [name, kind] of [[`${upper}_FIRE`, "fire"], [`${upper}_EVENTS`, "events"]]) {
+    await jsm.streams.add({ name, subjects: [`${prefix}.${kind}.>`], retention: RetentionPolicy.Workqueue, duplicate_window: 120_000_000_000 });
+  }
+  await new Kvm(nc).create(`${prefix}-workers`, { history: 1, ttl: 15_000 });
+  for (const band of ["high", "normal", "low"]) {
+    await jsm.consumers.add(`${upper}_FIRE`, {
+      durable_name: group.includes(".") ? `fire_h_${Buffer.from(group).toString("hex")}_${band}` : `fire_g_${group}_${band}`,
+      filter_subject: `${prefix}.fire.${group}.${band}`,
+      ack_policy: AckPolicy.Explicit,
+      ack_wait: 5_000_000_000,
+      max_ack_pending: 20000,
+      max_deliver: -1,
+    });
+  }
+}
+
+/**
+ * A stand-in for the scheduler's start service on `nc`: records each start
+ * request (`{ subject, request }`) and accepts it, or refuses it with
+ * `refusal`; and the finished events published under `prefix`.
+ */
+export async function standInScheduler(nc, { prefix = "chime", refusal } = {}) {
+  const requests = [];
+  const events = [];
+  nc.subscribe(`${prefix}.worker.v1.start.>`, {
+    callback: (_err, msg) => {
+      const request = msg.json();
+      requests.push({ subject: msg.subject, request });
+      const deadline = new Date(Date.now() + 30_000).toISOString();
+      msg.respond(JSON.stringify(refusal ? { accepted: false, refusal } : { accepted: true, deadline }));
+    },
+  });
+  nc.subscribe(`${prefix}.events.finished.>`, { callback: (_err, msg) => events.push(msg.json()) });
+  await nc.flush();
+  return {
+    requests,
+    events,
+    /** The finished event of `firingId`, once it came. */
+    eventOf: (firingId) => eventually(`the finished event of ${firingId}`, () => events.find((e) => e.firing_id === firingId), 10_000, 20),
+  };
+}

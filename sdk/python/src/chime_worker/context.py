@@ -33,7 +33,7 @@ class FiringContext:
     #: When the run is cut off. The worker enforces it: past it ``cancelled``
     #: is set and, ``stop_grace`` later, the handler's task is cancelled.
     deadline: datetime
-    #: A sharded job's shard (0 ... ``shards`` - 1); ``None`` when unsharded.
+    #: A sharded job's shard (0 ... ``shards`` - 1; a broadcast job's share is one); ``None`` when unsharded.
     shard: int | None
     #: How many shards the instant has; ``None`` when unsharded.
     shards: int | None

@@ -1,25 +1,24 @@
-"""One fetched message, from receipt to report: check it, ask to start it,
-ack or NAK it, run it, report how it ended (docs/PROTOCOL.md sections 3-6).
+"""One firing message, from receipt to report: check it, ask to start it,
+settle it, run it, report how it ended (docs/PROTOCOL.md sections 3-6).
 
-Every NAK of a firing this worker does not start carries a delay: a bare
-NAK is redelivered at once and would spin.
+A pulled message and an offer take the same path; how each is settled
+(acked, NAKed, terminated, or for an offer nothing at all) is its
+:class:`~chime_worker.delivery.Acker`'s. Every NAK of a firing this worker
+does not start carries a delay: a bare NAK is redelivered at once and
+would spin.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
-
-from .ackinfo import parse_ack_subject
 from .context import FiringContext
+from .delivery import Delivery
 from .handler import Handlers
-from .message import BadMessage, FiringMessage, parse_firing
+from .message import BadMessage, FiringMessage, check_addressee, parse_firing
 from .metrics import Metrics
 from .report import Reporter, finished_event
 from .run import run
@@ -36,14 +35,6 @@ from .start import (
 from .timefmt import utc_now
 
 log = logging.getLogger("chime_worker")
-
-ACK = b"+ACK"
-TERM = b"+TERM"
-
-
-def nak(delay: float) -> bytes:
-    """``-NAK {"delay": <ns>}``: redelivered after ``delay`` seconds."""
-    return b"-NAK " + json.dumps({"delay": int(delay * 1e9)}).encode()
 
 
 def deadline_of(firing: FiringMessage, from_reply: datetime | None, now: datetime) -> datetime:
@@ -71,7 +62,6 @@ class Dispatcher:
 
     def __init__(
         self,
-        client: NATS,
         settings: DispatchSettings,
         starter: Starter,
         handlers: Handlers,
@@ -79,7 +69,6 @@ class Dispatcher:
         reporter: Reporter,
         metrics: Metrics,
     ) -> None:
-        self._client = client
         self._settings = settings
         self._starter = starter
         self._handlers = handlers
@@ -87,23 +76,34 @@ class Dispatcher:
         self._reporter = reporter
         self._metrics = metrics
 
-    async def _ack(self, msg: Msg, body: bytes, firing_id: str | None = None) -> None:
-        try:
-            await self._client.publish(msg.reply, body)
-        except Exception as error:
-            log.warning("firing %s: cannot acknowledge (%s); JetStream will redeliver it: %s", firing_id, body[:4], error)
+    async def dispatch(self, delivery: Delivery) -> None:
+        """Handles one firing message; the caller holds its thread until this returns."""
+        firing = await self.check(delivery)
+        if firing is not None:
+            await self.take(delivery, firing)
 
-    async def dispatch(self, msg: Msg) -> None:
-        """Handles one delivery; the caller holds its thread until this returns."""
+    async def check(self, delivery: Delivery) -> FiringMessage | None:
+        """The firing a message carries; ``None`` for one that is not a valid
+        firing (or an offer for another worker), which is counted, logged and
+        settled here."""
+        msg = delivery.msg
         try:
             firing = parse_firing(msg.headers, msg.data)
+            if delivery.addressee is not None:
+                check_addressee(msg.headers, delivery.addressee)
         except BadMessage as error:
             self._metrics.bad_message()
-            log.warning("terminating a message on %s that is not a valid firing: %s", msg.subject, error)
-            await self._ack(msg, TERM)
-            return
+            log.warning(
+                "%s the %s on %s, not a valid firing: %s", delivery.acker.discards, delivery.what, msg.subject, error
+            )
+            await delivery.acker.term()
+            return None
+        return firing
+
+    async def take(self, delivery: Delivery, firing: FiringMessage) -> None:
+        """Starts, runs and reports a checked firing; the caller holds its thread until this returns."""
         try:
-            await self._handle(msg, firing)
+            await self._handle(delivery, firing)
         except Exception:
             # A bug, not the firing's fault: let go of it, so that the heartbeats
             # stop listing it and the scheduler runs it again.
@@ -112,19 +112,20 @@ class Dispatcher:
             self._running.release(fid)
             self._running.reported(fid)
 
-    async def _handle(self, msg: Msg, firing: FiringMessage) -> None:
+    async def _handle(self, delivery: Delivery, firing: FiringMessage) -> None:
+        acker = delivery.acker
         fid = str(firing.firing_id)
         control = self._running.claim(fid)
         if control is None:
             # This worker runs or just ran this attempt: a redelivery. It is ours; drop the copy.
             self._metrics.start_refusal("duplicate_delivery")
-            log.info("firing %s: dropping a second delivery of an attempt this worker holds", fid)
-            await self._ack(msg, ACK, fid)
+            log.info("firing %s: dropping a second %s of an attempt this worker holds", fid, delivery.what)
+            await acker.ack(fid)
             return
         if control.stopped is not None:
             # Past the drain grace, or fenced: leave it to another worker, later.
             self._running.release(fid)
-            await self._ack(msg, nak(self._settings.nak_delay), fid)
+            await acker.nak(self._settings.nak_delay, fid)
             return
 
         asked = time.monotonic()
@@ -132,13 +133,13 @@ class Dispatcher:
         self._metrics.start_decision(time.monotonic() - asked)
         if not isinstance(decision, Accepted):
             self._running.release(fid)
-            await self._not_started(msg, fid, decision)
+            await self._not_started(delivery, fid, decision)
             return
 
         # From here the scheduler's executing table owns the firing, and the
         # heartbeats list it until its report is acknowledged.
         self._running.accepted(fid)
-        await self._ack(msg, ACK, fid)
+        await acker.ack(fid)
         now = utc_now()
         self._metrics.start_lateness((now - firing.due_at).total_seconds())
         deadline = deadline_of(firing, decision.deadline, now)
@@ -171,24 +172,26 @@ class Dispatcher:
         )
         self._reporter.report(finished_event(fid, self._settings.worker_id, report))
 
-    async def _not_started(self, msg: Msg, fid: str, decision: Refused | Rejected | Unavailable) -> None:
+    async def _not_started(self, delivery: Delivery, fid: str, decision: Refused | Rejected | Unavailable) -> None:
+        """Settles a firing whose start was not accepted. An offer settles as
+        nothing: the scheduler offers it again until it starts or gives up."""
+        acker = delivery.acker
         if isinstance(decision, Refused):
             reason = decision.refusal or "unspecified"
             self._metrics.start_refusal(reason)
-            log.info("firing %s: start refused (%s); dropping the delivery", fid, reason)
-            await self._ack(msg, ACK, fid)
+            log.info("firing %s: start refused (%s); dropping the %s", fid, reason, delivery.what)
+            await acker.ack(fid)
         elif isinstance(decision, Rejected):
             self._metrics.start_refusal("rejected")
-            info = parse_ack_subject(msg.reply)
-            delivered = info.delivered if info is not None else 1
+            delivered = acker.delivered
             if delivered >= MAX_REJECTED_DELIVERIES:
                 log.error("firing %s: the scheduler keeps rejecting it (%s); dropping it", fid, decision.error)
-                await self._ack(msg, TERM, fid)
+                await acker.term(fid)
             else:
                 delay = rejected_delay(self._settings.nak_delay, delivered)
-                log.warning("firing %s: start rejected (%s); asking again in %gs", fid, decision.error, delay)
-                await self._ack(msg, nak(delay), fid)
+                log.warning("firing %s: start rejected (%s); the %s comes back in %gs", fid, decision.error, delivery.what, delay)
+                await acker.nak(delay, fid)
         else:
             self._metrics.start_refusal("scheduler_unavailable")
-            log.warning("firing %s: no start decision (%s); handing the firing back", fid, decision.error)
-            await self._ack(msg, nak(self._settings.nak_delay), fid)
+            log.warning("firing %s: no start decision (%s); handing the %s back", fid, decision.error, delivery.what)
+            await acker.nak(self._settings.nak_delay, fid)

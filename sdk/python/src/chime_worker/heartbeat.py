@@ -5,8 +5,9 @@ how the scheduler learns that a worker died. Each acknowledged beat renews
 the worker's :class:`~chime_worker.fence.Fence` lease. Each beat lists the
 firings the worker runs (``running``), so the scheduler finds a firing it
 recorded as started here that this worker does not run within two beats,
-and the handlers it offers (``handlers``, for operators; the scheduler
-ignores fields it does not know).
+the handlers it offers (``handlers``, for operators; the scheduler
+ignores fields it does not know), and that it takes offers (``offers``:
+the scheduler gives a share of each broadcast job only to such workers).
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ class Heartbeat:
         if running is not None:
             info["running"] = running
         info["handlers"] = self._handlers
+        # The worker always subscribes to its offer subject (offers.py).
+        info["offers"] = True
         return info
 
     async def beat_once(self) -> float:

@@ -2,7 +2,8 @@
 
 A message whose headers are missing or invalid, or whose body is not JSON,
 is not a firing: :func:`parse_firing` raises :class:`BadMessage` naming the
-header at fault, and the worker terminates the message. The checks are the
+header at fault, and the worker terminates the message (drops it, for an
+offer, which must also name this worker: :func:`check_addressee`). The checks are the
 Rust worker's, so every worker rejects the same messages.
 """
 
@@ -31,6 +32,7 @@ DEADLINE = "Chime-Deadline"
 TIMEOUT_MS = "Chime-Timeout-Ms"
 SHARD = "Chime-Shard"
 SHARDS = "Chime-Shards"
+WORKER_ID = "Chime-Worker-Id"
 TRACEPARENT = "traceparent"
 
 _U32 = re.compile(r"\+?\d{1,10}")
@@ -150,6 +152,15 @@ def parse_firing(headers: Mapping[str, str] | None, body: bytes) -> FiringMessag
     )
 
 
+def check_addressee(headers: Mapping[str, str] | None, worker_id: str) -> None:
+    """An offer is a firing addressed to one worker: its ``Chime-Worker-Id`` must be ``worker_id``."""
+    addressee = _value(headers or {}, WORKER_ID)
+    if addressee is None:
+        raise BadMessage(f"header {WORKER_ID} is missing", WORKER_ID)
+    if addressee != worker_id:
+        raise _invalid(WORKER_ID, f"the offer is for worker {addressee!r}, not for {worker_id!r}")
+
+
 def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -177,8 +188,9 @@ def _read_shard(headers: Mapping[str, str], firing_id: FiringId) -> tuple[int | 
         raise BadMessage(f"header {SHARDS} is missing", SHARDS)
     if not _U32.fullmatch(index_text) or int(index_text) > 2**32 - 1:
         raise _invalid(SHARD, f"{index_text!r} is not a whole number")
-    if not _U32.fullmatch(count_text) or not 2 <= int(count_text) <= 2**32 - 1:
-        raise _invalid(SHARDS, "must be a whole number above 1")
+    # A broadcast to a single worker is shard 0 of 1.
+    if not _U32.fullmatch(count_text) or not 1 <= int(count_text) <= 2**32 - 1:
+        raise _invalid(SHARDS, "must be a whole number above 0")
     index, count = int(index_text), int(count_text)
     if index != firing_id.shard or index >= count:
         raise _invalid(SHARD, f"{index} of {count} is not the shard of firing {firing_id}")

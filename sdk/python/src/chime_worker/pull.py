@@ -220,8 +220,8 @@ class Puller:
         if estimate is not None:
             self._metrics.clock_offset(estimate)
         if not self._slots.try_take():
-            # Only this loop takes threads and it asks for no more than are free: cannot happen.
-            log.error("fetched a firing without a free thread; handing it back")
+            # An offer took the thread while the fetch was in flight.
+            log.info("fetched a firing after an offer took its thread; handing it back")
             asyncio.ensure_future(self._hand_back(msg))
             return False
         self._spawn(msg)

@@ -68,6 +68,10 @@ class Subjects:
     def cancel(self, worker_id: str) -> str:
         return f"{self.prefix}.cancel.{worker_id}"
 
+    def offer(self, group: str, worker_id: str) -> str:
+        """Where the scheduler offers this worker the firings of broadcast jobs addressed to it."""
+        return f"{self.prefix}.offer.{group}.{worker_id}"
+
 
 def heartbeat_key(group: str, worker_id: str) -> str:
     """``<group>.<worker id>``: NATS permissions confine a group's workers to their keys."""

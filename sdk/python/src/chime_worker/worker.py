@@ -4,13 +4,14 @@ Start-up (docs/PROTOCOL.md section 1): find the heartbeat bucket and read
 its key TTL (the fencing lease depends on it), write the first heartbeat
 (a scheduler creates the consumers of the groups it sees there), keep
 heartbeating, wait for the streams and the group's three consumers,
-subscribe to the doorbell and to cancel requests, then pull. A worker never
+subscribe to the doorbell, to cancel requests and to the worker's offers
+(the firings of broadcast jobs addressed to it), then pull. A worker never
 creates NATS objects, and waits, without a time limit, while one is missing.
 
-Shutdown (section 9): stop fetching; let runs finish within the drain
-grace; stop the rest (``failed``, ``interrupted: shutdown``); flush
-finished events within the flush grace; stop heartbeating and delete the
-heartbeat key.
+Shutdown (section 9): stop fetching and taking offers; let runs finish
+within the drain grace; stop the rest (``failed``, ``interrupted:
+shutdown``); flush finished events within the flush grace; stop
+heartbeating and delete the heartbeat key.
 """
 
 from __future__ import annotations
@@ -20,12 +21,11 @@ import dataclasses
 import functools
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
 
 from .admin import AdminServer
@@ -33,12 +33,14 @@ from .aio import first_of
 from .cancel import CancelListener
 from .config import WorkerConfig
 from .connection import NatsOptions, connect
+from .delivery import pulled
 from .dispatch import Dispatcher, DispatchSettings
 from .errors import ConfigError
 from .fence import Fence
 from .handler import Handler, Handlers
 from .heartbeat import Heartbeat
 from .metrics import Metrics, prometheus_available
+from .offers import OfferListener
 from .pull import Puller
 from .report import Reporter
 from .running import Running
@@ -189,17 +191,19 @@ class Worker:
             config.start_timeout,
         )
         settings = DispatchSettings(config.worker_id, config.nak_delay, config.stop_grace, config.max_output_bytes)
-        dispatcher = Dispatcher(client, settings, starter, self._handlers, parts.running, parts.reporter, self.metrics)
+        dispatcher = Dispatcher(settings, starter, self._handlers, parts.running, parts.reporter, self.metrics)
         puller = Puller(
             client, self.subjects, config.group, parts.slots, fence, self.metrics, config.poll_interval,
-            config.fetch_expiry, lambda msg: parts.spawn_firing(dispatcher, msg),
+            config.fetch_expiry, lambda msg: parts.spawn_firing(dispatcher.dispatch(pulled(client, msg))),
         )
         await puller.open()
         parts.puller = puller
         listener = CancelListener(client, parts.running)
         parts.cancels = await client.subscribe(self.subjects.cancel(config.worker_id), cb=listener.on_request)
-        # Once the server has the subscriptions, no doorbell or cancel sent after "ready" is missed.
-        await client.flush(timeout=10)
+        offers = OfferListener(config.worker_id, dispatcher, parts.slots, fence, self.status, parts.spawn_firing)
+        parts.offers = await client.subscribe(self.subjects.offer(config.group, config.worker_id), cb=offers.on_offer)
+        # Once the server has the subscriptions, no doorbell, cancel or offer sent after "ready" is missed.
+        await _subscriptions_confirmed(client)
         parts.spawn_fetch(lambda: puller.run(parts.fetch_stop))
         self.status.started = True
         log.info(
@@ -281,6 +285,19 @@ class Worker:
                 await _close(client)
 
 
+async def _subscriptions_confirmed(client: NATS) -> None:
+    """Returns once the server has processed every subscription made so far.
+
+    nats-py writes a flush's PING to the socket at once but queues SUBs for
+    its flusher task, so the first PONG can come back before the server
+    processed the SUBs (another connection's message then finds no one). By
+    the time that PONG is read the flusher has written them, ahead of the
+    second PING: its PONG confirms them.
+    """
+    for _ in range(2):
+        await client.flush(timeout=10)
+
+
 async def _close(client: NATS) -> None:
     try:
         await asyncio.wait_for(client.drain(), timeout=10)
@@ -303,6 +320,7 @@ class _Parts:
         self.admin: AdminServer | None = None
         self.puller: Puller | None = None
         self.cancels: Any = None
+        self.offers: Any = None
         self.slots: Slots
         self.running: Running
         self.heartbeat: Heartbeat
@@ -315,26 +333,37 @@ class _Parts:
     def spawn_fetch(self, loop: Callable[[], Any]) -> None:
         self._fetch = asyncio.create_task(supervise("fetch", loop, self.fetch_stop, self._metrics, self._health))
 
-    def spawn_firing(self, dispatcher: Dispatcher, msg: Msg) -> None:
-        task = asyncio.create_task(self._dispatch(dispatcher, msg))
+    def spawn_firing(self, dispatch: Awaitable[None]) -> None:
+        """Runs the dispatch of a firing that holds a thread; the thread comes back when it ends."""
+        task = asyncio.create_task(self._dispatch(dispatch))
         self.firings.add(task)
         task.add_done_callback(self.firings.discard)
 
-    async def _dispatch(self, dispatcher: Dispatcher, msg: Msg) -> None:
+    async def _dispatch(self, dispatch: Awaitable[None]) -> None:
         try:
-            await dispatcher.dispatch(msg)
+            await dispatch
         except Exception:
             log.exception("a firing's dispatch failed")
         finally:
             self.slots.give_back()
 
     async def stop_fetching(self) -> None:
+        """No more fetches and no more offers."""
+        await self.stop_offers()
         self.fetch_stop.set()
         if self._fetch is not None:
             await self._fetch
         if self.puller is not None:
             await self.puller.close()
             self.puller = None
+
+    async def stop_offers(self) -> None:
+        if self.offers is not None:
+            try:
+                await self.offers.unsubscribe()
+            except Exception as error:
+                log.debug("unsubscribing from offers: %s", error)
+            self.offers = None
 
     async def drain(self, grace: float, stop_time: float) -> tuple[bool, int]:
         """Waits for the runs, at most ``grace``; then stops the rest. Returns (drained, stopped)."""
@@ -358,6 +387,7 @@ class _Parts:
         if self.puller is not None:
             await self.puller.close()
             self.puller = None
+        await self.stop_offers()
         if self.cancels is not None:
             try:
                 await self.cancels.unsubscribe()

@@ -4,7 +4,7 @@
 // whose error names the header.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { BadMessage, parseFiring } from "../../dist/message.js";
+import { BadMessage, checkAddressee, parseFiring } from "../../dist/message.js";
 import { parseFiringId } from "../../dist/firing-id.js";
 
 const TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -76,13 +76,25 @@ test("a shard is read and checked against its id", () => {
     ["Chime-Shard", "4", "Chime-Shard"],
     ["Chime-Shard", "x", "Chime-Shard"],
     ["Chime-Shards", "3", "Chime-Shard"],
-    ["Chime-Shards", "1", "Chime-Shards"],
+    ["Chime-Shards", "1", "Chime-Shard"],
+    ["Chime-Shards", "0", "Chime-Shards"],
     ["Chime-Shards", "-8", "Chime-Shards"],
   ]) {
     assert.throws(() => parseFiring(sharded({ [name]: value }), body("")), (e) => e instanceof BadMessage && e.message.includes(`header ${header} is invalid`), `${name}=${value}`);
   }
   assert.throws(() => parseFiring(sharded({ "Chime-Shards": "" }), body("")), /header Chime-Shards is missing/);
   assert.throws(() => parseFiring(good({ "Chime-Shard": "0", "Chime-Shards": "2" }), body("")), /header Chime-Shard is invalid: .* is not a shard/);
+});
+
+test("a broadcast to one worker is shard 0 of 1", () => {
+  const m = parseFiring(good({ "Chime-Firing-Id": "job-1@1774661400000.0#2", "Chime-Shard": "0", "Chime-Shards": "1" }), body("")).firing;
+  assert.deepEqual([m.shard, m.shards], [0, 1]);
+});
+
+test("an offer must name this worker", () => {
+  checkAddressee(good({ "Chime-Worker-Id": "w1" }), "w1");
+  assert.throws(() => checkAddressee(good(), "w1"), (e) => e instanceof BadMessage && /header Chime-Worker-Id is missing/.test(e.message));
+  assert.throws(() => checkAddressee(good({ "Chime-Worker-Id": "w2" }), "w1"), (e) => e instanceof BadMessage && /header Chime-Worker-Id is invalid/.test(e.message));
 });
 
 test("garbage is rejected with the header named", () => {

@@ -80,6 +80,7 @@ test("names follow the subject prefix and dotted groups", () => {
   assert.equal(n.start, "staging-chime.worker.v1.start.eu.reports.w-1");
   assert.equal(n.finished, "staging-chime.events.finished.eu.reports.w-1");
   assert.equal(n.cancel, "staging-chime.cancel.w-1");
+  assert.equal(n.offer, "staging-chime.offer.eu.reports.w-1");
   assert.equal(n.doorbell, "staging-chime.ready.eu.reports");
   assert.equal(n.heartbeatKey, "eu.reports.w-1");
   assert.equal(n.pullSubject("normal"), "$JS.API.CONSUMER.MSG.NEXT.STAGING_CHIME_FIRE.fire_h_65752e7265706f727473_normal");
