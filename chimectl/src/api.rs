@@ -62,7 +62,8 @@ pub enum ApiCommand {
     },
     /// Re-run a job's schedule over a past range: one firing per instant in [--from, --to).
     #[command(
-        after_help = "Example:\n  chimectl backfill nightly-report --from -7d --to now\n  \
+        after_help = "Example:\n  chimectl backfill nightly-report --from -7d --to now --dry-run\n  \
+                            chimectl backfill nightly-report --from -7d --to now\n  \
                             chimectl backfill nightly-report --from 2026-11-20T00:00:00Z --to 2026-11-21T00:00:00Z"
     )]
     Backfill {
@@ -77,6 +78,10 @@ pub enum ApiCommand {
         /// At most this many instants, the earliest (default 1000, at most 10000).
         #[arg(long, value_name = "N")]
         limit: Option<u32>,
+        /// Stage nothing: print the firings a backfill would stage, and how
+        /// many of them the job's overlap policy would skip.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Show firings (id, backfill or retry, times, worker, outcome), newest first.
     #[command(
@@ -253,13 +258,14 @@ pub async fn run(command: &ApiCommand, client: &Client, as_json: bool) -> Result
             from,
             to,
             limit,
+            dry_run,
         } => {
             let request = BackfillRequest {
                 id: id.clone(),
                 from: from.at(now),
                 to: to.at(now),
                 limit: *limit,
-                dry_run: false,
+                dry_run: *dry_run,
             };
             let reply = client.backfill_job(&request).await.map_err(api_failure)?;
             warn(&reply.warnings);
@@ -333,6 +339,9 @@ fn print_text(command: &ApiCommand, reply: &Value) {
             for id in reply["firing_ids"].as_array().into_iter().flatten() {
                 println!("{}", printable(id.as_str().unwrap_or("")));
             }
+            if reply["dry_run"].as_bool() == Some(true) {
+                println!("{}", dry_run_summary(reply));
+            }
         }
         ApiCommand::List(_) => print_jobs(
             reply["jobs"].as_array().map(Vec::as_slice).unwrap_or(&[]),
@@ -357,6 +366,19 @@ fn print_text(command: &ApiCommand, reply: &Value) {
             None => print_jobs(std::slice::from_ref(&reply["job"]), None),
         },
     }
+}
+
+/// The last line of a dry-run backfill: how many firings it would stage,
+/// how many of them the overlap policy would skip, and that nothing was
+/// staged.
+fn dry_run_summary(reply: &Value) -> String {
+    let staged = reply["firing_ids"].as_array().map_or(0, Vec::len);
+    let skipped = reply["skipped_by_overlap"].as_u64().unwrap_or(0);
+    let plural = if staged == 1 { "" } else { "s" };
+    format!(
+        "dry run: {staged} firing{plural} would be staged, up to {skipped} of them skipped by \
+         the job's overlap policy; nothing was staged"
+    )
 }
 
 /// Keeps the firings of a page scheduled at or after `since`. Pages are

@@ -34,7 +34,7 @@ pub const SECTIONS: [(&str, &[&str]); 4] = [
 /// What the top-level help ends with.
 const AFTER_HELP: &str = "\
 Times (--from, --to, --until, --since) take RFC 3339 (2026-03-28T02:30:00Z), `now`, or an offset \
-from now: -3h, +30m, -2d.
+from now: -3h, +30m, in 30m, -2d.
 Exit status: 0 done; 1 failed; 2 bad input (the message names the flag). \
 `diff`: 0 nothing would change, 1 something would, 2 or more on error.
 See `chimectl COMMAND --help` (or `chimectl help COMMAND`) for a command's flags and an example.";

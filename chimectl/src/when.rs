@@ -1,5 +1,8 @@
 //! Times on the command line: an RFC 3339 instant, `now`, or an offset
-//! from now (`-3h`, `+30m`, `-2d`, `+1h30m`).
+//! from now (`-3h`, `+30m`, `in 30m`, `-2d`, `+1h30m`).
+//!
+//! The web console reads its time fields by the same rules
+//! (`scheduler/console/when.js`): a change here is a change there.
 //!
 //! Every flag that takes a time (`backfill --from/--to`, `pause --until`,
 //! `preview --from`, `history --since`, …) parses with [`parse`], so they
@@ -35,7 +38,7 @@ impl When {
 
 /// What every time flag says it takes, for its help.
 pub const HELP: &str =
-    "RFC 3339 (2026-03-28T02:30:00Z), `now`, or an offset from now: -3h, +30m, -2d";
+    "RFC 3339 (2026-03-28T02:30:00Z), `now`, or an offset from now: -3h, +30m, in 30m, -2d";
 
 /// Reads one time flag's value (a clap value parser).
 pub fn parse(text: &str) -> Result<When, String> {
@@ -43,9 +46,13 @@ pub fn parse(text: &str) -> Result<When, String> {
     if text.eq_ignore_ascii_case("now") {
         return Ok(When::FromNow(Duration::zero()));
     }
-    let sign = match text.chars().next() {
-        Some('+') => 1,
-        Some('-') => -1,
+    let in_prefix = text
+        .get(..3)
+        .filter(|p| p.eq_ignore_ascii_case("in ") || p.eq_ignore_ascii_case("in\t"));
+    let (sign, magnitude) = match text.chars().next() {
+        _ if in_prefix.is_some() => (1, &text[3..]),
+        Some('+') => (1, &text[1..]),
+        Some('-') => (-1, &text[1..]),
         _ => {
             return parse_time_str(text).map(When::At).map_err(|_| {
                 format!(
@@ -54,7 +61,7 @@ pub fn parse(text: &str) -> Result<When, String> {
             })
         }
     };
-    let magnitude = humantime::parse_duration(text[1..].trim()).map_err(|e| {
+    let magnitude = humantime::parse_duration(magnitude.trim()).map_err(|e| {
         format!("{text:?} is not an offset from now ({e}); write e.g. -3h, +30m or -2d")
     })?;
     let offset = Duration::from_std(magnitude)
@@ -86,6 +93,8 @@ mod tests {
         assert_eq!(at("+1h30m"), "2026-03-28T13:30:00.000Z");
         assert_eq!(at("-1w"), "2026-03-21T12:00:00.000Z");
         assert_eq!(at("+250ms"), "2026-03-28T12:00:00.250Z");
+        assert_eq!(at("in 30m"), "2026-03-28T12:30:00.000Z");
+        assert_eq!(at("In 2h"), "2026-03-28T14:00:00.000Z");
     }
 
     #[test]
@@ -103,6 +112,8 @@ mod tests {
             "-",
             "-3x",
             "+soon",
+            "in",
+            "in -3h",
             "2026-13-01T00:00:00Z",
         ] {
             let error = parse(bad).unwrap_err();

@@ -789,6 +789,16 @@ pub struct Job {
     /// or deleted): the job cannot fire until they are put. Absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upstream_missing: Vec<String>,
+    /// When the job's newest succeeded firing finished (`job_outcomes`),
+    /// so the stalest job can be found without reading every history:
+    /// written by `jobs.get` and `jobs.list`, absent when the job has not
+    /// succeeded since it was put.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "rfc3339_ms_opt"
+    )]
+    pub last_success_at: Option<DateTime<Utc>>,
 }
 
 #[cfg(test)]

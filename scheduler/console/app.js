@@ -55,10 +55,27 @@ async function api(method, path, body) {
   return { ok: false, status: response.status, error: (data && data.error) || { code: "internal", message: "HTTP " + response.status } };
 }
 
-function flash(message, bad) {
+// A message at the top of the page, with the reply's `warnings` (field
+// and message each) listed under it.
+function flash(message, bad, warnings) {
   const el = document.getElementById("flash");
-  el.textContent = message || "";
-  el.className = bad ? "bad" : "";
+  const list = (warnings || []).length
+    ? h("ul", { id: "flash-warnings" }, warnings.map((w) => h("li", {}, h("strong", { text: "warning " }), (w.field ? w.field + ": " : "") + w.message)))
+    : null;
+  el.replaceChildren(...[message || "", list].filter(Boolean));
+  el.className = bad ? "bad" : (list ? "warn" : "");
+}
+
+// A flash shown by the next page instead of cleared by it (a save that
+// moves to the job's page keeps its message and warnings).
+let nextFlash = null;
+function flashNext(message, bad, warnings) { nextFlash = [message, bad, warnings]; }
+
+// The error object of a failed reply as `{ field, message, code }` items:
+// every problem `details` lists, or the error itself.
+function problems(error) {
+  const details = error.details && error.details.length ? error.details : [error];
+  return details.map((d) => ({ field: d.field || "", message: d.message, code: error.code }));
 }
 
 function stateBadge(state) {
@@ -90,7 +107,7 @@ function duration(a, b) {
 function table(headers, rows, id) {
   return h("div", { class: "table-wrap" },
     h("table", { id },
-      h("thead", {}, h("tr", {}, headers.map((x) => h("th", { scope: "col", text: x })))),
+      h("thead", {}, h("tr", {}, headers.map((x) => h("th", { scope: "col" }, x)))),
       h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: headers.length, class: "muted", text: "Nothing yet." })))));
 }
 
@@ -208,6 +225,16 @@ function overviewPage() {
   api("GET", "/api/v1/overview").then((r) => { if (r.ok) paint(r.data); });
 }
 
+// The page's jobs ordered by `last_success_at`: `last_success` puts jobs
+// that never succeeded first, then the oldest success; `-last_success`
+// the reverse. Anything else keeps the API's order.
+function sortByLastSuccess(jobs, sort) {
+  if (sort !== "last_success" && sort !== "-last_success") return jobs;
+  const at = (j) => (j.last_success_at ? Date.parse(j.last_success_at) : -Infinity);
+  const sign = sort === "last_success" ? 1 : -1;
+  return [...jobs].sort((a, b) => sign * (at(a) - at(b)) || a.id.localeCompare(b.id));
+}
+
 async function jobsPage(params) {
   const query = new URLSearchParams(params);
   const group = h("input", { id: "filter-group", name: "group", value: query.get("group") || "", size: 12 });
@@ -218,6 +245,7 @@ async function jobsPage(params) {
   const go = (extra) => {
     const next = new URLSearchParams();
     for (const [k, el] of [["group", group], ["state", state], ["selector", selector], ["q", search]]) if (el.value) next.set(k, el.value);
+    if (query.get("sort")) next.set("sort", query.get("sort"));
     for (const [k, v] of Object.entries(extra || {})) next.set(k, v);
     location.hash = "#/jobs?" + next.toString();
   };
@@ -234,7 +262,8 @@ async function jobsPage(params) {
   const r = await api("GET", "/api/v1/jobs?" + request.toString());
   if (!r.ok) { render(h("h1", { text: "Jobs" }), toolbar, h("p", { class: "error", role: "alert", text: r.error.message })); return; }
   const needle = (query.get("q") || "").toLowerCase();
-  const jobs = r.data.jobs.filter((j) => !needle || j.id.toLowerCase().includes(needle));
+  const sort = query.get("sort") || "";
+  const jobs = sortByLastSuccess(r.data.jobs.filter((j) => !needle || j.id.toLowerCase().includes(needle)), sort);
   const boxes = [];
   const rows = jobs.map((j) => {
     const box = h("input", { type: "checkbox", value: j.id, "aria-label": "select " + j.id });
@@ -244,6 +273,7 @@ async function jobsPage(params) {
       h("td", {}, h("a", { href: "#/jobs/" + encodeURIComponent(j.id), text: j.id })),
       h("td", { text: j.group }), h("td", {}, stateBadge(j.state)), h("td", { class: "hide-narrow", text: schedule }),
       h("td", { class: "hide-narrow", text: j.next_fire_at ? fmtTime(j.next_fire_at) : "–" }),
+      h("td", { class: "last-success", text: j.last_success_at ? fmtTime(j.last_success_at) : "never" }),
       h("td", { class: "hide-narrow", text: Object.entries(j.labels || {}).map(([k, v]) => `${k}=${v}`).join(", ") }));
   });
   const bulk = async (action) => {
@@ -278,8 +308,16 @@ async function jobsPage(params) {
   const pages = h("div", { class: "actions" },
     query.get("after") ? h("button", { type: "button", onclick: () => go({}), text: "First page" }) : null,
     r.data.next ? h("button", { type: "button", id: "next-page", onclick: () => go({ after: r.data.next }), text: "Next page" }) : null);
-  render(h("h1", { text: "Jobs" }), toolbar, actions,
-    table(["", "id", "group", "state", "schedule", "next (UTC)", "labels"], rows, "jobs"), pages);
+  // Sorting is of the loaded page (the API pages jobs newest first); the
+  // heading says so, and the first click puts the stalest job on top.
+  const nextSort = sort === "last_success" ? "-last_success" : "last_success";
+  const sortButton = h("button", { type: "button", class: "link", id: "sort-last-success",
+    onclick: () => go(Object.assign({}, query.get("after") ? { after: query.get("after") } : {}, { sort: nextSort })),
+    text: "last success (UTC)" + (sort === "last_success" ? " ▲" : sort === "-last_success" ? " ▼" : "") });
+  const sortNote = sort ? h("p", { class: "muted", id: "sort-note",
+    text: `Sorted within this page by last success, ${sort === "last_success" ? "stalest (never succeeded) first" : "newest first"}.` }) : null;
+  render(h("h1", { text: "Jobs" }), toolbar, actions, sortNote,
+    table(["", "id", "group", "state", "schedule", "next (UTC)", sortButton, "labels"], rows, "jobs"), pages);
 }
 
 // A job's schedule in a few words; a fan-in names the jobs it waits for and
@@ -321,12 +359,13 @@ async function jobPage(id) {
     const sharded = f.data.firings.some((x) => x.shard !== undefined && x.shard !== null);
     historyBox.replaceChildren(table(["scheduled (UTC)", ...(sharded ? ["shard"] : []), "attempt", "state", "worker", "duration", "output / error", ""],
       f.data.firings.map((x) => h("tr", { "data-firing": x.id },
-        h("td", { text: fmtTime(x.scheduled_at) + (x.backfill ? " (backfill)" : "") }),
+        h("td", {}, h("a", { href: firingHref(x.id), text: fmtTime(x.scheduled_at) }), x.backfill ? " (backfill)" : ""),
         ...(sharded ? [h("td", { class: "shard", text: x.shard ?? "" })] : []),
-        h("td", { text: x.attempt }), h("td", {}, stateBadge(x.state)),
+        h("td", { text: x.attempt }), h("td", {}, firingState(x)),
         h("td", { text: x.worker || "" }), h("td", { text: duration(x.started_at, x.finished_at) }),
-        h("td", {}, x.error ? h("span", { class: "error", text: x.error }) : "",
-          x.output ? h("details", {}, h("summary", { text: "output" }), h("pre", { text: x.output })) : ""),
+        h("td", { class: "excerpt" }, x.error ? h("span", { class: "error", text: excerpt(x.error) }) : "",
+          x.output ? h("pre", { text: excerpt(x.output) }) : "",
+          (x.error || x.output) ? h("a", { href: firingHref(x.id), text: "whole firing" }) : ""),
         h("td", {}, cancellable.includes(x.state) && canOperate
           ? h("button", { type: "button", class: "danger", "data-cancel": x.id, onclick: () => cancelFiring(x.id), text: "Cancel" })
           : ""))), "history"));
@@ -345,23 +384,43 @@ async function jobPage(id) {
         h("td", { text: e.verb }), h("td", { text: `${e.before_version ?? "–"} → ${e.after_version ?? "–"}` }),
         h("td", { text: e.outcome === "ok" ? "ok" : `${e.outcome}: ${e.message || ""}` }))), "changes"));
   };
-  const backfillFrom = h("input", { id: "backfill-from", type: "datetime-local", step: 1 });
-  const backfillTo = h("input", { id: "backfill-to", type: "datetime-local", step: 1 });
+  const backfillFrom = whenField("backfill-from", "Backfill from", "-1d");
+  const backfillTo = whenField("backfill-to", "to (not included)", "now");
   const backfillError = h("div", { class: "error", id: "backfill-error", role: "alert" });
-  const backfill = async (e) => {
-    e.preventDefault();
+  const backfillResult = h("output", { id: "backfill-result", class: "result", for: "backfill-from backfill-to" });
+  // Both ends resolve against one `now`, so `-1d` to `now` is exactly a day.
+  const backfill = async (dryRun) => {
     backfillError.textContent = "";
-    // datetime-local is the browser's local time; the API takes UTC instants.
-    const instant = (el) => el.value ? new Date(el.value).toISOString() : "";
-    const result = await api("POST", `/api/v1/jobs/${encodeURIComponent(id)}/backfill`, { from: instant(backfillFrom), to: instant(backfillTo) });
+    backfillResult.textContent = "";
+    const now = new Date();
+    const [from, to] = [backfillFrom.resolve(now), backfillTo.resolve(now)];
+    const bad = [["from", from], ["to", to]].find(([, r]) => r.error || !r.at);
+    if (bad) { backfillError.textContent = `${bad[0]}: ${bad[1].error || "is required"}`; return; }
+    const body = { from: from.at.toISOString(), to: to.at.toISOString(), dry_run: dryRun || undefined };
+    const result = await api("POST", `/api/v1/jobs/${encodeURIComponent(id)}/backfill`, body);
     if (!result.ok) { backfillError.textContent = (result.error.field ? result.error.field + ": " : "") + result.error.message; return; }
-    flash(`Backfill: ${result.data.firing_ids.length} firing(s) staged.`);
-    loadHistory();
+    const n = result.data.firing_ids.length, skipped = result.data.skipped_by_overlap || 0;
+    const overlap = skipped ? `, up to ${skipped} of them skipped by the overlap policy` : "";
+    const said = dryRun ? `Dry run: ${n} firing(s) would be staged${overlap}; nothing was staged.` : `Backfill: ${n} firing(s) staged${overlap}.`;
+    flash(said, false, result.data.warnings);
+    backfillResult.textContent = said + (result.data.warnings || []).map((w) => ` Warning: ${w.field}: ${w.message}`).join("");
+    if (!dryRun) loadHistory();
   };
-  const backfillForm = h("form", { class: "toolbar", id: "backfill-form", onsubmit: backfill },
-    h("div", {}, h("label", { for: "backfill-from", text: "Backfill from (your local time)" }), backfillFrom),
-    h("div", {}, h("label", { for: "backfill-to", text: "to (not included)" }), backfillTo),
-    h("button", { type: "submit", id: "backfill-submit", disabled: !canOperate, text: "Backfill" }), backfillError);
+  const backfillForm = h("form", { class: "toolbar", id: "backfill-form", onsubmit: (e) => { e.preventDefault(); backfill(false); } },
+    backfillFrom.field, backfillTo.field,
+    h("button", { type: "button", id: "backfill-dry-run", disabled: !canOperate, onclick: () => backfill(true), text: "Dry run" }),
+    h("button", { type: "submit", id: "backfill-submit", disabled: !canOperate, text: "Backfill" }), backfillError, backfillResult);
+  const pauseUntil = whenField("pause-until", "Pause until (empty: until resumed)", "+2h");
+  const pauseError = h("div", { class: "error", id: "pause-error", role: "alert" });
+  const pause = (e) => {
+    e.preventDefault();
+    const until = pauseUntil.resolve(new Date());
+    if (until.error) { pauseError.textContent = "until: " + until.error; return; }
+    act("pause", until.at ? { until: until.at.toISOString() } : {});
+  };
+  const pauseForm = job.state === "paused" ? null : h("form", { class: "toolbar", id: "pause-form", onsubmit: pause },
+    pauseUntil.field,
+    h("button", { type: "submit", id: "job-pause", disabled: !canOperate, text: "Pause" }), pauseError);
   const loadNext = async () => {
     // A fan-in has no instants: it fires when its upstream jobs have succeeded.
     if (job.schedule.after) { nextBox.replaceChildren(h("p", { class: "muted", text: "Fires once every job it waits for has succeeded: " + scheduleText(job) })); return; }
@@ -375,11 +434,14 @@ async function jobPage(id) {
       h("button", { type: "button", id: "job-trigger", class: "primary", disabled: !canOperate, onclick: () => act("trigger"), text: "Trigger now" }),
       job.state === "paused"
         ? h("button", { type: "button", id: "job-resume", disabled: !canOperate, onclick: () => act("resume"), text: "Resume" })
-        : h("button", { type: "button", id: "job-pause", disabled: !canOperate, onclick: () => act("pause"), text: "Pause" }),
+        : null,
       h("a", { class: "button", id: "job-edit", href: `#/jobs/${encodeURIComponent(id)}/edit`, "aria-disabled": !canAdmin, text: "Edit" }),
       h("button", { type: "button", id: "job-delete", class: "danger", disabled: !canAdmin, onclick: remove, text: "Delete" })),
-    h("p", { class: "muted" }, `group ${job.group} · handler ${job.handler} · version ${job.version} · next `,
-      job.next_fire_at ? fmtTime(job.next_fire_at) + " UTC" : "none"),
+    h("p", { class: "muted", id: "job-facts" }, `group ${job.group} · handler ${job.handler} · version ${job.version} · next `,
+      job.next_fire_at ? fmtTime(job.next_fire_at) + " UTC" : "none",
+      job.paused_until ? ` · paused until ${fmtTime(job.paused_until)} UTC` : "",
+      " · last success ", job.last_success_at ? fmtTime(job.last_success_at) + " UTC" : "never"),
+    pauseForm,
     h("h2", { text: "History" }), historyBox,
     h("h2", { text: `Next instants (${tz} and UTC)` }), nextBox,
     h("h2", { text: "Re-run the past" }), backfillForm,
@@ -446,6 +508,21 @@ function jobForm(existing) {
   };
   const input = (value, attrs) => h("input", Object.assign({ value: value === undefined ? "" : value }, attrs || {}));
   const select = (value, options) => h("select", {}, options.map((o) => h("option", { value: o, text: o, selected: o === value })));
+  // The payload's editor follows the handler: a new kind of handler
+  // starts from an empty payload of its shape, raw JSON keeps what it had.
+  const editorKind = (handler) => (handler === "shell" || handler === "http" ? handler : "raw");
+  let editor = payloadEditor(spec.handler, spec.payload);
+  let editorFor = editorKind(spec.handler);
+  const payloadSlot = h("div", { class: "field wide", id: "payload-editor" }, editor.node);
+  const switchPayload = () => {
+    const handler = fields.handler.value.trim();
+    if (editorKind(handler) === editorFor) return;
+    let carried = null;
+    try { carried = editorFor === "raw" || editorKind(handler) === "raw" ? editor.read() : null; } catch (e) { carried = null; }
+    editor = payloadEditor(handler, editorKind(handler) === "raw" ? carried : null);
+    editorFor = editorKind(handler);
+    payloadSlot.replaceChildren(editor.node);
+  };
   const scheduleValue = kind === "cron" ? spec.schedule.cron : kind === "every" ? spec.schedule.every : kind === "after" ? spec.schedule.after.join(", ") : spec.schedule.at;
   const general = h("div", { class: "form" },
     field("id", "Id", input(spec.id, { readonly: existing ? true : null, required: true })),
@@ -453,13 +530,14 @@ function jobForm(existing) {
     field("schedule.kind", "Schedule kind", select(kind, ["cron", "every", "at", "after"])),
     field("schedule.value", "Cron expression, interval, time or job ids (after)", input(scheduleValue, { required: true })),
     field("schedule.tz", "Time zone", input(spec.schedule.tz || "UTC")),
-    field("handler", "Handler", input(spec.handler)),
+    field("handler", "Handler (shell, http, or your own)", input(spec.handler, { list: "handlers" })),
     field("priority", "Priority (0–9)", input(spec.priority, { type: "number", min: 0, max: 9 })),
     field("timeout", "Timeout", input(spec.timeout)),
     field("retry.max_attempts", "Attempts", input((spec.retry || {}).max_attempts || 1, { type: "number", min: 1 })),
     field("overlap", "Overlap", select(spec.overlap || "allow", ["allow", "forbid", "queue", "replace"])),
     field("misfire", "Misfire", select(spec.misfire || "fire_once", ["fire_once", "fire_all", "skip"])),
-    field("payload", "Payload (JSON)", h("textarea", { rows: 4, text: JSON.stringify(spec.payload === undefined ? null : spec.payload, null, 2) }), true));
+    h("datalist", { id: "handlers" }, h("option", { value: "shell" }), h("option", { value: "http" })),
+    payloadSlot);
   const json = h("textarea", { id: "field-json", rows: 18, "aria-label": "job as JSON", text: JSON.stringify(spec, null, 2) });
   const jsonError = h("div", { class: "error", "data-error-for": "", id: "json-error" });
   const jsonPane = h("div", { hidden: true }, json, jsonError);
@@ -480,7 +558,7 @@ function jobForm(existing) {
     out.retry = Object.assign({}, spec.retry || {}, { max_attempts: Number(fields["retry.max_attempts"].value) });
     out.overlap = fields.overlap.value;
     out.misfire = fields.misfire.value;
-    try { out.payload = JSON.parse(fields.payload.value || "null"); } catch (e) { throw { field: "payload", message: "is not valid JSON: " + e.message }; }
+    out.payload = editor.read();
     return out;
   };
   const current = () => {
@@ -491,14 +569,17 @@ function jobForm(existing) {
   };
   const clearErrors = () => {
     topError.textContent = ""; jsonError.textContent = "";
-    for (const [name, el] of Object.entries(errors)) { el.textContent = ""; el.parentElement.classList.remove("invalid"); }
+    for (const el of general.querySelectorAll(".error")) { el.textContent = ""; el.parentElement.classList.remove("invalid"); }
   };
-  // Server field paths to form fields: schedule.cron/every/at are the value field.
-  const showError = (path, message) => {
+  // Server field paths to form fields: schedule.cron/every/at are the value
+  // field, payload paths the payload editor's own fields. A refusal shows
+  // the API's code and field under its message.
+  const showError = (path, message, code) => {
     const name = /^schedule\.(cron|every|at|after(\[\d+\])?|within)$/.test(path) ? "schedule.value" : path;
-    if (mode === "form" && errors[name]) {
-      errors[name].textContent = message;
-      errors[name].parentElement.classList.add("invalid");
+    const target = errors[name] || (/^payload(\.|\[|$)/.test(path) ? payloadErrorAt(editor, path) : null);
+    if (mode === "form" && target) {
+      target.replaceChildren(message, code ? h("span", { class: "code", text: ` ${code} · ${path}` }) : "");
+      target.parentElement.classList.add("invalid");
     } else if (mode === "json") {
       jsonError.textContent += (path ? path + ": " : "") + message + " ";
     } else {
@@ -526,6 +607,7 @@ function jobForm(existing) {
     }, 250);
   };
   for (const name of ["schedule.kind", "schedule.value", "schedule.tz"]) fields[name].addEventListener("input", refreshPreview);
+  fields.handler.addEventListener("input", switchPayload);
   json.addEventListener("input", refreshPreview);
   const formTab = h("button", { type: "button", role: "tab", "aria-selected": "true", id: "tab-form", text: "Form" });
   const jsonTab = h("button", { type: "button", role: "tab", "aria-selected": "false", id: "tab-json", text: "JSON" });
@@ -551,12 +633,11 @@ function jobForm(existing) {
     if (!body.id) { showError("id", "is required"); return; }
     const r = await api("PUT", "/api/v1/jobs/" + encodeURIComponent(body.id), body);
     if (!r.ok) {
-      const details = r.error.details && r.error.details.length ? r.error.details : [r.error];
-      for (const d of details) showError(d.field || "", d.message);
+      for (const d of problems(r.error)) showError(d.field, d.message, d.code);
       flash("Not saved: " + r.error.message, true);
       return;
     }
-    flash(`Saved ${r.data.job.id} (version ${r.data.job.version}).`);
+    flashNext(`Saved ${r.data.job.id} (version ${r.data.job.version}).`, false, r.data.warnings);
     location.hash = "#/jobs/" + encodeURIComponent(r.data.job.id);
   };
   render(h("h1", { text: existing ? "Edit " + existing.id : "New job" }),
@@ -715,7 +796,8 @@ async function groupsPage() {
 
 function route() {
   if (!session.user) return;
-  flash("");
+  flash(...(nextFlash || [""]));
+  nextFlash = null;
   const hash = location.hash || "#/";
   const [path, query] = hash.slice(1).split("?");
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
@@ -728,6 +810,7 @@ function route() {
   else if (parts[0] === "jobs" && parts.length === 1) jobsPage(query || "");
   else if (parts[0] === "jobs" && parts[2] === "edit") editPage(parts[1]);
   else if (parts[0] === "jobs") jobPage(parts[1]);
+  else if (parts[0] === "firings" && parts[1]) firingPage(parts[1]);
   else if (parts[0] === "new") jobForm(null);
   else if (parts[0] === "workers") workersPage();
   else if (parts[0] === "alerts") alertsPage();

@@ -1,7 +1,7 @@
 //! `chimectl` as a newcomer uses it, against a real scheduler (and worker
 //! where a job must run): `diff`'s exit status, times given as `now` and
 //! offsets, a job shown whole, a firing's output, alerts and the audit
-//! trail, backfills and retries marked in the history, and a system
+//! trail, backfills (and their dry runs) and retries marked in the history, and a system
 //! crontab imported and run as cron would run it.
 
 use chime_common::client::Client;
@@ -216,6 +216,72 @@ async fn every_time_flag_takes_now_and_offsets_from_now() {
         err.contains("--from") && err.contains("needs its sign"),
         "{err}"
     );
+    replica.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_backfill_prints_what_it_would_stage_and_stages_nothing() {
+    init_tracing();
+    let nats = NatsServer::start().await;
+    let db = SqliteDatabase::create();
+    let replica = replica(&nats, &db).await;
+    let url = nats.url();
+    let client = Client::new(nats.connect().await);
+    // Paused, so the history holds only what a backfill stages; `forbid`,
+    // so five of six firings due at once would be skipped.
+    client
+        .put_job(
+            &json!({"id": "careful", "schedule": {"cron": "*/30 * * * *"}, "paused": true,
+                    "overlap": "forbid", "handler": "shell", "payload": {"argv": ["/bin/true"]}}),
+        )
+        .await
+        .expect("put");
+    // One fixed range, so the dry run and the real backfill cover the same instants.
+    let now = Utc::now();
+    let (from, to) = (format_time(now - Span::hours(3)), format_time(now));
+    let range = ["--from", from.as_str(), "--to", to.as_str()];
+
+    let (code, reply, err) = chimectl(
+        &url,
+        &[&["backfill", "careful", "--dry-run"][..], &range].concat(),
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(reply["dry_run"], json!(true), "{reply}");
+    assert_eq!(
+        reply["firing_ids"].as_array().map(Vec::len),
+        Some(6),
+        "{reply}"
+    );
+    assert_eq!(reply["skipped_by_overlap"], json!(5), "{reply}");
+
+    let (code, text, err) = chimectl_text(
+        &url,
+        &[&["backfill", "careful", "--dry-run"][..], &range].concat(),
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 7, "six ids and the summary: {text}");
+    assert!(
+        lines[..6].iter().all(|l| l.starts_with("careful@")),
+        "{text}"
+    );
+    assert_eq!(
+        lines[6],
+        "dry run: 6 firings would be staged, up to 5 of them skipped by the job's overlap \
+         policy; nothing was staged"
+    );
+    assert!(err.contains("warning: overlap"), "{err}");
+
+    let (_, history, _) = chimectl(&url, &["history", "careful"]).await;
+    assert_eq!(history["firings"], json!([]), "a dry run staged: {history}");
+    // The same range for real stages exactly the ids the dry run printed.
+    let (code, staged, err) =
+        chimectl(&url, &[&["backfill", "careful"][..], &range].concat()).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(staged["firing_ids"], reply["firing_ids"], "{staged}");
+    assert_eq!(staged.get("dry_run"), None, "{staged}");
     replica.shutdown().await;
 }
 

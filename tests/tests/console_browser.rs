@@ -3,8 +3,12 @@
 //! README's test command) over the real `chime-scheduler` and `chime-worker`
 //! binaries, NATS and SQLite. It logs in, creates a job with a bad cron and
 //! sees the error at the field, fixes it and sees the preview, triggers it
-//! and watches the firing succeed without a reload, pauses it, sees the
-//! worker, checks the labels and the phone width, and logs out.
+//! and watches the firing succeed without a reload, pauses it until a
+//! relative time and backfills a relative range, edits an http payload
+//! field by field and sees a refused URL at its field and the put's
+//! warnings, sees a firing held by a limit, reads a long output whole on
+//! the firing's page, sorts the jobs by last success, sees the worker,
+//! checks the labels and the phone width, and logs out.
 //!
 //! Each page is photographed into a temporary folder, or into
 //! `docs/console/` with `CHIME_UPDATE_SCREENSHOTS=1` (docs/console.md shows
@@ -13,6 +17,7 @@
 use chime_tests::{
     free_port, init_tracing, start_worker, Binary, ChimeProcess, NatsServer, SqliteDatabase,
 };
+use chrono::{NaiveDateTime, Utc};
 use fantoccini::{Client, ClientBuilder, Locator};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -170,6 +175,253 @@ async fn all_controls_labelled(client: &Client) {
     assert_eq!(unlabelled, json!([]), "controls without a label");
 }
 
+/// An HTTP API call as `ada`; the reply's JSON.
+async fn call(base: &str, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+    let mut request = reqwest::Client::new()
+        .request(method, format!("{base}{path}"))
+        .basic_auth("ada", Some(PASSWORD));
+    if let Some(body) = body {
+        request = request
+            .header("content-type", "application/json")
+            .body(body.to_string());
+    }
+    let text = request.send().await.unwrap().text().await.unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}: {text}"))
+}
+
+/// The `textContent` of the first element `css` selects.
+async fn content_of(client: &Client, css: &str) -> String {
+    let script = format!("return document.querySelector({css:?}).textContent;");
+    match client.execute(&script, vec![]).await {
+        Ok(Value::String(text)) => text,
+        other => panic!("{css}: {other:?}"),
+    }
+}
+
+/// The instant a time field shows it resolved to: `= dd/mm/yyyy, hh:mm:ss UTC (…)`.
+async fn resolved_instant(client: &Client, field: &str) -> chrono::DateTime<Utc> {
+    let css = format!("#{field}-resolved");
+    until(
+        client,
+        &format!("document.querySelector('{css}').textContent.startsWith('= ')"),
+        "the resolved time",
+    )
+    .await;
+    let text = content_of(client, &css).await;
+    let stamp = text
+        .strip_prefix("= ")
+        .and_then(|t| t.split(" UTC").next())
+        .unwrap_or_else(|| panic!("{text}"));
+    NaiveDateTime::parse_from_str(stamp, "%d/%m/%Y, %H:%M:%S")
+        .unwrap_or_else(|e| panic!("{stamp}: {e}"))
+        .and_utc()
+}
+
+/// Sets a `<select>` by script, as a user's choice does (an `input` event).
+async fn choose(client: &Client, css: &str, value: &str) {
+    let script = format!(
+        "const s = document.querySelector({css:?}); s.value = {value:?}; \
+         s.dispatchEvent(new Event('input', {{bubbles: true}}));"
+    );
+    client.execute(&script, vec![]).await.unwrap();
+}
+
+/// The job form for an http handler: the payload is edited field by field,
+/// a refused URL shows at its field with the API's code and field, and a
+/// saved job's warnings show on its page.
+async fn http_payload_form(client: &Client, base: &str) {
+    client.goto(&format!("{base}/#/new")).await.unwrap();
+    until(
+        client,
+        "document.querySelector('#payload-argv')",
+        "the shell payload's argv list",
+    )
+    .await;
+    type_into(client, "#field-id", "hook").await;
+    type_into(client, "#field-group", "nobody").await;
+    type_into(client, "#field-schedule-value", "0 0 3 * * *").await;
+    type_into(client, "#field-handler", "http").await;
+    until(
+        client,
+        "document.querySelector('#payload-url')",
+        "the http payload's fields",
+    )
+    .await;
+    all_controls_labelled(client).await;
+    choose(client, "#payload-method", "POST").await;
+    type_into(client, "#payload-url", "example.com/hook").await;
+    click(client, "#payload-headers-add").await;
+    type_into(client, "#payload-headers .header-name", "X-Api-Key").await;
+    type_into(client, "#payload-headers .header-value", "k1").await;
+    choose(client, "#payload-body-kind", "JSON").await;
+    type_into(client, "#payload-body", r#"{"a": 1}"#).await;
+    click(client, "#job-save").await;
+    let url_error = "[data-error-for=\"payload.url\"]";
+    until(
+        client,
+        &format!("document.querySelector('{url_error}').textContent.length > 0"),
+        "the URL error at its field",
+    )
+    .await;
+    let message = content_of(client, url_error).await;
+    assert!(
+        message.contains("absolute URL") && message.contains("invalid_argument · payload.url"),
+        "the API's message, code and field: {message}"
+    );
+    photograph(client, "job-form-payload-error").await;
+    let refused = call(base, reqwest::Method::GET, "/api/v1/jobs/hook", None).await;
+    assert_eq!(refused["error"]["code"], "not_found", "{refused}");
+
+    type_into(client, "#payload-url", "https://example.com/hook").await;
+    click(client, "#job-save").await;
+    until(
+        client,
+        "document.querySelector('#job-trigger') && document.querySelector('#flash-warnings')",
+        "the saved job with its warnings",
+    )
+    .await;
+    let warnings = content_of(client, "#flash-warnings").await;
+    assert!(
+        warnings.contains("group: ") && warnings.contains("nobody"),
+        "{warnings}"
+    );
+    photograph(client, "job-put-warnings").await;
+    let job = call(base, reqwest::Method::GET, "/api/v1/jobs/hook", None).await;
+    assert_eq!(
+        job["job"]["payload"],
+        json!({"url": "https://example.com/hook", "method": "POST",
+               "headers": {"X-Api-Key": "k1"}, "body": {"a": 1}}),
+        "{job}"
+    );
+}
+
+/// A firing held back by the job's `max_concurrent` says so in the history.
+async fn held_firing(client: &Client, base: &str) -> Vec<String> {
+    let spec = json!({"schedule": {"every": "1h"}, "handler": "shell",
+                      "payload": {"argv": ["sleep", "30"]}, "max_concurrent": 1});
+    let put = call(base, reqwest::Method::PUT, "/api/v1/jobs/slow", Some(spec)).await;
+    assert_eq!(put["job"]["id"], "slow", "{put}");
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let t = call(
+            base,
+            reqwest::Method::POST,
+            "/api/v1/jobs/slow/trigger",
+            Some(json!({})),
+        )
+        .await;
+        ids.push(t["firing_id"].as_str().expect("a firing id").to_string());
+    }
+    client.goto(&format!("{base}/#/jobs/slow")).await.unwrap();
+    until(
+        client,
+        "[...document.querySelectorAll('#history .held')].some(s => s.textContent.startsWith('held by job_max_concurrent since '))",
+        "the held firing",
+    )
+    .await;
+    photograph(client, "job-held").await;
+    ids
+}
+
+/// The firing's own page shows the whole output a history cell cuts short.
+async fn whole_output(client: &Client, base: &str) {
+    let spec = json!({"schedule": {"every": "1h"}, "handler": "shell",
+                      "payload": {"argv": ["seq", "1", "3000"]}});
+    call(
+        base,
+        reqwest::Method::PUT,
+        "/api/v1/jobs/chatty",
+        Some(spec),
+    )
+    .await;
+    call(
+        base,
+        reqwest::Method::POST,
+        "/api/v1/jobs/chatty/trigger",
+        Some(json!({})),
+    )
+    .await;
+    client.goto(&format!("{base}/#/jobs/chatty")).await.unwrap();
+    until(client,
+        "[...document.querySelectorAll('#history tbody .state')].some(s => s.textContent === 'succeeded')",
+        "the chatty firing to succeed").await;
+    let cell = content_of(client, "#history td.excerpt pre").await;
+    assert!(
+        cell.len() < 400 && cell.ends_with(" …"),
+        "a history cell is an excerpt: {cell}"
+    );
+    click(client, "#history td.excerpt a").await;
+    until(
+        client,
+        "document.querySelector('#firing-output')",
+        "the firing's page",
+    )
+    .await;
+    let output = content_of(client, "#firing-output").await;
+    let expected: String = (1..=3000).map(|n| format!("{n}\n")).collect();
+    assert_eq!(output.trim_end(), expected.trim_end(), "the whole output");
+    let facts = text_of(client, "#firing").await;
+    assert!(
+        facts.contains("console-worker") && facts.contains("finished"),
+        "{facts}"
+    );
+    photograph(client, "firing").await;
+}
+
+/// The jobs list sorted by last success, within the loaded page: jobs that
+/// never succeeded first, then the oldest success; a second click reverses.
+async fn sort_by_last_success(client: &Client, base: &str) {
+    client.goto(&format!("{base}/#/jobs")).await.unwrap();
+    until(
+        client,
+        "document.querySelector('#sort-last-success')",
+        "the jobs list",
+    )
+    .await;
+    click(client, "#sort-last-success").await;
+    until(
+        client,
+        "document.querySelector('#sort-note')",
+        "the sorted list",
+    )
+    .await;
+    let note = content_of(client, "#sort-note").await;
+    assert!(note.contains("within this page"), "{note}");
+    let column = "return [...document.querySelectorAll('#jobs tbody tr')].map(r => [r.children[1].textContent, r.querySelector('.last-success').textContent]);";
+    let rows: Vec<(String, String)> =
+        serde_json::from_value(client.execute(column, vec![]).await.unwrap()).unwrap();
+    let ids: Vec<&str> = rows.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(
+        &ids[..2],
+        ["hook", "slow"],
+        "never succeeded, first: {rows:?}"
+    );
+    assert!(rows[..2].iter().all(|(_, at)| at == "never"), "{rows:?}");
+    let times: Vec<NaiveDateTime> = rows[2..]
+        .iter()
+        .map(|(_, at)| NaiveDateTime::parse_from_str(at, "%d/%m/%Y, %H:%M:%S").unwrap())
+        .collect();
+    assert!(
+        times.len() == 2 && times.is_sorted(),
+        "oldest success next: {rows:?}"
+    );
+    photograph(client, "jobs").await;
+    click(client, "#sort-last-success").await;
+    until(
+        client,
+        "document.querySelector('#sort-note').textContent.includes('newest first')",
+        "the reversed sort",
+    )
+    .await;
+    let rows: Vec<(String, String)> =
+        serde_json::from_value(client.execute(column, vec![]).await.unwrap()).unwrap();
+    assert_ne!(rows[0].1, "never", "the newest success first: {rows:?}");
+    assert!(
+        rows[2..].iter().all(|(_, at)| at == "never"),
+        "never succeeded, last: {rows:?}"
+    );
+}
+
 async fn start_scheduler(
     nats: &NatsServer,
     db: &SqliteDatabase,
@@ -315,7 +567,22 @@ async fn a_user_drives_the_console_in_a_real_browser() {
     );
     photograph(&client, "job").await;
 
-    // Pause it.
+    // Pause it for two hours, typed as an offset: the form shows the
+    // instant before it is sent.
+    type_into(&client, "#pause-until", "2h").await;
+    until(
+        &client,
+        "document.querySelector('#pause-until-resolved').textContent.includes('needs its sign')",
+        "the unsigned offset refused",
+    )
+    .await;
+    type_into(&client, "#pause-until", "in 2h").await;
+    let shown = resolved_instant(&client, "pause-until").await;
+    let expected = Utc::now() + chrono::Duration::hours(2);
+    assert!(
+        (shown - expected).num_seconds().abs() < 60,
+        "{shown} is not two hours from now"
+    );
     click(&client, "#job-pause").await;
     until(
         &client,
@@ -334,22 +601,56 @@ async fn a_user_drives_the_console_in_a_real_browser() {
         .unwrap();
     let job: Value = serde_json::from_str(&api).unwrap();
     assert_eq!(job["job"]["state"], "paused", "{api}");
+    let until_at = chime_common::duration::parse_time_str(
+        job["job"]["paused_until"].as_str().expect("paused until"),
+    )
+    .unwrap();
+    assert!(
+        (until_at - shown).num_seconds().abs() < 60,
+        "{until_at} is not the {shown} shown"
+    );
     until(&client, "document.querySelector('#changes') && document.querySelector('#changes').textContent.includes('jobs.pause')", "the pause among the job's changes").await;
 
-    // Re-run the last two days: the backfilled firings appear and run.
-    client
-        .execute(
-            "const local = (ms) => { const d = new Date(ms); d.setMinutes(d.getMinutes() - d.getTimezoneOffset()); return d.toISOString().slice(0, 19); };
-             document.querySelector('#backfill-from').value = local(Date.now() - 2 * 86400e3);
-             document.querySelector('#backfill-to').value = local(Date.now() - 60e3);",
-            vec![],
-        )
-        .await
-        .unwrap();
+    // Re-run the last two days, typed as offsets: a dry run says what
+    // would be staged, then the backfilled firings appear and run.
+    type_into(&client, "#backfill-from", "-2d").await;
+    type_into(&client, "#backfill-to", "-1m").await;
+    let from = resolved_instant(&client, "backfill-from").await;
+    assert!(
+        (from - (Utc::now() - chrono::Duration::days(2)))
+            .num_seconds()
+            .abs()
+            < 60,
+        "{from}"
+    );
+    resolved_instant(&client, "backfill-to").await;
+    click(&client, "#backfill-dry-run").await;
+    until(&client, "document.querySelector('#backfill-result').textContent.includes('would be staged; nothing was staged')", "the dry run's answer").await;
+    let staged = call(
+        &base,
+        reqwest::Method::GET,
+        "/api/v1/firings?job_id=hello",
+        None,
+    )
+    .await;
+    assert!(
+        !staged.to_string().contains("\"backfill\":true"),
+        "a dry run staged: {staged}"
+    );
+    photograph(&client, "job-backfill-dry-run").await;
     click(&client, "#backfill-submit").await;
     until(&client,
         "[...document.querySelectorAll('#history tbody tr')].some(r => r.textContent.includes('(backfill)') && r.textContent.includes('succeeded'))",
         "a backfilled firing to succeed").await;
+
+    http_payload_form(&client, &base).await;
+    let held = held_firing(&client, &base).await;
+    for id in held.iter().rev() {
+        let path = format!("/api/v1/firings/{}/cancel", id.replace('#', "%23"));
+        call(&base, reqwest::Method::POST, &path, Some(json!({}))).await;
+    }
+    whole_output(&client, &base).await;
+    sort_by_last_success(&client, &base).await;
 
     // The other pages.
     client.goto(&format!("{base}/#/workers")).await.unwrap();
@@ -358,7 +659,6 @@ async fn a_user_drives_the_console_in_a_real_browser() {
     client.goto(&format!("{base}/#/jobs")).await.unwrap();
     until(&client, "document.querySelector('#jobs') && document.querySelector('#jobs').textContent.includes('hello')", "the jobs list").await;
     all_controls_labelled(&client).await;
-    photograph(&client, "jobs").await;
     client.goto(&format!("{base}/#/calendars")).await.unwrap();
     until(
         &client,

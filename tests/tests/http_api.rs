@@ -1295,3 +1295,109 @@ async fn the_openapi_document_lists_every_route_and_validates() {
     );
     server.replica.shutdown().await;
 }
+
+/// A worker of group `default` whose `ok` handler succeeds and `fail` fails.
+async fn ok_and_fail_worker(server: &Server) -> chime_worker::WorkerHandle {
+    use chime_worker::{FiringContext, HandlerError, Worker};
+    Worker::builder()
+        .nats(server.nats.connect().await)
+        .group("default")
+        .threads(2)
+        .handler_fn("ok", |_ctx: FiringContext| async move { Ok(None) })
+        .handler_fn("fail", |_ctx: FiringContext| async move {
+            Err(HandlerError::new("it went wrong"))
+        })
+        .build()
+        .expect("worker config")
+        .start()
+        .await
+        .expect("worker starts")
+}
+
+/// Triggers `job` over HTTP and returns its firing once it has ended `state`.
+async fn run_to_end(server: &Server, job: &str, state: &str) -> Value {
+    let trigger = server
+        .call(
+            Method::POST,
+            &format!("/api/v1/jobs/{job}/trigger"),
+            "operator",
+            Some(json!({})),
+        )
+        .await;
+    let id = trigger.body["firing_id"]
+        .as_str()
+        .expect("a firing id")
+        .to_string();
+    chime_tests::until_ok(
+        std::time::Duration::from_secs(20),
+        "the firing to end",
+        || async {
+            let path = format!("/api/v1/firings/{}", id.replace('#', "%23"));
+            let firing =
+                server.call(Method::GET, &path, "viewer", None).await.body["firing"].clone();
+            if firing["state"] == state {
+                Ok(firing)
+            } else {
+                Err(firing.to_string())
+            }
+        },
+    )
+    .await
+}
+
+/// `last_success_at` of job `id` in each place a job is read: `jobs.get`
+/// and `jobs.list`, over HTTP (as a viewer) and over NATS.
+async fn last_success_everywhere(server: &Server, id: &str) -> Vec<Value> {
+    let listed = |body: &Value| {
+        body["jobs"]
+            .as_array()
+            .and_then(|jobs| jobs.iter().find(|j| j["id"] == id))
+            .cloned()
+            .unwrap_or_else(|| panic!("{id} not listed: {body}"))["last_success_at"]
+            .clone()
+    };
+    let http_get = server
+        .call(Method::GET, &format!("/api/v1/jobs/{id}"), "viewer", None)
+        .await
+        .body;
+    let http_list = server
+        .call(Method::GET, "/api/v1/jobs", "viewer", None)
+        .await
+        .body;
+    let nats_get = server.nats_call("jobs.get", &json!({"id": id})).await;
+    let nats_list = server.nats_call("jobs.list", &json!({})).await;
+    vec![
+        http_get["job"]["last_success_at"].clone(),
+        listed(&http_list),
+        nats_get["job"]["last_success_at"].clone(),
+        listed(&nats_list),
+    ]
+}
+
+backend_tests! {
+    /// Each job read says when the job last succeeded: its newest succeeded
+    /// firing's end, never a failure's, and nothing for a job that has not
+    /// succeeded.
+    async fn jobs_say_when_they_last_succeeded(db: TestDatabase) {
+        let server = start(&db, false).await;
+        for (id, handler) in [("fresh", "ok"), ("broken", "fail"), ("idle", "ok")] {
+            let spec = json!({"schedule": {"every": "1h"}, "handler": handler, "payload": null});
+            let put = server.call(Method::PUT, &format!("/api/v1/jobs/{id}"), "admin", Some(spec)).await;
+            assert_eq!(put.status, StatusCode::OK, "{}", put.body);
+            assert_eq!(put.body["job"].get("last_success_at"), None, "{}", put.body);
+        }
+        let _worker = ok_and_fail_worker(&server).await;
+
+        let first = run_to_end(&server, "fresh", "succeeded").await;
+        run_to_end(&server, "broken", "failed").await;
+        assert_eq!(last_success_everywhere(&server, "fresh").await, vec![first["finished_at"].clone(); 4]);
+        assert_eq!(last_success_everywhere(&server, "broken").await, vec![Value::Null; 4]);
+        assert_eq!(last_success_everywhere(&server, "idle").await, vec![Value::Null; 4]);
+
+        // A later success moves it on.
+        let second = run_to_end(&server, "fresh", "succeeded").await;
+        assert_ne!(second["finished_at"], first["finished_at"]);
+        assert_eq!(last_success_everywhere(&server, "fresh").await, vec![second["finished_at"].clone(); 4]);
+        server.replica.shutdown().await;
+    }
+}

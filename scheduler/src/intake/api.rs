@@ -575,10 +575,14 @@ impl Api {
                     .get_job(&id)
                     .await?
                     .ok_or_else(|| not_found(&id))?;
+                let mut job = [job];
+                self.store.mark_last_success(&mut job).await?;
+                let [job] = job;
                 Ok(Reply::job(job))
             }
             ApiRequest::ListJobs(filter) => {
-                let page = self.store.list_jobs(&filter).await?;
+                let mut page = self.store.list_jobs(&filter).await?;
+                self.store.mark_last_success(&mut page.items).await?;
                 Ok(Reply::Jobs(ListJobsReply {
                     jobs: page.items,
                     next: page.next,

@@ -301,6 +301,7 @@ impl Store {
             created_at: super::values::instant(&spec.id, "created_at", created_ms)?,
             updated_at: now,
             upstream_missing: Vec::new(),
+            last_success_at: None,
         }];
         self.mark_upstream_missing(&mut job).await?;
         let [job] = job;

@@ -16,7 +16,9 @@ use super::error::StoreError;
 use super::handle::Store;
 use super::locks::Tx;
 use super::values::{at_ms, id_batch};
+use chime_common::Job;
 use chrono::{DateTime, Utc};
+use std::collections::HashMap;
 
 /// A job's newest ends, as the gauges export them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,6 +149,22 @@ impl Store {
         .fetch_all(&self.read)
         .await?;
         Ok(rows.into_iter().map(outcome).collect())
+    }
+
+    /// Sets each job's `last_success_at` from its recorded ends: one read
+    /// for the whole page, whatever its length.
+    pub async fn mark_last_success(&self, jobs: &mut [Job]) -> Result<(), StoreError> {
+        let ids: Vec<&str> = jobs.iter().map(|j| j.spec.id.as_str()).collect();
+        let ends: HashMap<String, Option<DateTime<Utc>>> = self
+            .job_outcomes_of(&ids)
+            .await?
+            .into_iter()
+            .map(|o| (o.job_id, o.last_success))
+            .collect();
+        for job in jobs {
+            job.last_success_at = ends.get(&job.spec.id).copied().flatten();
+        }
+        Ok(())
     }
 }
 

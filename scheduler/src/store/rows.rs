@@ -125,6 +125,8 @@ pub(crate) fn job(row: &AnyRow) -> Result<Job, StoreError> {
         updated_at: instant(&id, "updated_at", row.int(&id, "updated_at")?)?,
         // Filled in by the reads that answer requests (`fan_in.rs`).
         upstream_missing: Vec::new(),
+        // Filled in by the reads that answer `jobs.get` and `jobs.list` (`outcomes.rs`).
+        last_success_at: None,
     })
 }
 

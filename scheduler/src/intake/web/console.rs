@@ -14,6 +14,12 @@ use axum::Router;
 
 const INDEX: &str = include_str!("../../../console/index.html");
 const SCRIPT: &str = include_str!("../../../console/app.js");
+/// The grammar of typed times, shared with chimectl's (`when.js`).
+const WHEN: &str = include_str!("../../../console/when.js");
+/// The job form's payload editor, one shape per built-in handler.
+const PAYLOAD: &str = include_str!("../../../console/payload.js");
+/// A firing's state cell and its own page.
+const FIRING: &str = include_str!("../../../console/firing.js");
 const STYLE: &str = include_str!("../../../console/style.css");
 const ICON: &str = include_str!("../../../console/favicon.svg");
 
@@ -24,12 +30,16 @@ const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
 pub fn router() -> Router<Web> {
     Router::new()
         .route("/", get(|| file(INDEX, "text/html; charset=utf-8")))
-        .route(
-            "/app.js",
-            get(|| file(SCRIPT, "text/javascript; charset=utf-8")),
-        )
+        .route("/app.js", get(|| script(SCRIPT)))
+        .route("/when.js", get(|| script(WHEN)))
+        .route("/payload.js", get(|| script(PAYLOAD)))
+        .route("/firing.js", get(|| script(FIRING)))
         .route("/style.css", get(|| file(STYLE, "text/css; charset=utf-8")))
         .route("/favicon.svg", get(|| file(ICON, "image/svg+xml")))
+}
+
+async fn script(body: &'static str) -> Response {
+    file(body, "text/javascript; charset=utf-8").await
 }
 
 async fn file(body: &'static str, content_type: &'static str) -> Response {
