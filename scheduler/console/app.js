@@ -362,7 +362,8 @@ async function jobPage(id) {
         h("td", {}, h("a", { href: firingHref(x.id), text: fmtTime(x.scheduled_at) }), x.backfill ? " (backfill)" : ""),
         ...(sharded ? [h("td", { class: "shard", text: x.shard ?? "" })] : []),
         h("td", { text: x.attempt }), h("td", {}, firingState(x)),
-        h("td", { text: x.worker || "" }), h("td", { text: duration(x.started_at, x.finished_at) }),
+        // A broadcast's share names its worker before it starts.
+        h("td", { text: x.worker || (x.worker_id ? "for " + x.worker_id : "") }), h("td", { text: duration(x.started_at, x.finished_at) }),
         h("td", { class: "excerpt" }, x.error ? h("span", { class: "error", text: excerpt(x.error) }) : "",
           x.output ? h("pre", { text: excerpt(x.output) }) : "",
           (x.error || x.output) ? h("a", { href: firingHref(x.id), text: "whole firing" }) : ""),

@@ -46,6 +46,7 @@ async function firingPage(id) {
       row("shard", x.shard === undefined || x.shard === null ? null : String(x.shard)),
       row("group", x.group), row("priority", String(x.priority)),
       row("worker", x.worker),
+      row("addressed to", x.worker_id),
       row("scheduled", time(x.scheduled_at)), row("due", time(x.due_at)),
       row("published", time(x.published_at)), row("started", time(x.started_at)),
       row("finished", time(x.finished_at)),

@@ -292,6 +292,70 @@ async fn runs_every_shard_once(implementation: Implementation) {
     assert_eq!(outputs, ["0/3", "1/3", "2/3"], "{firings:?}");
 }
 
+/// A broadcast's share is offered to its worker alone (docs/PROTOCOL.md
+/// §4, "Offers"): each of two workers runs the shard of its rank by id, once.
+async fn takes_the_broadcast_shares_offered_to_it(implementation: Implementation) {
+    let stage = Stage::new(implementation).await;
+    let _b = stage.worker("conf", "conf-b", 2, 5.0).await;
+    let _a = stage.worker("conf", "conf-a", 2, 5.0).await;
+    stage
+        .put(json!({"id": "all", "group": "conf", "handler": "shard", "broadcast": true}))
+        .await;
+    // The scheduler reads the heartbeats each second: an instant staged
+    // before it saw both workers goes to fewer.
+    let instant = until_ok(
+        PATIENCE,
+        "a broadcast that reaches both workers",
+        || async {
+            let id: chime_common::FiringId =
+                stage.trigger("all").await.parse().expect("a firing id");
+            let firings = stage.attempts("all").await;
+            let shares = firings
+                .iter()
+                .filter(|f| f.id.scheduled_ms == id.scheduled_ms)
+                .count();
+            if shares == 2 {
+                Ok(id.scheduled_ms)
+            } else {
+                Err(format!("{shares} share(s): {firings:?}"))
+            }
+        },
+    )
+    .await;
+    let shares: Vec<Firing> = until_ok(PATIENCE, "both shares final", || async {
+        let firings: Vec<Firing> = stage
+            .attempts("all")
+            .await
+            .into_iter()
+            .filter(|f| f.id.scheduled_ms == instant)
+            .collect();
+        if firings.iter().all(|f| f.state.is_final()) {
+            Ok(firings)
+        } else {
+            Err(format!("{:?}", states(&firings)))
+        }
+    })
+    .await;
+    let ran: Vec<(Option<&str>, Option<&str>, Option<&str>)> = shares
+        .iter()
+        .map(|f| {
+            (
+                f.worker_id.as_deref(),
+                f.worker.as_deref(),
+                f.output.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ran,
+        [
+            (Some("conf-a"), Some("conf-a"), Some("0/2")),
+            (Some("conf-b"), Some("conf-b"), Some("1/2"))
+        ],
+        "{shares:?}"
+    );
+}
+
 /// A group with dots in its name is served like any other.
 async fn serves_a_dotted_group(implementation: Implementation) {
     let stage = Stage::new(implementation).await;
@@ -544,6 +608,7 @@ macro_rules! conformance {
                 hands_the_handler_the_firing,
                 reports_failures_and_runs_retries,
                 runs_every_shard_once,
+                takes_the_broadcast_shares_offered_to_it,
                 serves_a_dotted_group,
                 stops_a_cancelled_run,
                 lists_its_running_firings_in_heartbeats,
