@@ -6,7 +6,7 @@
 //! second of firings, as staging batches them); a JetStream publish with a
 //! message id, its ack awaited before the firing counts; a pull delivery;
 //! a conditional update that lets each firing start at most once (one
-//! statement for the firings delivered together, up to [`START_BATCH`]);
+//! statement for the firings delivered together, up to [`START_BATCH`](crate::yardstick::START_BATCH));
 //! the message's ack; a finished event published to a second work-queue
 //! stream and acked by JetStream; its delivery, applied with those behind it
 //! (up to [`FINISH_BATCH`], waiting [`FINISH_LINGER`]) in one update, and
@@ -20,23 +20,23 @@
 //! statements as Chime's fast paths do, to show what those rows cost.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use async_nats::jetstream::{self, consumer, stream, Message};
-use async_nats::HeaderMap;
+use async_nats::jetstream::{self, consumer, Message};
 use chrono::{TimeZone, Utc};
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Row as _};
-use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::env::{now_ms, second_after, sleep_until_ms, Env, GROUP};
+use crate::env::{now_ms, sleep_until_ms, Env, GROUP};
+use crate::load::{parse_body, Load};
 use crate::report::Row;
-use crate::steady::{finish, observe_with_metrics};
+use crate::steady::{finish, Span};
+use crate::yardstick::{next_message, step_through, take_batches, threads, work_queue, Yardstick};
 use crate::Args;
 
 const FIRINGS: &str = "FLOOR_FIRINGS";
@@ -48,8 +48,6 @@ const FINISH_BATCH: usize = 500;
 /// How long the first finished event of a batch waits for others (the
 /// scheduler's default).
 const FINISH_LINGER: Duration = Duration::from_millis(5);
-/// Most firings started by one update (the scheduler's default).
-const START_BATCH: usize = 500;
 
 pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
     let bare = Args {
@@ -75,182 +73,102 @@ pub async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
         bookkeeping: args.floor_bookkeeping,
         js: js.clone(),
         recorder: env.recorder.clone(),
-        // As many firings in flight as the other scenarios' two workers run.
-        threads: Arc::new(Semaphore::new(
-            args.threads.saturating_mul(args.workers.max(1)),
-        )),
     };
-    tasks.spawn(starting.run(firings, stop.clone()));
+    tasks.spawn(take_batches(
+        firings,
+        stop.clone(),
+        threads(args),
+        move |batch| {
+            let starting = starting.clone();
+            async move { starting.start(batch).await }
+        },
+    ));
     tasks.spawn(apply_finished(
         sql.clone(),
         args.floor_bookkeeping,
         finished,
         stop.clone(),
     ));
-
-    let step_ms = ((args.warmup + args.step) * 1000) as i64;
-    let mut rows = Vec::new();
-    for (k, &rate) in args.rates.iter().enumerate() {
-        anyhow::ensure!(rate > 0, "--rates: a rate must be at least 1");
-        let start = second_after(Duration::from_secs(3));
-        let (w0, w1) = (start + args.warmup as i64 * 1000, start + step_ms);
-        let load = Load {
-            prefix: format!("floor{k:02}-"),
-            bookkeeping: args.floor_bookkeeping,
-            rate,
-            start_ms: start,
-            end_ms: w1,
-        };
-        let window = env.recorder.add_window(w0, w1);
-        let staging = tokio::spawn(load.clone().stage(sql.clone()));
-        let publishing = tokio::spawn(load.clone().publish(js.clone()));
-        let span = observe_with_metrics(&env, window, w0, w1).await;
-        staging.await.context("staging task")??;
-        publishing.await.context("publishing task")??;
-        let mut row = finish(
-            &env,
-            span,
-            "floor",
-            &format!("{rate}/s"),
-            &load.prefix,
-            rate,
-        )
-        .await?;
-        eprintln!(
-            "  {rate}/s: {:.0} fired/s, p99 {:.1} ms, lost {}",
-            row.firings_per_s, row.p99_ms, row.lost
-        );
-        row.note("floor", "no scheduler, no Chime worker: see floor.rs");
-        row.note("floor_bookkeeping", args.floor_bookkeeping);
-        rows.push(row);
-    }
+    let floor = Floor {
+        sql: sql.clone(),
+        js,
+        bookkeeping: args.floor_bookkeeping,
+    };
+    let rows = step_through(&env, args, &floor).await;
     stop.cancel();
     tasks.close();
     tasks.wait().await;
     sql.close().await;
     env.stop().await;
-    Ok(rows)
+    rows
 }
 
-/// A file-storage work-queue stream on `subject` and its one pull consumer.
-async fn work_queue(
-    js: &jetstream::Context,
-    name: &str,
-    subject: &str,
-) -> anyhow::Result<consumer::PullConsumer> {
-    let stream = js
-        .create_stream(stream::Config {
-            name: name.to_owned(),
-            subjects: vec![subject.to_owned()],
-            retention: stream::RetentionPolicy::WorkQueue,
-            storage: stream::StorageType::File,
-            ..Default::default()
-        })
-        .await?;
-    Ok(stream
-        .create_consumer(consumer::pull::Config {
-            durable_name: Some(name.to_owned()),
-            ack_policy: consumer::AckPolicy::Explicit,
-            ..Default::default()
-        })
-        .await?)
-}
-
-/// One step's firings: `rate` a second, evenly spread, from `start_ms` to
-/// `end_ms`; firing `i` is due at `start_ms + i * 1000 / rate`.
-#[derive(Clone)]
-struct Load {
-    prefix: String,
+/// The architecture's floor as a [`Yardstick`]: staging rows and a
+/// publisher per step, Chime's SQL accounting of the window.
+struct Floor {
+    sql: AnyPool,
+    js: jetstream::Context,
     /// Also Chime's `waiting` row per staged firing (`--floor-bookkeeping`).
     bookkeeping: bool,
-    rate: u32,
-    start_ms: i64,
-    end_ms: i64,
 }
 
-impl Load {
-    fn count(&self) -> i64 {
-        (self.end_ms - self.start_ms) / 1000 * i64::from(self.rate)
+impl Yardstick for Floor {
+    const SCENARIO: &'static str = "floor";
+    const PREFIX: &'static str = "floor";
+
+    fn drive(&self, load: Load) -> Vec<JoinHandle<anyhow::Result<()>>> {
+        vec![
+            tokio::spawn(stage(load.clone(), self.bookkeeping, self.sql.clone())),
+            tokio::spawn(load.publish(self.js.clone(), FIRINGS_SUBJECT)),
+        ]
     }
 
-    fn due_ms(&self, i: i64) -> i64 {
-        self.start_ms + i * 1000 / i64::from(self.rate)
+    async fn finish(&self, env: &Env, span: Span, load: &Load) -> anyhow::Result<Row> {
+        let label = format!("{}/s", load.rate);
+        let mut row = finish(env, span, Self::SCENARIO, &label, &load.prefix, load.rate).await?;
+        row.note("floor", "no scheduler, no Chime worker: see floor.rs");
+        row.note("floor_bookkeeping", self.bookkeeping);
+        Ok(row)
     }
+}
 
-    fn id(&self, i: i64) -> String {
-        format!("{}{i}", self.prefix)
+/// Inserts each second's firings one second before it, one statement each
+/// (with `bookkeeping`, their `waiting` rows too).
+async fn stage(load: Load, bookkeeping: bool, sql: AnyPool) -> anyhow::Result<()> {
+    let per_second = i64::from(load.rate);
+    let firings = format!(
+        "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
+             handler, payload, timeout_ms, due_at, state, created_at) \
+         SELECT $3 || i, $3 || i, $4 + i * 1000 / $5, 1, '{GROUP}', 5, 'noop', '{{}}', \
+             30000, $4 + i * 1000 / $5, 'staged', $6 FROM n"
+    );
+    let numbers =
+        "WITH RECURSIVE n(i) AS (SELECT $1 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < $2)";
+    let insert = if bookkeeping {
+        format!(
+            "{numbers}, staged AS ({firings} RETURNING id, group_name, due_at) \
+             INSERT INTO waiting (firing_id, group_name, part, due_at, slice) \
+             SELECT id, group_name, 0, due_at, 'floor' FROM staged"
+        )
+    } else {
+        format!("{numbers} {firings}")
+    };
+    let mut first = 0;
+    while first < load.count() {
+        sleep_until_ms(load.due_ms(first) - 1000).await;
+        sqlx::query(&insert)
+            .bind(first)
+            .bind(first + per_second)
+            .bind(&load.prefix)
+            .bind(load.start_ms)
+            .bind(per_second)
+            .bind(now_ms())
+            .execute(&sql)
+            .await
+            .context("staging a second of firings")?;
+        first += per_second;
     }
-
-    /// Inserts each second's firings one second before it, one statement each.
-    async fn stage(self, sql: AnyPool) -> anyhow::Result<()> {
-        let per_second = i64::from(self.rate);
-        let firings = format!(
-            "INSERT INTO firings (id, job_id, scheduled_at, attempt, group_name, priority, \
-                 handler, payload, timeout_ms, due_at, state, created_at) \
-             SELECT $3 || i, $3 || i, $4 + i * 1000 / $5, 1, '{GROUP}', 5, 'noop', '{{}}', \
-                 30000, $4 + i * 1000 / $5, 'staged', $6 FROM n"
-        );
-        let numbers =
-            "WITH RECURSIVE n(i) AS (SELECT $1 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < $2)";
-        let insert = if self.bookkeeping {
-            format!(
-                "{numbers}, staged AS ({firings} RETURNING id, group_name, due_at) \
-                 INSERT INTO waiting (firing_id, group_name, part, due_at, slice) \
-                 SELECT id, group_name, 0, due_at, 'floor' FROM staged"
-            )
-        } else {
-            format!("{numbers} {firings}")
-        };
-        let mut first = 0;
-        while first < self.count() {
-            sleep_until_ms(self.due_ms(first) - 1000).await;
-            sqlx::query(&insert)
-                .bind(first)
-                .bind(first + per_second)
-                .bind(&self.prefix)
-                .bind(self.start_ms)
-                .bind(per_second)
-                .bind(now_ms())
-                .execute(&sql)
-                .await
-                .context("staging a second of firings")?;
-            first += per_second;
-        }
-        Ok(())
-    }
-
-    /// Publishes each firing at its instant, with its id as the message id
-    /// (JetStream drops a copy), and awaits every ack.
-    async fn publish(self, js: jetstream::Context) -> anyhow::Result<()> {
-        let acks = TaskTracker::new();
-        let mut next = 0;
-        while next < self.count() {
-            sleep_until_ms(self.due_ms(next)).await;
-            let now = now_ms();
-            while next < self.count() && self.due_ms(next) <= now {
-                let id = self.id(next);
-                let mut headers = HeaderMap::new();
-                headers.insert("Nats-Msg-Id", id.as_str());
-                let ack = js
-                    .publish_with_headers(
-                        FIRINGS_SUBJECT,
-                        headers,
-                        format!("{id} {}", self.due_ms(next)).into(),
-                    )
-                    .await
-                    .context("publishing a firing")?;
-                acks.spawn(async move {
-                    if let Err(e) = ack.await {
-                        eprintln!("  floor: a firing's publish was not acked: {e}");
-                    }
-                });
-                next += 1;
-            }
-        }
-        acks.close();
-        acks.wait().await;
-        Ok(())
-    }
+    Ok(())
 }
 
 /// The worker's side of the floor: each delivered firing started through
@@ -262,54 +180,17 @@ struct Starting {
     bookkeeping: bool,
     js: jetstream::Context,
     recorder: crate::record::Recorder,
-    threads: Arc<Semaphore>,
 }
 
 impl Starting {
-    /// Takes delivered firings as they come; those already delivered
-    /// together are started by one update, as the scheduler decides the
-    /// start requests waiting together in one store call.
-    async fn run(self, consumer: consumer::PullConsumer, stop: CancellationToken) {
-        let mut messages = match consumer.messages().await {
-            Ok(messages) => messages,
-            Err(e) => return eprintln!("  floor: cannot pull firings: {e}"),
-        };
-        while let Some(first) = next_message(&mut messages, &stop, "firings").await {
-            let mut batch = vec![first];
-            while batch.len() < START_BATCH {
-                match messages.next().now_or_never() {
-                    Some(Some(Ok(message))) => batch.push(message),
-                    _ => break,
-                }
-            }
-            let Ok(permits) = self
-                .threads
-                .clone()
-                .acquire_many_owned(batch.len() as u32)
-                .await
-            else {
-                return;
-            };
-            let this = self.clone();
-            tokio::spawn(async move {
-                if let Err(e) = this.start(batch).await {
-                    eprintln!("  floor: {e:#}");
-                }
-                drop(permits);
-            });
-        }
-    }
-
     /// Starts a batch: one conditional update lets each firing through at
     /// most once; every message is acked, and each started firing reports
     /// finished.
     async fn start(&self, batch: Vec<Message>) -> anyhow::Result<()> {
-        let mut firings = Vec::with_capacity(batch.len());
-        for message in &batch {
-            let body = std::str::from_utf8(&message.payload)?;
-            let (id, due) = body.split_once(' ').context("a firing's body")?;
-            firings.push((id.to_owned(), due.parse::<i64>()?));
-        }
+        let firings = batch
+            .iter()
+            .map(|message| parse_body(&message.payload))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let started = format!(
             "UPDATE firings SET state = 'executing', worker = 'floor', started_at = $1, \
                  published_at = COALESCE(published_at, $1) \
@@ -357,25 +238,6 @@ impl Starting {
             report.await?;
         }
         Ok(())
-    }
-}
-
-/// The next message of `messages`, or `None` once `stop` is cancelled or
-/// the stream ended; a failed pull is reported and skipped (the client
-/// pulls again).
-async fn next_message(
-    messages: &mut consumer::pull::Stream,
-    stop: &CancellationToken,
-    what: &str,
-) -> Option<Message> {
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return None,
-            next = messages.next() => match next? {
-                Ok(message) => return Some(message),
-                Err(e) => eprintln!("  floor: pulling {what}: {e}"),
-            },
-        }
     }
 }
 
@@ -444,36 +306,7 @@ async fn apply_finished(
 
 #[cfg(test)]
 mod tests {
-    use super::{placeholders, Load};
-
-    fn load(rate: u32) -> Load {
-        Load {
-            prefix: "floor00-".to_owned(),
-            bookkeeping: false,
-            rate,
-            start_ms: 10_000,
-            end_ms: 13_000,
-        }
-    }
-
-    #[test]
-    fn a_load_spreads_its_rate_evenly_over_each_second() {
-        let load = load(4);
-        assert_eq!(load.count(), 12);
-        let due: Vec<i64> = (0..load.count()).map(|i| load.due_ms(i)).collect();
-        assert_eq!(&due[..5], &[10_000, 10_250, 10_500, 10_750, 11_000]);
-        assert_eq!(due[11], 12_750, "the last firing is due before end_ms");
-        assert_eq!(load.id(7), "floor00-7");
-    }
-
-    #[test]
-    fn a_rate_that_does_not_divide_a_second_still_fires_rate_times_a_second() {
-        let load = load(3);
-        let in_first_second = (0..load.count())
-            .filter(|&i| load.due_ms(i) < 11_000)
-            .count();
-        assert_eq!(in_first_second, 3);
-    }
+    use super::placeholders;
 
     #[test]
     fn placeholders_number_from_the_first() {

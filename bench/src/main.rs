@@ -12,7 +12,9 @@
 //! target/release/chime-bench steady            # or saturation, burst, scale, failover, immediate, all
 //! target/release/chime-bench soak --seconds 3600   # not part of `all`
 //! target/release/chime-bench floor --rates 1000,4000   # not part of `all`
-//! target/release/chime-bench against-floor --rates 1000,4000 --runs 3   # Chime ÷ floor
+//! target/release/chime-bench transport-floor --rates 1000,4000   # not part of `all`
+//! target/release/chime-bench limit   # each operation flat out; not part of `all`
+//! target/release/chime-bench against-floor --rates 1000,4000 --runs 3   # Chime ÷ both floors
 //! target/release/chime-bench all --json out.json
 //! target/release/chime-bench saturation --rates 4000 --runs 3   # median (min–max) of 3
 //! ```
@@ -32,15 +34,22 @@ mod env;
 mod failover;
 mod floor;
 mod flush;
+mod history;
 mod immediate;
+mod limit;
+mod load;
 mod proc;
 mod record;
 mod report;
 mod saturation;
 mod scale;
+#[cfg(test)]
+mod smoke;
 mod soak;
 mod steady;
 mod summary;
+mod transport_floor;
+mod yardstick;
 
 use std::path::PathBuf;
 
@@ -63,9 +72,18 @@ enum Scenario {
     /// event) at each of `--rates`, with no scheduler: a lower bound for the
     /// cost per firing. Not part of `all`.
     Floor,
-    /// The floor and a saturation step at each of `--rates`, back to back,
-    /// and Chime's machine CPU per firing as a multiple of the floor's. Not
-    /// part of `all`.
+    /// The least a firing costs when workers speak only NATS (publish with
+    /// message id, pull and ack, a KV create as start token, a finished
+    /// event, history appended once a second by one COPY) at each of
+    /// `--rates`. Not part of `all`.
+    TransportFloor,
+    /// Each of a firing's operations (JetStream publish, consume, KV
+    /// create, COPY row) flat out for `--step` seconds, and the firings a
+    /// second the machine's cores could carry. Not part of `all`.
+    Limit,
+    /// Both floors, a saturation step at each of `--rates` and the limit,
+    /// back to back, and Chime's machine CPU per firing as a multiple of
+    /// each floor's. Not part of `all`.
     AgainstFloor,
     All,
 }
@@ -127,7 +145,7 @@ pub struct Args {
     /// scale, failover and soak.
     #[arg(long, default_value_t = 0)]
     payload_bytes: usize,
-    /// Saturation, floor and against-floor: the rates (firings/s) to step
+    /// Saturation, the floors and against-floor: the rates (firings/s) to step
     /// through, in order.
     #[arg(
         long,
@@ -135,8 +153,8 @@ pub struct Args {
         default_value = "1000,2000,4000,6000,8000,10000,12000,14000,16000"
     )]
     rates: Vec<u32>,
-    /// Saturation, floor and against-floor: measured seconds per step (after
-    /// `--warmup`).
+    /// Saturation, the floors and against-floor: measured seconds per step
+    /// (after `--warmup`); the limit: seconds per operation.
     #[arg(long, default_value_t = 20)]
     step: u64,
     /// Saturation and against-floor: no step runs after one whose lateness
@@ -183,6 +201,12 @@ pub struct Args {
     /// `executing` rows (PostgreSQL).
     #[arg(long)]
     floor_bookkeeping: bool,
+    /// Limit: JetStream publishes and KV creates in flight at once.
+    #[arg(long, default_value_t = 256)]
+    limit_in_flight: usize,
+    /// Limit: rows written by each `COPY`.
+    #[arg(long, default_value_t = 1000)]
+    limit_copy_rows: u64,
     /// Copy every scheduler's log into this directory before it is removed.
     #[arg(long)]
     keep_logs: Option<PathBuf>,
@@ -261,6 +285,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 Scenario::Immediate => immediate::run(&args).await,
                 Scenario::Soak => soak::run(&args).await,
                 Scenario::Floor => floor::run(&args).await,
+                Scenario::TransportFloor => transport_floor::run(&args).await,
+                Scenario::Limit => limit::run(&args).await,
                 Scenario::AgainstFloor => against_floor::run(&args, run).await,
                 Scenario::All => unreachable!("expanded above"),
             };

@@ -248,7 +248,7 @@ impl MachineCpu {
     }
 }
 
-fn cpus() -> usize {
+pub fn cpus() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)

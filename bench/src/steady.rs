@@ -168,6 +168,26 @@ pub async fn finish(
     let (w0, w1) = (span.w0, span.w1);
     let states = env.drain(prefix, w0, w1, Duration::from_secs(60)).await?;
     let succeeded = env.succeeded_instants(prefix, w0, w1).await?;
+    let mut row = window_row(env, span, scenario, label, rate, succeeded, states).await;
+    if let Ok(split) = env.phase_split(prefix, w0, w1).await {
+        row.note("db_ms_p50/p99/max", split);
+    }
+    Ok(row)
+}
+
+/// A window's row: the lateness the recorder saw, `succeeded` of the
+/// instants due at `rate`, the firings by state, and what was sampled
+/// over the window (CPU, cost, the scheduler's counters, RSS).
+pub async fn window_row(
+    env: &Env,
+    span: Span,
+    scenario: &str,
+    label: &str,
+    rate: u32,
+    succeeded: i64,
+    states: impl IntoIterator<Item = (String, i64)>,
+) -> Row {
+    let (w0, w1) = (span.w0, span.w1);
     let expected = u64::from(rate) * ((w1 - w0) as u64 / 1000);
     let mut row = env.recorder.with(span.window, |w| {
         let mut row = Row::from_window(scenario, label, w);
@@ -182,9 +202,6 @@ pub async fn finish(
         row
     });
     row.offered_per_s = f64::from(rate);
-    if let Ok(split) = env.phase_split(prefix, w0, w1).await {
-        row.note("db_ms_p50/p99/max", split);
-    }
     row.set_counts(expected, succeeded, states);
     row.note("backend", env.db.kind());
     env.note_disk(w0, w1, &mut row);
@@ -215,7 +232,7 @@ pub async fn finish(
             ),
         ),
     }
-    Ok(row)
+    row
 }
 
 /// Measures the window `[w0, w1)` of the `prefix` jobs firing at `rate`/s.
