@@ -103,7 +103,20 @@ impl Stage {
 
     /// Starts a conformance worker of `group` as `id` and waits until it pulls.
     async fn worker(&self, group: &str, id: &str, threads: u32, drain_grace: f64) -> ChimeProcess {
+        self.worker_with(group, id, threads, drain_grace, &[]).await
+    }
+
+    /// [`Stage::worker`] with more arguments.
+    async fn worker_with(
+        &self,
+        group: &str,
+        id: &str,
+        threads: u32,
+        drain_grace: f64,
+        more: &[&str],
+    ) -> ChimeProcess {
         let mut command = self.implementation.command();
+        command.args(more);
         command.args([
             "--nats-url",
             &self.nats.url(),
@@ -354,6 +367,32 @@ async fn takes_the_broadcast_shares_offered_to_it(implementation: Implementation
         ],
         "{shares:?}"
     );
+}
+
+/// A firing published while the worker fetches, or runs the one before, is
+/// taken without waiting for the fallback poll: the doorbell rung
+/// meanwhile, or the pull held open, brings it. The poll is longer than the
+/// case's patience, so a missed wake-up fails it.
+async fn takes_what_is_published_while_it_fetches_without_its_poll(implementation: Implementation) {
+    let stage = Stage::new(implementation).await;
+    let _worker = stage
+        .worker_with("conf", "conf-1", 1, 5.0, &["--poll-interval", "120"])
+        .await;
+    stage
+        .put(json!({"id": "quick", "group": "conf", "handler": "echo", "payload": {"text": "ok"}}))
+        .await;
+    // Bursts of three on one thread: the second and third are published
+    // while the worker runs the first or fetches after it.
+    for round in 1..=8 {
+        for _ in 0..3 {
+            stage.trigger("quick").await;
+        }
+        let firings = stage.settled("quick", round * 3).await;
+        assert!(
+            firings.iter().all(|f| f.state == FiringState::Succeeded),
+            "{firings:?}"
+        );
+    }
 }
 
 /// A group with dots in its name is served like any other.
@@ -609,6 +648,7 @@ macro_rules! conformance {
                 reports_failures_and_runs_retries,
                 runs_every_shard_once,
                 takes_the_broadcast_shares_offered_to_it,
+                takes_what_is_published_while_it_fetches_without_its_poll,
                 serves_a_dotted_group,
                 stops_a_cancelled_run,
                 lists_its_running_firings_in_heartbeats,

@@ -47,6 +47,10 @@ struct Args {
     /// On SIGTERM, seconds running firings may finish before they are cancelled.
     #[arg(long, default_value_t = 30.0)]
     drain_grace: f64,
+    /// Seconds between fetches while idle and no doorbell rings (the
+    /// fallback wake-up).
+    #[arg(long, default_value_t = 1.0)]
+    poll_interval: f64,
     /// Exit after this many firings ran (0: run until signalled).
     #[arg(long, default_value_t = 0)]
     count: u64,
@@ -57,6 +61,10 @@ fn main() -> ExitCode {
     chime_runtime::logging::init(false);
     if !(args.drain_grace.is_finite() && (0.0..=3600.0).contains(&args.drain_grace)) {
         eprintln!("conformance: --drain-grace must be 0–3600 seconds");
+        return ExitCode::from(2);
+    }
+    if !(args.poll_interval.is_finite() && (0.001..=3600.0).contains(&args.poll_interval)) {
+        eprintln!("conformance: --poll-interval must be 0.001–3600 seconds");
         return ExitCode::from(2);
     }
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
@@ -74,6 +82,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         group: args.group.clone(),
         threads: args.threads,
         drain_grace: Duration::from_secs_f64(args.drain_grace),
+        poll_interval: Duration::from_secs_f64(args.poll_interval),
         ..WorkerConfig::default()
     };
     if let Some(id) = &args.worker_id {
