@@ -3,10 +3,10 @@
 -- worker as an offer rather than through the group's consumers.
 --
 -- `firings.worker_id` is that worker; NULL for every other firing. The
--- offers pass reads the addressed firings not started yet, which the
--- partial index keeps to the few that wait. Nullable without a default, so
--- an older release's inserts still work. Kept in step with
+-- offers pass reads the addressed firings not started yet: the partial
+-- index holds addressed firings only, by state first, so the few that wait
+-- are a range of it however much history it keeps. Nullable without a
+-- default, so an older release's inserts still work. Kept in step with
 -- ../postgres/20261211000000_broadcast.sql.
 ALTER TABLE firings ADD COLUMN worker_id TEXT;
-CREATE INDEX firings_offered ON firings (due_at)
-    WHERE worker_id IS NOT NULL AND state IN ('staged', 'published');
+CREATE INDEX firings_offered ON firings (state, due_at) WHERE worker_id IS NOT NULL;

@@ -240,6 +240,13 @@ mod tests {
         let m = FiringMessage::parse(Some(&sharded()), b"").unwrap().firing;
         assert_eq!(m.shard, Some(Shard { index: 3, count: 8 }));
         assert_eq!(m.firing_id.shard, Some(3));
+        // A broadcast to one worker: shard 0 of 1.
+        let mut h = good();
+        h.insert(headers::FIRING_ID, "job-1@1774661400000.0#2");
+        h.insert(headers::SHARD, "0");
+        h.insert(headers::SHARDS, "1");
+        let m = FiringMessage::parse(Some(&h), b"").unwrap().firing;
+        assert_eq!(m.shard, Some(Shard { index: 0, count: 1 }));
         assert_eq!(
             FiringMessage::parse(Some(&good()), b"")
                 .unwrap()
@@ -251,7 +258,7 @@ mod tests {
             (headers::SHARD, "4", headers::SHARD),
             (headers::SHARD, "x", headers::SHARD),
             (headers::SHARDS, "3", headers::SHARD),
-            (headers::SHARDS, "1", headers::SHARDS),
+            (headers::SHARDS, "0", headers::SHARDS),
             (headers::SHARDS, "-8", headers::SHARDS),
         ] {
             let mut h = sharded();
