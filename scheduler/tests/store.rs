@@ -2003,7 +2003,7 @@ async fn same_worker_start_is_idempotent(db: &TestDb) {
     assert!(first.reply.accepted);
     assert_eq!(first.reply.deadline, Some(t(310)));
     assert!(first.lateness.is_some(), "a start is measured once");
-    let again = start(&store, &id, "w1", t(20)).await;
+    let again = start(&store, &id, "w1", t(12)).await;
     assert_eq!(
         again.reply, first.reply,
         "a lost reply is answered the same"
@@ -2024,13 +2024,21 @@ async fn same_worker_start_is_idempotent(db: &TestDb) {
     assert_eq!(rows[0].deadline_at, t(310));
     // A batch answers in order.
     let decisions = store
-        .start(&[start_req(&id, "w1"), start_req(&id, "w2")], t(30))
+        .start(&[start_req(&id, "w1"), start_req(&id, "w2")], t(13))
         .await
         .expect("start");
     assert!(decisions[0].reply.accepted);
     assert_eq!(
         decisions[1].reply.refusal,
         Some(StartRefusal::AlreadyStarted)
+    );
+    // Long after: a delivery of the message again, of an attempt the worker
+    // may have run and forgotten. Refused, so it cannot run twice.
+    let redelivered = start(&store, &id, "w1", t(40)).await;
+    assert_eq!(
+        redelivered.reply.refusal,
+        Some(StartRefusal::AlreadyStarted),
+        "{redelivered:?}"
     );
 }
 

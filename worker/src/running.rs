@@ -16,8 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 /// How long a finished attempt is remembered.
 const RECENT_FOR: Duration = Duration::from_secs(600);
-/// The most finished attempts remembered.
-const RECENT_MAX: usize = 10_000;
+/// The most finished attempts remembered: more than the scheduler's window
+/// for a repeated start (5 s) holds at 10,000 finishes a second.
+const RECENT_MAX: usize = 100_000;
 
 /// Why a run was stopped from outside, and the outcome it then reports.
 #[derive(Debug, Clone, PartialEq)]

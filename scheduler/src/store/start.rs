@@ -60,6 +60,15 @@ const ASKED_COLUMNS: [(&str, Col); 5] = [
     ("payload_sha256", Col::Text),
 ];
 
+/// How long after a start the same worker asking again is answered the
+/// same: its own second request after a lost reply comes within seconds.
+/// Later, the ask is a delivery of the message again (an ack lost, or sent
+/// after `ack_wait`), possibly of an attempt the worker has run and
+/// forgotten: refused `already_started`, so no attempt runs twice. A
+/// worker that gave up on a start recorded late, and so never ran it, has
+/// it re-queued when its heartbeats leave it out of `running`.
+const REPEATED_START_MS: i64 = 5_000;
+
 /// Whether a stored timeout is one validation accepts; only those start.
 fn timeout_in_range(timeout_ms: i64) -> bool {
     (1..=MAX_TIMEOUT_MS).contains(&timeout_ms)
@@ -328,13 +337,16 @@ impl Store {
             _ => {}
         }
         let id = firing.text.as_str();
-        if let Some(row) =
-            sqlx::query("SELECT worker_id, deadline_at FROM executing WHERE firing_id = $1")
-                .bind(id)
-                .fetch_optional(&mut **tx)
-                .await?
+        if let Some(row) = sqlx::query(
+            "SELECT worker_id, started_at, deadline_at FROM executing WHERE firing_id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?
         {
-            return Ok(if row.text(id, "worker_id")? == request.worker_id {
+            let repeated = row.text(id, "worker_id")? == request.worker_id
+                && now.saturating_sub(row.int(id, "started_at")?) <= REPEATED_START_MS;
+            return Ok(if repeated {
                 let deadline = instant(id, "deadline_at", row.int(id, "deadline_at")?)?;
                 StartOutcome::accepted(deadline)
             } else {
